@@ -1,0 +1,179 @@
+// The device interface every backend implements: device, buffer, stream, event, and the op
+// entry points the GPT forward and backward need.
+//
+// Note [Asynchronous by contract]
+// Every op and copy is *enqueued* on a Stream and may run later, on another thread (CPU backend)
+// or on the GPU (CUDA backend). Work on one stream runs in order; work on different streams is
+// ordered only through Events (record on one stream, wait on another). The host must call
+// Stream::synchronize() or Event::synchronize() before reading anything a stream writes. Pointers
+// handed to an op must stay valid until the op has run. Code written against this interface never
+// assumes that a call has finished when it returns, even on the CPU.
+//
+// Note [Backward accumulates]
+// Backward ops add into their gradient outputs (dinp += ..., dweight += ...), as in llm.c, so that
+// gradients from several micro-batches and from the two branches of a residual sum without extra
+// passes. Callers zero gradient buffers (fill_zero) before the first contribution.
+//
+// Slots marked (optional) may be left to the default, which reports that the backend lacks them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace strata {
+
+class Device;
+
+enum class DeviceKind { cpu, cuda };
+enum class MemoryKind { device, host };  // host: pinned, reachable by the device's copy engine
+
+// Owning, device-tagged allocation. Move-only; frees itself through its device.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Device* device, MemoryKind kind, void* data, int64_t bytes)
+      : device_(device), kind_(kind), data_(data), bytes_(bytes) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void reset();  // frees now; the caller guarantees no stream still uses it
+  void* data() const { return data_; }
+  float* f32() const { return static_cast<float*>(data_); }
+  bf16_t* bf16() const { return static_cast<bf16_t*>(data_); }
+  int32_t* i32() const { return static_cast<int32_t*>(data_); }
+  int64_t bytes() const { return bytes_; }
+  Device* device() const { return device_; }
+  MemoryKind kind() const { return kind_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  Device* device_ = nullptr;
+  MemoryKind kind_ = MemoryKind::device;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// In-order work queue.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual const std::string& name() const = 0;
+  virtual void synchronize() = 0;  // host blocks until everything enqueued so far has run
+};
+
+// A point in a stream's work. record() marks "everything enqueued on s so far"; wait() makes
+// another stream hold until that point has run; query()/synchronize() ask from the host.
+// An event never recorded counts as complete.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void record(Stream& s) = 0;
+  virtual void wait(Stream& s) = 0;
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;
+};
+
+struct MemoryStats {
+  int64_t device_in_use = 0;
+  int64_t device_peak = 0;
+  int64_t device_budget = 0;  // 0: no budget
+  int64_t host_in_use = 0;
+  int64_t host_peak = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory -----------------------------------------------------------------------------
+  // Device memory, counted against the device budget; out_of_memory names the budget.
+  virtual Result<Buffer> alloc(int64_t bytes) = 0;
+  // Pinned host memory for staging copies (4 KiB aligned, usable with O_DIRECT).
+  virtual Result<Buffer> alloc_host(int64_t bytes) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak_memory() = 0;
+  virtual void free_buffer(Buffer& b) = 0;  // called by Buffer::reset
+
+  // ---- streams, events ----------------------------------------------------------------------
+  virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  // (optional) run a host function in stream order (cudaLaunchHostFunc on CUDA).
+  virtual void launch_host_func(Stream& s, std::function<void()> fn);
+
+  // ---- copies ---------------------------------------------------------------------------------
+  // Any of host->device, device->host, device->device; ordered on s.
+  virtual void copy(Stream& s, void* dst, const void* src, int64_t bytes) = 0;
+  virtual void fill_zero(Stream& s, void* dst, int64_t bytes) = 0;
+
+  // ---- ops (shapes row-major; see Note [Backward accumulates]) ---------------------------------
+  // out (M,N) = op(a) @ op(b) [+ bias (N)] [+ out if accumulate]
+  // a: (M,K), or (K,M) when trans_a.  b: (K,N), or (N,K) when trans_b.  bias may be null.
+  virtual void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias,
+                      int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                      bool accumulate) = 0;
+  // dbias (N) += sum over rows of dout (M,N)
+  virtual void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M,
+                             int64_t N) = 0;
+  // out (N,C), mean (N), rstd (N) <- inp (N,C), weight (C), bias (C); eps = 1e-5
+  virtual void layernorm_forward(Stream& s, float* out, float* mean, float* rstd,
+                                 const float* inp, const float* weight, const float* bias,
+                                 int64_t N, int64_t C) = 0;
+  // dinp (N,C) +=, dweight (C) +=, dbias (C) +=
+  virtual void layernorm_backward(Stream& s, float* dinp, float* dweight, float* dbias,
+                                  const float* dout, const float* inp, const float* weight,
+                                  const float* mean, const float* rstd, int64_t N,
+                                  int64_t C) = 0;
+  // GELU, tanh approximation (GPT-2): out (n) <- inp (n); dinp (n) += gelu'(inp) * dout
+  virtual void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout,
+                             int64_t n) = 0;
+  // Causal multi-head self-attention, head size hs = C/NH, scale 1/sqrt(hs).
+  // qkv (B,T,3C) holds q | k | v per token; att (B,NH,T,T) receives the softmax probabilities
+  // (zero above the diagonal), kept for backward; out (B,T,C).
+  virtual void attention_forward(Stream& s, float* out, float* att, const float* qkv, int64_t B,
+                                 int64_t T, int64_t C, int64_t NH) = 0;
+  // dqkv (B,T,3C) +=; scratch (B,NH,T,T) is overwritten
+  virtual void attention_backward(Stream& s, float* dqkv, float* scratch, const float* dout,
+                                  const float* qkv, const float* att, int64_t B, int64_t T,
+                                  int64_t C, int64_t NH) = 0;
+  // losses (N), probs (N,V) <- logits (N,V), targets (N)
+  virtual void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs,
+                                             const float* logits, const int32_t* targets,
+                                             int64_t N, int64_t V) = 0;
+  // dlogits (N,V) += (probs - onehot(targets)) * dloss
+  virtual void softmax_cross_entropy_backward(Stream& s, float* dlogits, const float* probs,
+                                              const int32_t* targets, float dloss, int64_t N,
+                                              int64_t V) = 0;
+  // out (B,T,C) = wte[tokens] (V,C) + wpe[t] (maxT,C)
+  virtual void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
+  // dwte (V,C) +=, dwpe (maxT,C) += from dout (B,T,C)
+  virtual void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
+  // out (n) = a + b   (residual)
+  virtual void add(Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;
+  // y (n) += alpha * x
+  virtual void scaled_add(Stream& s, float* y, const float* x, float alpha, int64_t n) = 0;
+  virtual void convert_f32_to_bf16(Stream& s, bf16_t* out, const float* inp, int64_t n) = 0;
+  virtual void convert_bf16_to_f32(Stream& s, float* out, const bf16_t* inp, int64_t n) = 0;
+  // out[0] = sum of x[i]^2, accumulated in double in a fixed order
+  virtual void sum_squares(Stream& s, double* out, const float* x, int64_t n) = 0;
+};
+
+struct CpuDeviceOptions {
+  int64_t device_budget_bytes = 0;  // 0: unlimited. The arena that stands for GPU memory.
+};
+std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options = {});
+
+}  // namespace strata

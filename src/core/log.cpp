@@ -1,0 +1,45 @@
+#include "core/log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+
+#include "core/check.h"
+
+namespace strata {
+
+namespace {
+std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
+std::mutex g_log_mutex;  // one line at a time, whatever thread logs
+
+const char* level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::debug: return "debug";
+    case LogLevel::info: return "info";
+    case LogLevel::warn: return "warning";
+    case LogLevel::error: return "error";
+  }
+  return "?";
+}
+}  // namespace
+
+void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
+LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+
+void log_message(LogLevel level, const std::string& message) {
+  if (static_cast<int>(level) < g_level.load()) return;
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  std::fprintf(stderr, "strata: %s: %s\n", level_name(level), message.c_str());
+  std::fflush(stderr);
+}
+
+namespace detail {
+void check_failed(const char* file, int line, const char* expr, const char* msg) {
+  std::fprintf(stderr, "strata: internal error at %s:%d: check failed: %s %s\n", file, line, expr,
+               msg);
+  std::fflush(stderr);
+  std::abort();
+}
+}  // namespace detail
+
+}  // namespace strata

@@ -1,0 +1,20 @@
+// Logging: plain lines on stderr, "strata: <level>: message". Errors the user must act on are
+// one line each (the CLI prints Status::to_string()).
+#pragma once
+
+#include <string>
+
+namespace strata {
+
+enum class LogLevel { debug = 0, info = 1, warn = 2, error = 3 };
+
+void set_log_level(LogLevel level);
+LogLevel log_level();
+void log_message(LogLevel level, const std::string& message);
+
+inline void log_debug(const std::string& m) { log_message(LogLevel::debug, m); }
+inline void log_info(const std::string& m) { log_message(LogLevel::info, m); }
+inline void log_warn(const std::string& m) { log_message(LogLevel::warn, m); }
+inline void log_error(const std::string& m) { log_message(LogLevel::error, m); }
+
+}  // namespace strata

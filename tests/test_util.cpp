@@ -1,0 +1,61 @@
+#include "test_util.h"
+
+#include <cmath>
+#include <filesystem>
+
+namespace strata::test {
+
+namespace {
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::vector<float> random_floats(int64_t n, uint64_t seed, float lo, float hi) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint64_t s = seed;
+  for (auto& x : v) {
+    double u = static_cast<double>(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+    x = static_cast<float>(lo + (hi - lo) * u);
+  }
+  return v;
+}
+
+std::vector<int32_t> random_ints(int64_t n, uint64_t seed, int32_t lo, int32_t hi) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  uint64_t s = seed;
+  for (auto& x : v) x = lo + static_cast<int32_t>(splitmix64(s) % static_cast<uint64_t>(hi - lo));
+  return v;
+}
+
+double max_rel_error(const float* a, const float* b, int64_t n) {
+  double max_diff = 0, max_ref = 0;
+  for (int64_t i = 0; i < n; i++) {
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[i])));
+  }
+  if (max_ref == 0) return max_diff;
+  return max_diff / max_ref;
+}
+
+double nmse(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den == 0 ? num : num / den;
+}
+
+std::string make_temp_dir(const std::string& name) {
+  std::filesystem::path p = std::filesystem::path(STRATA_BINARY_DIR) / "test_tmp" / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+}  // namespace strata::test

@@ -1,0 +1,20 @@
+// Helpers shared by the tests: deterministic random fills and error measures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata::test {
+
+// Uniform in [lo, hi), from a fixed seed (splitmix64), so every run sees the same data.
+std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+std::vector<int32_t> random_ints(int64_t n, uint64_t seed, int32_t lo, int32_t hi);
+// max |a-b| / max |b|  (0 when both are zero)
+double max_rel_error(const float* a, const float* b, int64_t n);
+// mse(a,b) / mse(b,0), ggml's NMSE
+double nmse(const float* a, const float* b, int64_t n);
+// A fresh empty directory under the build tree for one test.
+std::string make_temp_dir(const std::string& name);
+
+}  // namespace strata::test
