@@ -9,57 +9,180 @@
 // is split into fixed-size chunks whose size does not depend on the thread count; each chunk's
 // partial is computed in row order, and partials are combined in chunk order by one thread.
 // The result is therefore bit-identical for any OMP_NUM_THREADS. No atomics.
+// Where the reduced rows are short (bias_backward, embedding_backward) the kernel instead gives
+// each thread a fixed range of columns and walks all rows in order; every output element is
+// then summed in row order, which is just as independent of the thread count.
+//
+// Note [Fast kernels and the sgemm thread pool]
+// OpenBLAS (pthread build) runs its own worker threads. The fast kernels call cblas_sgemm only
+// from outside OpenMP parallel regions, so the two pools take turns rather than compete.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "core/dtype.h"
 
 namespace strata::cpu {
 
-#define STRATA_CPU_KERNELS                                                                    \
-  void matmul(float* out, const float* a, const float* b, const float* bias, int64_t M,       \
-              int64_t N, int64_t K, bool trans_a, bool trans_b, bool accumulate);             \
-  void bias_backward(float* dbias, const float* dout, int64_t M, int64_t N);                  \
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,              \
-                         const float* weight, const float* bias, int64_t N, int64_t C);       \
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,        \
-                          const float* inp, const float* weight, const float* mean,           \
-                          const float* rstd, int64_t N, int64_t C);                           \
-  void gelu_forward(float* out, const float* inp, int64_t n);                                 \
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);            \
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,      \
-                         int64_t C, int64_t NH);                                              \
-  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,   \
-                          const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);     \
-  void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,        \
-                                     const int32_t* targets, int64_t N, int64_t V);           \
-  void softmax_cross_entropy_backward(float* dlogits, const float* probs,                     \
-                                      const int32_t* targets, float dloss, int64_t N,         \
-                                      int64_t V);                                             \
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte,                 \
-                         const float* wpe, int64_t B, int64_t T, int64_t C);                  \
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, \
-                          int64_t B, int64_t T, int64_t C);                                   \
-  void add(float* out, const float* a, const float* b, int64_t n);                            \
-  void scaled_add(float* y, const float* x, float alpha, int64_t n);                          \
-  void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n);                         \
-  void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n);                         \
-  void sum_squares(double* out, const float* x, int64_t n);
-
-// Fast kernels (kernels_*.cpp).
-STRATA_CPU_KERNELS
-
-namespace ref {
-// Naive references (kernels_ref.cpp).
-STRATA_CPU_KERNELS
-}  // namespace ref
-
-#undef STRATA_CPU_KERNELS
-
 // GELU tanh approximation constants shared by both versions.
 inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 inline constexpr float kGeluCubic = 0.044715f;
 inline constexpr float kLayerNormEps = 1e-5f;
+
+// ---- fast kernels (kernels_<concern>.cpp) -------------------------------------------------------
+
+// kernels_matmul.cpp
+void matmul(float* out,         // (M,N); read too when accumulate
+            const float* a,     // (M,K), or (K,M) when trans_a
+            const float* b,     // (K,N), or (N,K) when trans_b
+            const float* bias,  // (N) or null
+            int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, bool accumulate);
+void bias_backward(float* dbias,       // (N) +=
+                   const float* dout,  // (M,N)
+                   int64_t M, int64_t N);
+
+// kernels_layernorm.cpp
+void layernorm_forward(float* out,           // (N,C)
+                       float* mean,          // (N)
+                       float* rstd,          // (N)  1/sqrt(var + kLayerNormEps)
+                       const float* inp,     // (N,C)
+                       const float* weight,  // (C)
+                       const float* bias,    // (C)
+                       int64_t N, int64_t C);
+void layernorm_backward(float* dinp,          // (N,C) +=
+                        float* dweight,       // (C) +=
+                        float* dbias,         // (C) +=
+                        const float* dout,    // (N,C)
+                        const float* inp,     // (N,C)
+                        const float* weight,  // (C)
+                        const float* mean,    // (N)  from layernorm_forward
+                        const float* rstd,    // (N)  from layernorm_forward
+                        int64_t N, int64_t C);
+
+// kernels_elementwise.cpp
+void gelu_forward(float* out,        // (n)
+                  const float* inp,  // (n)
+                  int64_t n);
+void gelu_backward(float* dinp,       // (n) +=
+                   const float* inp,  // (n)  the forward's input
+                   const float* dout, // (n)
+                   int64_t n);
+void add(float* out,      // (n) = a + b; may alias a or b
+         const float* a,  // (n)
+         const float* b,  // (n)
+         int64_t n);
+void scaled_add(float* y,        // (n) += alpha * x
+                const float* x,  // (n)
+                float alpha, int64_t n);
+void convert_f32_to_bf16(bf16_t* out,       // (n)  round to nearest even
+                         const float* inp,  // (n)
+                         int64_t n);
+void convert_bf16_to_f32(float* out,         // (n)
+                         const bf16_t* inp,  // (n)
+                         int64_t n);
+void sum_squares(double* out,     // (1)  sum of x[i]^2, in double
+                 const float* x,  // (n)
+                 int64_t n);
+
+// kernels_attention.cpp
+void attention_forward(float* out,        // (B,T,C)   head h in columns h*hs..(h+1)*hs
+                       float* att,        // (B,NH,T,T) softmax probabilities, 0 above diagonal
+                       const float* qkv,  // (B,T,3C)  q | k | v per token
+                       int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_backward(float* dqkv,       // (B,T,3C) +=
+                        float* scratch,    // (B,NH,T,T) overwritten
+                        const float* dout, // (B,T,C)
+                        const float* qkv,  // (B,T,3C)
+                        const float* att,  // (B,NH,T,T) from attention_forward
+                        int64_t B, int64_t T, int64_t C, int64_t NH);
+
+// kernels_loss.cpp
+void softmax_cross_entropy_forward(float* losses,           // (N)  -log probs[i][targets[i]]
+                                   float* probs,            // (N,V)
+                                   const float* logits,     // (N,V)
+                                   const int32_t* targets,  // (N)  in [0, V)
+                                   int64_t N, int64_t V);
+void softmax_cross_entropy_backward(float* dlogits,          // (N,V) +=
+                                    const float* probs,      // (N,V)
+                                    const int32_t* targets,  // (N)
+                                    float dloss,             // d(loss)/d(losses[i]), all i
+                                    int64_t N, int64_t V);
+
+// kernels_embedding.cpp
+void embedding_forward(float* out,           // (B,T,C)
+                       const int32_t* tokens,  // (B,T)  in [0, V)
+                       const float* wte,     // (V,C)
+                       const float* wpe,     // (maxT,C), maxT >= T
+                       int64_t B, int64_t T, int64_t C);
+void embedding_backward(float* dwte,            // (V,C) +=
+                        float* dwpe,            // (maxT,C) +=
+                        const float* dout,      // (B,T,C)
+                        const int32_t* tokens,  // (B,T)
+                        int64_t B, int64_t T, int64_t C);
+
+// ---- references (kernels_ref.cpp): same arguments as above ------------------------------------
+
+namespace ref {
+void matmul(float* out, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
+            int64_t K, bool trans_a, bool trans_b, bool accumulate);
+void bias_backward(float* dbias, const float* dout, int64_t M, int64_t N);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C);
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH);
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+                                   const int32_t* targets, int64_t N, int64_t V);
+void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                    float dloss, int64_t N, int64_t V);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C);
+void add(float* out, const float* a, const float* b, int64_t n);
+void scaled_add(float* y, const float* x, float alpha, int64_t n);
+void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n);
+void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n);
+void sum_squares(double* out, const float* x, int64_t n);
+}  // namespace ref
+
+// ---- helpers shared by the fast kernels -------------------------------------------------------
+
+// exp(x) within ~2 ulp, written with plain float arithmetic so that GCC vectorizes loops that
+// call it (glibc's expf has no vector variant without -ffast-math, and the softmaxes and GELU
+// would otherwise spend most of their time in it). Range reduction x = n*ln2 + r, |r| <= ln2/2,
+// then a degree-7 Taylor polynomial for e^r (truncation < 0.1 ulp) scaled by 2^n built from
+// exponent bits. Saturates instead of overflowing: returns 0 for x < -87 (skipping the denormal
+// range) and about 1.6e38 for x > 88, so callers never see inf.
+inline float exp_fast(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // ln2 split so that n*kLn2Hi is exact
+  constexpr float kLn2Lo = 1.42860682030941723e-6f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const bool underflow = x < -87.0f;
+  x = x > 88.0f ? 88.0f : x;
+  x = x < -87.0f ? -87.0f : x;
+  const float n = (x * kLog2e + kRound) - kRound;
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = 1.0f / 5040.0f;
+  p = std::fma(p, r, 1.0f / 720.0f);
+  p = std::fma(p, r, 1.0f / 120.0f);
+  p = std::fma(p, r, 1.0f / 24.0f);
+  p = std::fma(p, r, 1.0f / 6.0f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return underflow ? 0.0f : p * scale;
+}
 
 }  // namespace strata::cpu

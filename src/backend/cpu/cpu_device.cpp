@@ -1,0 +1,176 @@
+// The CPU device: "device memory" is an arena of host memory with its own budget, so that the
+// budgets and data movement of a CPU run are those a GPU run would have (DESIGN §3). Every op is
+// enqueued on the stream's worker thread and runs the kernels of kernels.h there.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_stream.h"
+#include "backend/cpu/kernels.h"
+#include "core/check.h"
+
+namespace strata {
+
+namespace {
+
+constexpr int64_t kAlignment = 4096;  // page-aligned: usable as O_DIRECT I/O buffers
+
+std::string format_bytes(int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& o) { stats_.device_budget = o.device_budget_bytes; }
+
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "cpu"; }
+
+  Result<Buffer> alloc(int64_t bytes) override { return allocate(MemoryKind::device, bytes); }
+  Result<Buffer> alloc_host(int64_t bytes) override { return allocate(MemoryKind::host, bytes); }
+
+  MemoryStats memory_stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_peak_memory() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.device_peak = stats_.device_in_use;
+    stats_.host_peak = stats_.host_in_use;
+  }
+
+  void free_buffer(Buffer& b) override {
+    std::free(b.data());
+    std::lock_guard<std::mutex> lock(mutex_);
+    (b.kind() == MemoryKind::device ? stats_.device_in_use : stats_.host_in_use) -= b.bytes();
+  }
+
+  std::unique_ptr<Stream> create_stream(const std::string& name) override {
+    return std::make_unique<cpu::CpuStream>(name);
+  }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<cpu::CpuEvent>(); }
+  void launch_host_func(Stream& s, std::function<void()> fn) override {
+    cpu::as_cpu(s).enqueue(std::move(fn));
+  }
+
+  void copy(Stream& s, void* dst, const void* src, int64_t bytes) override {
+    enqueue(s, [=] { std::memcpy(dst, src, static_cast<size_t>(bytes)); });
+  }
+  void fill_zero(Stream& s, void* dst, int64_t bytes) override {
+    enqueue(s, [=] { std::memset(dst, 0, static_cast<size_t>(bytes)); });
+  }
+
+  void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias, int64_t M,
+              int64_t N, int64_t K, bool trans_a, bool trans_b, bool accumulate) override {
+    enqueue(s, [=] { cpu::matmul(out, a, b, bias, M, N, K, trans_a, trans_b, accumulate); });
+  }
+  void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) override {
+    enqueue(s, [=] { cpu::bias_backward(dbias, dout, M, N); });
+  }
+  void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int64_t N, int64_t C) override {
+    enqueue(s, [=] { cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+  }
+  void layernorm_backward(Stream& s, float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int64_t N, int64_t C) override {
+    enqueue(s, [=] {
+      cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    });
+  }
+  void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) override {
+    enqueue(s, [=] { cpu::gelu_forward(out, inp, n); });
+  }
+  void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout,
+                     int64_t n) override {
+    enqueue(s, [=] { cpu::gelu_backward(dinp, inp, dout, n); });
+  }
+  void attention_forward(Stream& s, float* out, float* att, const float* qkv, int64_t B,
+                         int64_t T, int64_t C, int64_t NH) override {
+    enqueue(s, [=] { cpu::attention_forward(out, att, qkv, B, T, C, NH); });
+  }
+  void attention_backward(Stream& s, float* dqkv, float* scratch, const float* dout,
+                          const float* qkv, const float* att, int64_t B, int64_t T, int64_t C,
+                          int64_t NH) override {
+    enqueue(s, [=] { cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH); });
+  }
+  void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs, const float* logits,
+                                     const int32_t* targets, int64_t N, int64_t V) override {
+    enqueue(s, [=] { cpu::softmax_cross_entropy_forward(losses, probs, logits, targets, N, V); });
+  }
+  void softmax_cross_entropy_backward(Stream& s, float* dlogits, const float* probs,
+                                      const int32_t* targets, float dloss, int64_t N,
+                                      int64_t V) override {
+    enqueue(s, [=] { cpu::softmax_cross_entropy_backward(dlogits, probs, targets, dloss, N, V); });
+  }
+  void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte,
+                         const float* wpe, int64_t B, int64_t T, int64_t C) override {
+    enqueue(s, [=] { cpu::embedding_forward(out, tokens, wte, wpe, B, T, C); });
+  }
+  void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout,
+                          const int32_t* tokens, int64_t B, int64_t T, int64_t C) override {
+    enqueue(s, [=] { cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+  }
+  void add(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
+    enqueue(s, [=] { cpu::add(out, a, b, n); });
+  }
+  void scaled_add(Stream& s, float* y, const float* x, float alpha, int64_t n) override {
+    enqueue(s, [=] { cpu::scaled_add(y, x, alpha, n); });
+  }
+  void convert_f32_to_bf16(Stream& s, bf16_t* out, const float* inp, int64_t n) override {
+    enqueue(s, [=] { cpu::convert_f32_to_bf16(out, inp, n); });
+  }
+  void convert_bf16_to_f32(Stream& s, float* out, const bf16_t* inp, int64_t n) override {
+    enqueue(s, [=] { cpu::convert_bf16_to_f32(out, inp, n); });
+  }
+  void sum_squares(Stream& s, double* out, const float* x, int64_t n) override {
+    enqueue(s, [=] { cpu::sum_squares(out, x, n); });
+  }
+
+ private:
+  static void enqueue(Stream& s, std::function<void()> task) {
+    cpu::as_cpu(s).enqueue(std::move(task));
+  }
+
+  Result<Buffer> allocate(MemoryKind kind, int64_t bytes) {
+    STRATA_CHECK(bytes >= 0);
+    const int64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    // Reserve under the lock first, so two threads cannot both squeeze under the budget.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (kind == MemoryKind::device && stats_.device_budget > 0 &&
+          stats_.device_in_use + rounded > stats_.device_budget) {
+        return out_of_memory("device budget: allocating " + format_bytes(rounded) + " with " +
+                             format_bytes(stats_.device_in_use) + " in use exceeds " +
+                             format_bytes(stats_.device_budget));
+      }
+      int64_t& in_use = kind == MemoryKind::device ? stats_.device_in_use : stats_.host_in_use;
+      int64_t& peak = kind == MemoryKind::device ? stats_.device_peak : stats_.host_peak;
+      in_use += rounded;
+      peak = std::max(peak, in_use);
+    }
+    void* p = std::aligned_alloc(kAlignment, static_cast<size_t>(std::max(rounded, kAlignment)));
+    if (p == nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      (kind == MemoryKind::device ? stats_.device_in_use : stats_.host_in_use) -= rounded;
+      return out_of_memory("host allocator refused " + format_bytes(rounded) + " for the " +
+                           (kind == MemoryKind::device ? "device arena" : "host buffers"));
+    }
+    return Buffer(this, kind, p, rounded);
+  }
+
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options) {
+  return std::make_unique<CpuDevice>(options);
+}
+
+}  // namespace strata

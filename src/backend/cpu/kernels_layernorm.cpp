@@ -1,0 +1,102 @@
+// Fast layernorm: rows in parallel; the weight and bias gradients, which sum over rows, use
+// fixed-size row chunks (Note [Deterministic reductions]).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "backend/cpu/kernels.h"
+
+namespace strata::cpu {
+
+namespace {
+
+// Rows per chunk of the dweight/dbias reduction. Fixed, so the summation order is too; small
+// enough that (B*T)/kRowChunk chunks keep both threads busy, large enough that the partials
+// (2*C floats per chunk) stay a small fraction of the traffic.
+constexpr int64_t kRowChunk = 32;
+
+// sum of x[0..n); `omp simd reduction` lets the compiler keep one partial sum per vector lane.
+// The lane count is fixed at compile time, so the result is reproducible.
+inline float row_sum(const float* x, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; i++) sum += x[i];
+  return sum;
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++) {
+    const float* x = inp + i * C;
+    float* y = out + i * C;
+    const float m = row_sum(x, C) / static_cast<float>(C);
+    // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
+    float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+    var /= static_cast<float>(C);
+    const float s = 1.0f / std::sqrt(var + kLayerNormEps);
+    for (int64_t c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+// One pass over the rows: each chunk of kRowChunk rows updates its dinp rows and writes its own
+// dweight/dbias partials; afterwards every column adds the partials in chunk order.
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C) {
+  if (N == 0 || C == 0) return;
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  // partials: (chunks, 2, C), dweight then dbias per chunk; each chunk initializes its own.
+  std::unique_ptr<float[]> partials(new float[chunks * 2 * C]);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; chunk++) {
+    float* pw = partials.get() + chunk * 2 * C;  // (C)
+    float* pb = pw + C;                          // (C)
+    std::fill(pw, pw + 2 * C, 0.0f);
+    const int64_t i1 = std::min(N, (chunk + 1) * kRowChunk);
+    for (int64_t i = chunk * kRowChunk; i < i1; i++) {
+      const float* x = inp + i * C;
+      const float* dy = dout + i * C;
+      float* dx = dinp + i * C;
+      const float m = mean[i];
+      const float s = rstd[i];
+      float dnorm_mean = 0.0f;
+      float dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int64_t c = 0; c < C; c++) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = weight[c] * dy[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= static_cast<float>(C);
+      dnorm_norm_mean /= static_cast<float>(C);
+      for (int64_t c = 0; c < C; c++) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = weight[c] * dy[c];
+        dx[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+        pw[c] += norm * dy[c];
+        pb[c] += dy[c];
+      }
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; c++) {
+    float sw = 0.0f;
+    float sb = 0.0f;
+    for (int64_t chunk = 0; chunk < chunks; chunk++) {
+      sw += partials[chunk * 2 * C + c];
+      sb += partials[chunk * 2 * C + C + c];
+    }
+    dweight[c] += sw;
+    dbias[c] += sb;
+  }
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,267 @@
+// Reference CPU kernels: the specification. Naive, single-threaded loops in the most direct
+// form of each formula; speed is not a goal. The fast kernels are tested against these, and
+// these are tested against finite differences (tests/test_kernels_grad.cpp).
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/check.h"
+
+namespace strata::cpu::ref {
+
+// ---- matmul -------------------------------------------------------------------------------------
+
+void matmul(float* out, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
+            int64_t K, bool trans_a, bool trans_b, bool accumulate) {
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t j = 0; j < N; j++) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < K; k++) {
+        float a_ik = trans_a ? a[k * M + i] : a[i * K + k];
+        float b_kj = trans_b ? b[j * K + k] : b[k * N + j];
+        sum += a_ik * b_kj;
+      }
+      if (bias) sum += bias[j];
+      out[i * N + j] = accumulate ? out[i * N + j] + sum : sum;
+    }
+  }
+}
+
+void bias_backward(float* dbias, const float* dout, int64_t M, int64_t N) {
+  for (int64_t i = 0; i < M; i++) {
+    for (int64_t j = 0; j < N; j++) dbias[j] += dout[i * N + j];
+  }
+}
+
+// ---- layernorm ----------------------------------------------------------------------------------
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; i++) {
+    const float* x = inp + i * C;
+    float m = 0.0f;
+    for (int64_t c = 0; c < C; c++) m += x[c];
+    m /= static_cast<float>(C);
+    float var = 0.0f;  // biased, as PyTorch
+    for (int64_t c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+    var /= static_cast<float>(C);
+    float s = 1.0f / std::sqrt(var + kLayerNormEps);
+    for (int64_t c = 0; c < C; c++) out[i * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+// With norm = (x - mean) * rstd and y = norm * w + b:
+//   dnorm = dout * w
+//   dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; i++) {
+    const float* x = inp + i * C;
+    const float* dy = dout + i * C;
+    float dnorm_mean = 0.0f;
+    float dnorm_norm_mean = 0.0f;
+    for (int64_t c = 0; c < C; c++) {
+      float norm = (x[c] - mean[i]) * rstd[i];
+      float dnorm = weight[c] * dy[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    for (int64_t c = 0; c < C; c++) {
+      float norm = (x[c] - mean[i]) * rstd[i];
+      float dnorm = weight[c] * dy[c];
+      dinp[i * C + c] += rstd[i] * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+      dweight[c] += norm * dy[c];
+      dbias[c] += dy[c];
+    }
+  }
+}
+
+// ---- GELU (tanh approximation, as PyTorch gelu(approximate='tanh')) ------------------------------
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = 0.5f * x * (1.0f + std::tanh(u));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    float th = std::tanh(u);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH) {
+  STRATA_CHECK(NH > 0 && C % NH == 0);
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t h = 0; h < NH; h++) {
+      for (int64_t t = 0; t < T; t++) {
+        const float* q = qkv + (b * T + t) * 3 * C + h * hs;
+        float* row = att + ((b * NH + h) * T + t) * T;
+        // Scores for the visible positions 0..t, then a max-subtracted softmax over them.
+        float max = -INFINITY;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+          const float* k = qkv + (b * T + t2) * 3 * C + C + h * hs;
+          float s = 0.0f;
+          for (int64_t i = 0; i < hs; i++) s += q[i] * k[i];
+          row[t2] = s * scale;
+          if (row[t2] > max) max = row[t2];
+        }
+        float sum = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+          row[t2] = std::exp(row[t2] - max);
+          sum += row[t2];
+        }
+        for (int64_t t2 = 0; t2 <= t; t2++) row[t2] /= sum;
+        for (int64_t t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;  // causal mask
+        float* o = out + (b * T + t) * C + h * hs;
+        for (int64_t i = 0; i < hs; i++) {
+          float s = 0.0f;
+          for (int64_t t2 = 0; t2 <= t; t2++) {
+            const float* v = qkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
+            s += row[t2] * v[i];
+          }
+          o[i] = s;
+        }
+      }
+    }
+  }
+}
+
+// Per query row t, with p = att[t, 0..t] and s the pre-softmax scores:
+//   datt[t2]  = dout[t] . v[t2]
+//   ds[t2]    = p[t2] * (datt[t2] - sum_j p[j] * datt[j])
+//   dq[t]    += scale * sum_t2 ds[t2] * k[t2]
+//   dk[t2]   += scale * ds[t2] * q[t]
+//   dv[t2]   += p[t2] * dout[t]
+// The scratch row holds datt, then ds.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  STRATA_CHECK(NH > 0 && C % NH == 0);
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t h = 0; h < NH; h++) {
+      for (int64_t t = 0; t < T; t++) {
+        const float* p = att + ((b * NH + h) * T + t) * T;
+        float* ds = scratch + ((b * NH + h) * T + t) * T;
+        const float* q = qkv + (b * T + t) * 3 * C + h * hs;
+        float* dq = dqkv + (b * T + t) * 3 * C + h * hs;
+        const float* dy = dout + (b * T + t) * C + h * hs;
+        float dot = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+          const float* v = qkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
+          float datt = 0.0f;
+          for (int64_t i = 0; i < hs; i++) datt += dy[i] * v[i];
+          ds[t2] = datt;
+          dot += p[t2] * datt;
+        }
+        for (int64_t t2 = 0; t2 <= t; t2++) ds[t2] = p[t2] * (ds[t2] - dot);
+        for (int64_t t2 = 0; t2 <= t; t2++) {
+          const float* k = qkv + (b * T + t2) * 3 * C + C + h * hs;
+          float* dk = dqkv + (b * T + t2) * 3 * C + C + h * hs;
+          float* dv = dqkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
+          for (int64_t i = 0; i < hs; i++) {
+            dq[i] += scale * ds[t2] * k[i];
+            dk[i] += scale * ds[t2] * q[i];
+            dv[i] += p[t2] * dy[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- softmax cross-entropy ----------------------------------------------------------------------
+
+void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
+                                   const int32_t* targets, int64_t N, int64_t V) {
+  for (int64_t i = 0; i < N; i++) {
+    const float* x = logits + i * V;
+    STRATA_CHECK(targets[i] >= 0 && targets[i] < V);
+    double max = -INFINITY;
+    for (int64_t v = 0; v < V; v++) max = std::max(max, static_cast<double>(x[v]));
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++) sum += std::exp(x[v] - max);
+    for (int64_t v = 0; v < V; v++) probs[i * V + v] = static_cast<float>(std::exp(x[v] - max) / sum);
+    // -log(softmax[target]) = log(sum) - (x[target] - max), without rounding the probability.
+    losses[i] = static_cast<float>(std::log(sum) - (x[targets[i]] - max));
+  }
+}
+
+void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                                    float dloss, int64_t N, int64_t V) {
+  for (int64_t i = 0; i < N; i++) {
+    for (int64_t v = 0; v < V; v++) {
+      float indicator = v == targets[i] ? 1.0f : 0.0f;
+      dlogits[i * V + v] += (probs[i * V + v] - indicator) * dloss;
+    }
+  }
+}
+
+// ---- embedding ----------------------------------------------------------------------------------
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C) {
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t tok = tokens[b * T + t];
+      for (int64_t c = 0; c < C; c++) out[(b * T + t) * C + c] = wte[tok * C + c] + wpe[t * C + c];
+    }
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C) {
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t tok = tokens[b * T + t];
+      for (int64_t c = 0; c < C; c++) {
+        dwte[tok * C + c] += dout[(b * T + t) * C + c];
+        dwpe[t * C + c] += dout[(b * T + t) * C + c];
+      }
+    }
+  }
+}
+
+// ---- elementwise --------------------------------------------------------------------------------
+
+void add(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void scaled_add(float* y, const float* x, float alpha, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(inp[i]);
+}
+
+void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(inp[i]);
+}
+
+void sum_squares(double* out, const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; i++) sum += static_cast<double>(x[i]) * x[i];
+  out[0] = sum;
+}
+
+}  // namespace strata::cpu::ref

@@ -1,0 +1,55 @@
+#include "cli/args.h"
+
+namespace strata::cli {
+
+std::string ParsedArgs::get(const std::string& flag, const std::string& fallback) const {
+  auto it = values.find(flag);
+  return it == values.end() || it->second.empty() ? fallback : it->second.back();
+}
+
+const std::vector<std::string>& ParsedArgs::all(const std::string& flag) const {
+  static const std::vector<std::string> none;
+  auto it = values.find(flag);
+  return it == values.end() ? none : it->second;
+}
+
+Result<ParsedArgs> parse_args(const std::vector<std::string>& args,
+                              const std::vector<FlagSpec>& specs, const std::string& command) {
+  ParsedArgs out;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      return invalid_argument("strata " + command + ": unexpected argument '" + a + "'");
+    }
+    std::string name = a.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const FlagSpec* spec = nullptr;
+    for (const auto& s : specs) {
+      if (s.name == name) spec = &s;
+    }
+    if (spec == nullptr) {
+      return invalid_argument("strata " + command + ": unknown flag --" + name +
+                              " (see strata " + command + " --help)");
+    }
+    if (spec->takes_value && !inline_value) {
+      if (i + 1 >= args.size()) {
+        return invalid_argument("strata " + command + ": --" + name + " needs a value");
+      }
+      value = args[++i];
+    } else if (!spec->takes_value && inline_value) {
+      return invalid_argument("strata " + command + ": --" + name + " takes no value");
+    }
+    if (!spec->repeatable && out.has(name)) {
+      return invalid_argument("strata " + command + ": --" + name + " given twice");
+    }
+    out.values[name].push_back(value);
+  }
+  return out;
+}
+
+}  // namespace strata::cli

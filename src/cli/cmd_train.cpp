@@ -1,0 +1,170 @@
+// strata train: config -> data -> trainer -> steps, with progress and per-step metrics.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "data/byte_tokenizer.h"
+#include "data/dataloader.h"
+#include "data/synthetic_corpus.h"
+#include "data/token_file.h"
+#include "model/gpt.h"
+#include "sched/in_memory_trainer.h"
+
+namespace strata::cli {
+
+namespace {
+
+// Size of the generated corpus behind the embedded default: enough that a minute of training
+// does not see the same text twice.
+constexpr int64_t kEmbeddedCorpusBytes = 4 << 20;
+
+Result<TrainConfig> load_train_config(const ParsedArgs& a) {
+  nlohmann::json j = default_config_json();
+  if (a.has("config")) {
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(a.get("config")));
+    STRATA_RETURN_IF_ERROR(merge_config(j, file, a.get("config")));
+  }
+  for (const std::string& assignment : a.all("set")) {
+    STRATA_RETURN_IF_ERROR(apply_set(j, assignment));
+  }
+  return parse_config(j);
+}
+
+// The training tokens: either the generated corpus or a token file, kept alive here.
+struct TrainData {
+  std::vector<uint16_t> owned;     // embedded corpus
+  std::optional<TokenFile> file;   // mmapped token file
+  const uint16_t* tokens = nullptr;
+  int64_t size = 0;
+  std::string name;
+};
+
+Result<TrainData> load_train_data(const TrainConfig& cfg) {
+  TrainData d;
+  if (cfg.data_train == "embedded") {
+    if (cfg.model.vocab_size < 256) {
+      return invalid_argument("model.vocab_size " + std::to_string(cfg.model.vocab_size) +
+                              " is below 256, which the embedded byte-level corpus needs");
+    }
+    d.owned = byte_tokenize(synthetic_corpus(kEmbeddedCorpusBytes, 20240520));
+    d.tokens = d.owned.data();
+    d.size = static_cast<int64_t>(d.owned.size());
+    d.name = "embedded corpus";
+    return d;
+  }
+  STRATA_ASSIGN_OR_RETURN(TokenFormat fmt, parse_token_format(cfg.data_format));
+  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(cfg.data_train, fmt));
+  STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
+  d.file.emplace(std::move(f));
+  d.tokens = d.file->tokens();
+  d.size = d.file->size();
+  d.name = cfg.data_train;
+  return d;
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_train(const std::vector<std::string>& args) {
+  auto parsed = parse_args(args,
+                           {{"config", true, false},
+                            {"set", true, true},
+                            {"metrics", true, false},
+                            {"quiet", false, false}},
+                           "train");
+  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+  const ParsedArgs& a = parsed.value();
+
+  auto cfg_or = load_train_config(a);
+  if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
+  const TrainConfig cfg = cfg_or.value();
+
+  auto data = load_train_data(cfg);
+  if (!data.ok()) return fail(data.status().message(), 2);
+  auto loader = DataLoader::create(data->tokens, data->size, cfg.batch_size, cfg.seq_len,
+                                   data->name);
+  if (!loader.ok()) return fail(loader.status().message(), 2);
+
+  std::ofstream metrics;
+  if (a.has("metrics")) {
+    metrics.open(a.get("metrics"), std::ios::out | std::ios::trunc);
+    if (!metrics) return fail("cannot open metrics file " + a.get("metrics") + " for writing", 2);
+  }
+
+  auto device = create_cpu_device();
+  auto trainer_or = InMemoryTrainer::create(*device, cfg);
+  if (!trainer_or.ok()) return fail(trainer_or.status().message(), 1);
+  InMemoryTrainer& trainer = *trainer_or.value();
+
+  const ModelConfig& m = cfg.model;
+  log_info("model: " + std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) +
+           " heads, " + std::to_string(m.n_embd) + " channels, vocab " +
+           std::to_string(m.vocab_size) + ": " +
+           human_count(static_cast<double>(trainer.layout().parameter_count)) + " parameters");
+  log_info("data: " + data->name + ", " + human_count(static_cast<double>(data->size)) +
+           " tokens; batch " + std::to_string(cfg.batch_size) + " x " +
+           std::to_string(cfg.seq_len) + " x " + std::to_string(cfg.grad_accum) +
+           " micro-batches = " + std::to_string(trainer.tokens_per_step()) + " tokens/step");
+
+  const int64_t BT = cfg.batch_size * cfg.seq_len;
+  std::vector<int32_t> inputs(static_cast<size_t>(BT * cfg.grad_accum));
+  std::vector<int32_t> targets(inputs.size());
+  const double flops_per_step = gpt_train_flops(m, cfg.seq_len, trainer.tokens_per_step());
+  Progress progress(cfg.steps, cfg.log_every, a.has("quiet"));
+  double first_loss = 0, last_loss = 0;
+  const auto t_start = std::chrono::steady_clock::now();
+
+  for (int64_t step = 0; step < cfg.steps; step++) {
+    for (int64_t k = 0; k < cfg.grad_accum; k++) {
+      loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
+    }
+    const StepStats st = trainer.train_step(inputs.data(), targets.data());
+    const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / st.seconds;
+    if (step == 0) first_loss = st.loss;
+    last_loss = st.loss;
+    progress.on_step(st, tokens_per_s);
+    if (metrics.is_open()) {
+      nlohmann::json line = {
+          {"step", st.step},
+          {"loss", st.loss},
+          {"lr", st.lr},
+          {"grad_norm", st.grad_norm},
+          {"skipped", st.skipped},
+          {"tokens_per_s", tokens_per_s},
+          {"iter_s", st.seconds},
+          {"model_flops_per_s", flops_per_step / st.seconds},
+          {"peak_device_bytes", device->memory_stats().device_peak},
+          {"peak_host_bytes", device->memory_stats().host_peak},
+      };
+      metrics << line.dump() << '\n';
+      metrics.flush();
+      if (!metrics) return fail("writing metrics file " + a.get("metrics") + " failed", 1);
+    }
+  }
+  progress.finish();
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  char summary[200];
+  std::snprintf(summary, sizeof summary, "trained %lld steps in %.1f s; loss %.4f -> %.4f",
+                static_cast<long long>(cfg.steps), total_s, first_loss, last_loss);
+  log_info(summary);
+  return 0;
+}
+
+}  // namespace strata::cli

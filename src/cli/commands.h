@@ -1,0 +1,16 @@
+// The `strata` subcommands. Each returns the process exit status: 0 only on full success;
+// 2 for bad input (config, flags, files), 1 for failures while running.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace strata::cli {
+
+int cmd_train(const std::vector<std::string>& args);
+int cmd_prepare(const std::vector<std::string>& args);
+
+// Prints "strata: error: <message>" as one line and returns `code`.
+int fail(const std::string& message, int code);
+
+}  // namespace strata::cli

@@ -1,0 +1,33 @@
+// strata: train GPT-style models larger than device and host memory.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: strata <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  train     train a model (bare: a tiny byte-level GPT on a built-in corpus, ~1 minute)\n"
+    "            --config FILE  --set key=value ...  --metrics FILE  --quiet\n"
+    "  prepare   turn a text file into byte-level tokens (llm.c .bin format)\n"
+    "            --in TEXT --out FILE.bin\n"
+    "  help      this text\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "train") return strata::cli::cmd_train(args);
+  if (command == "prepare") return strata::cli::cmd_prepare(args);
+  return strata::cli::fail("unknown command '" + command + "' (try: strata help)", 2);
+}

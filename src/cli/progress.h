@@ -1,0 +1,28 @@
+// What a user sees while training: on a terminal, one line rewritten in place plus a kept line
+// every log_every steps; otherwise (a log file, CI) plain lines every log_every steps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sched/in_memory_trainer.h"
+
+namespace strata::cli {
+
+class Progress {
+ public:
+  Progress(int64_t total_steps, int64_t log_every, bool quiet);
+  void on_step(const StepStats& st, double tokens_per_s);
+  void finish();
+
+ private:
+  std::string format(const StepStats& st, double tokens_per_s) const;
+
+  int64_t total_steps_;
+  int64_t log_every_;
+  bool quiet_;
+  bool terminal_;
+  bool line_open_ = false;  // a rewritten line is on screen without its newline
+};
+
+}  // namespace strata::cli

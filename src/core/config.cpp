@@ -1,0 +1,429 @@
+#include "core/config.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+
+namespace strata {
+
+using json = nlohmann::json;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Message helpers. Every error is one line, so user text is escaped before it goes into one.
+
+// Control characters become \n, \t or \xNN.
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    auto u = static_cast<unsigned char>(ch);
+    if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// A JSON value as it would appear in the file; long values are cut so the line stays readable.
+std::string show(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  constexpr size_t kMax = 60;
+  if (s.size() > kMax) s = s.substr(0, kMax) + "...";
+  return s;
+}
+
+// Shortest decimal that reads back as the same float, so 3e-3f prints as 0.003, not
+// 0.0030000000260770321.
+std::string float_text(float f) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, f);
+  STRATA_CHECK(r.ec == std::errc());
+  return std::string(buf, r.ptr);
+}
+
+// The double nearest to float_text(f). Parsing it back as double then rounding to float gives f
+// again: double has more than 2*24+2 bits, so the second rounding cannot change the result.
+json float_json(float f) {
+  std::string s = float_text(f);
+  double d = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+  STRATA_CHECK(r.ec == std::errc());
+  return json(d);
+}
+
+std::string join_key(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+const char* type_phrase(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "true or false";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "null";
+  }
+}
+
+Status type_error(const json& base, const json& v, const std::string& key,
+                  const std::string& source) {
+  return invalid_argument(key + " must be " + type_phrase(base) + ", got " + show(v) + " in " +
+                          source);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merging.
+
+Status merge_object(json& base, const json& overlay, const std::string& prefix,
+                    const std::string& source);
+
+// Replaces base with v after checking that v has base's type. Integers are stored as int64 and
+// floats as double whatever form the overlay used, so a later overlay is checked against the
+// type the default declared, not against whatever an earlier overlay wrote.
+Status merge_value(json& base, const json& v, const std::string& key, const std::string& source) {
+  switch (base.type()) {
+    case json::value_t::object:
+      if (!v.is_object()) return type_error(base, v, key, source);
+      return merge_object(base, v, key, source);
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: {
+      if (v.is_number_unsigned()) {
+        if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          return invalid_argument(key + " must be an integer below 2^63, got " + show(v) +
+                                  " in " + source);
+        }
+        base = v.get<int64_t>();
+        return Status::ok_status();
+      }
+      if (v.is_number_integer()) {
+        base = v.get<int64_t>();
+        return Status::ok_status();
+      }
+      // 1e3 is a float in JSON but means the integer 1000; 2.5 has no integer meaning.
+      if (v.is_number_float()) {
+        double d = v.get<double>();
+        if (std::isfinite(d) && d == std::trunc(d) && d >= -0x1p63 && d < 0x1p63) {
+          base = static_cast<int64_t>(d);
+          return Status::ok_status();
+        }
+      }
+      return invalid_argument(key + " must be an integer, got " + show(v) + " in " + source);
+    }
+    case json::value_t::number_float:
+      if (!v.is_number()) return type_error(base, v, key, source);
+      base = v.get<double>();
+      return Status::ok_status();
+    default:
+      if (v.type() != base.type()) return type_error(base, v, key, source);
+      base = v;
+      return Status::ok_status();
+  }
+}
+
+Status merge_object(json& base, const json& overlay, const std::string& prefix,
+                    const std::string& source) {
+  for (const auto& [k, v] : overlay.items()) {
+    std::string key = join_key(prefix, printable(k));
+    auto it = base.find(k);
+    if (it == base.end()) {
+      return invalid_argument("unknown key '" + key + "' in " + source);
+    }
+    STRATA_RETURN_IF_ERROR(merge_value(*it, v, key, source));
+  }
+  return Status::ok_status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading files.
+
+Result<std::string> read_whole_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return not_found("file " + path + " does not exist");
+    return io_error("cannot open " + path + ": " + std::strerror(err));
+  }
+  std::string text;
+  char buf[1 << 16];
+  while (true) {
+    ssize_t got = ::read(fd, buf, sizeof buf);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return io_error("cannot read " + path + ": " + std::strerror(err));
+    }
+    if (got == 0) break;
+    text.append(buf, static_cast<size_t>(got));
+  }
+  ::close(fd);  // read-only: nothing to lose if close reports an error
+  return text;
+}
+
+// nlohmann's what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...";
+// keep "line 3, column 5: ..." and drop the library's id.
+std::string parse_error_reason(const json::parse_error& e) {
+  std::string w = e.what();
+  const std::string marker = "parse error at ";
+  size_t pos = w.find(marker);
+  if (pos != std::string::npos) return printable(w.substr(pos + marker.size()));
+  return "byte " + std::to_string(e.byte) + ": " + printable(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation helpers for parse_config.
+
+Status check_positive(const char* key, int64_t v) {
+  if (v > 0) return Status::ok_status();
+  return invalid_argument(std::string(key) + " must be positive, got " + std::to_string(v));
+}
+
+Status check_non_negative(const char* key, int64_t v) {
+  if (v >= 0) return Status::ok_status();
+  return invalid_argument(std::string(key) + " must be >= 0, got " + std::to_string(v));
+}
+
+// Reads a float field; values beyond float's range (1e300) would silently become inf.
+Status read_float(const json& j, const char* section, const char* name, float* out) {
+  double d = j.at(section).at(name).get<double>();
+  float f = static_cast<float>(d);
+  if (!std::isfinite(f)) {
+    return invalid_argument(std::string(section) + "." + name + " " + show(json(d)) +
+                            " is out of range for a float");
+  }
+  *out = f;
+  return Status::ok_status();
+}
+
+// lo <= v (or lo < v) and v <= hi (or v < hi), reported with interval notation.
+Status check_range(const char* key, float v, float lo, bool lo_open, float hi, bool hi_open) {
+  bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (ok) return Status::ok_status();
+  std::string interval = std::string(lo_open ? "(" : "[") + float_text(lo) + ", " +
+                         (std::isinf(hi) ? "inf" : float_text(hi)) + (hi_open ? ")" : "]");
+  return invalid_argument(std::string(key) + " must be in " + interval + ", got " +
+                          float_text(v));
+}
+
+Status check_one_of(const char* key, const std::string& v, const std::vector<std::string>& allowed,
+                    const char* why) {
+  for (const auto& a : allowed) {
+    if (v == a) return Status::ok_status();
+  }
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  return invalid_argument(std::string(key) + " '" + printable(v) + "' is not " + why + " (" +
+                          list + ")");
+}
+
+}  // namespace
+
+json default_config_json() { return config_to_json(TrainConfig{}); }
+
+Result<json> read_json_file(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path));
+  try {
+    // Comments are allowed: a config is often annotated by hand.
+    return json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    return bad_format(path + ": invalid JSON at " + parse_error_reason(e));
+  }
+}
+
+Status merge_config(json& base, const json& overlay, const std::string& source) {
+  STRATA_CHECK(base.is_object());
+  if (!overlay.is_object()) {
+    return invalid_argument(source + ": the top level must be a JSON object, got " +
+                            show(overlay));
+  }
+  return merge_object(base, overlay, "", source);
+}
+
+Status apply_set(json& base, const std::string& assignment) {
+  const std::string source = "--set " + printable(assignment);
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos) {
+    return invalid_argument(source + ": expected key=value, e.g. train.steps=100");
+  }
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+
+  std::vector<std::string> path;
+  size_t start = 0;
+  while (true) {
+    size_t dot = key.find('.', start);
+    path.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  for (const auto& part : path) {
+    if (part.empty()) {
+      return invalid_argument(source + ": '" + printable(key) +
+                              "' is not a dotted key like train.steps");
+    }
+  }
+
+  // A string field takes the text as written: data.train=123 names the file "123". Only a
+  // quoted JSON string is unquoted, so data.train="a b" also works.
+  const json* target = &base;
+  for (const auto& part : path) {
+    if (!target->is_object() || !target->contains(part)) {
+      target = nullptr;
+      break;
+    }
+    target = &target->at(part);
+  }
+  json parsed = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  json value;
+  if (target != nullptr && target->is_string()) {
+    value = parsed.is_string() ? parsed : json(text);
+  } else {
+    // Text that is not JSON stays a string, so train.steps=abc reports "got \"abc\"".
+    value = parsed.is_discarded() ? json(text) : parsed;
+  }
+
+  json overlay = std::move(value);
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    json wrapped = json::object();
+    wrapped[*it] = std::move(overlay);
+    overlay = std::move(wrapped);
+  }
+  return merge_config(base, overlay, source);
+}
+
+Result<TrainConfig> parse_config(const json& j) {
+  json full = default_config_json();
+  STRATA_RETURN_IF_ERROR(merge_config(full, j, "config"));
+  // After the merge every key exists with the default's type, so the reads below cannot throw.
+  const json& m = full.at("model");
+  const json& t = full.at("train");
+  const json& o = full.at("optim");
+  const json& d = full.at("data");
+
+  TrainConfig c;
+  c.model.vocab_size = m.at("vocab_size").get<int64_t>();
+  c.model.context_length = m.at("context_length").get<int64_t>();
+  c.model.n_layer = m.at("n_layer").get<int64_t>();
+  c.model.n_head = m.at("n_head").get<int64_t>();
+  c.model.n_embd = m.at("n_embd").get<int64_t>();
+  STRATA_RETURN_IF_ERROR(check_positive("model.vocab_size", c.model.vocab_size));
+  STRATA_RETURN_IF_ERROR(check_positive("model.context_length", c.model.context_length));
+  STRATA_RETURN_IF_ERROR(check_positive("model.n_layer", c.model.n_layer));
+  STRATA_RETURN_IF_ERROR(check_positive("model.n_head", c.model.n_head));
+  STRATA_RETURN_IF_ERROR(check_positive("model.n_embd", c.model.n_embd));
+  if (c.model.vocab_size > 65536) {
+    return invalid_argument("model.vocab_size " + std::to_string(c.model.vocab_size) +
+                            " exceeds 65536 (tokens are stored as uint16)");
+  }
+  if (c.model.n_embd % c.model.n_head != 0) {
+    return invalid_argument("model.n_embd " + std::to_string(c.model.n_embd) +
+                            " is not divisible by model.n_head " +
+                            std::to_string(c.model.n_head));
+  }
+
+  c.batch_size = t.at("batch_size").get<int64_t>();
+  c.seq_len = t.at("seq_len").get<int64_t>();
+  c.grad_accum = t.at("grad_accum").get<int64_t>();
+  c.steps = t.at("steps").get<int64_t>();
+  c.seed = t.at("seed").get<int64_t>();
+  c.log_every = t.at("log_every").get<int64_t>();
+  c.schedule = t.at("schedule").get<std::string>();
+  STRATA_RETURN_IF_ERROR(check_positive("train.batch_size", c.batch_size));
+  STRATA_RETURN_IF_ERROR(check_positive("train.seq_len", c.seq_len));
+  STRATA_RETURN_IF_ERROR(check_positive("train.grad_accum", c.grad_accum));
+  STRATA_RETURN_IF_ERROR(check_non_negative("train.steps", c.steps));
+  STRATA_RETURN_IF_ERROR(check_positive("train.log_every", c.log_every));
+  if (c.seq_len > c.model.context_length) {
+    return invalid_argument("train.seq_len " + std::to_string(c.seq_len) +
+                            " exceeds model.context_length " +
+                            std::to_string(c.model.context_length));
+  }
+  STRATA_RETURN_IF_ERROR(
+      check_one_of("train.schedule", c.schedule, {"in_memory"}, "a supported schedule"));
+
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  OptimConfig& op = c.optim;
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "lr", &op.lr));
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "min_lr_ratio", &op.min_lr_ratio));
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "beta1", &op.beta1));
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "beta2", &op.beta2));
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "eps", &op.eps));
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "weight_decay", &op.weight_decay));
+  STRATA_RETURN_IF_ERROR(read_float(full, "optim", "grad_clip", &op.grad_clip));
+  op.warmup_steps = o.at("warmup_steps").get<int64_t>();
+  STRATA_RETURN_IF_ERROR(check_range("optim.lr", op.lr, 0, true, kInf, true));
+  STRATA_RETURN_IF_ERROR(check_range("optim.min_lr_ratio", op.min_lr_ratio, 0, false, 1, false));
+  STRATA_RETURN_IF_ERROR(check_range("optim.beta1", op.beta1, 0, false, 1, true));
+  STRATA_RETURN_IF_ERROR(check_range("optim.beta2", op.beta2, 0, false, 1, true));
+  STRATA_RETURN_IF_ERROR(check_range("optim.eps", op.eps, 0, true, kInf, true));
+  STRATA_RETURN_IF_ERROR(check_range("optim.weight_decay", op.weight_decay, 0, false, kInf, true));
+  STRATA_RETURN_IF_ERROR(check_range("optim.grad_clip", op.grad_clip, 0, false, kInf, true));
+  STRATA_RETURN_IF_ERROR(check_non_negative("optim.warmup_steps", op.warmup_steps));
+
+  c.data_train = d.at("train").get<std::string>();
+  c.data_format = d.at("format").get<std::string>();
+  if (c.data_train.empty()) {
+    return invalid_argument("data.train must be \"embedded\" or a token file path, got \"\"");
+  }
+  STRATA_RETURN_IF_ERROR(check_one_of("data.format", c.data_format, {"auto", "llmc", "raw_u16"},
+                                      "a token file format"));
+  return c;
+}
+
+json config_to_json(const TrainConfig& c) {
+  json j = json::object();
+  json& m = j["model"];
+  m["vocab_size"] = c.model.vocab_size;
+  m["context_length"] = c.model.context_length;
+  m["n_layer"] = c.model.n_layer;
+  m["n_head"] = c.model.n_head;
+  m["n_embd"] = c.model.n_embd;
+
+  json& t = j["train"];
+  t["batch_size"] = c.batch_size;
+  t["seq_len"] = c.seq_len;
+  t["grad_accum"] = c.grad_accum;
+  t["steps"] = c.steps;
+  t["seed"] = c.seed;
+  t["log_every"] = c.log_every;
+  t["schedule"] = c.schedule;
+
+  json& o = j["optim"];
+  o["lr"] = float_json(c.optim.lr);
+  o["min_lr_ratio"] = float_json(c.optim.min_lr_ratio);
+  o["beta1"] = float_json(c.optim.beta1);
+  o["beta2"] = float_json(c.optim.beta2);
+  o["eps"] = float_json(c.optim.eps);
+  o["weight_decay"] = float_json(c.optim.weight_decay);
+  o["grad_clip"] = float_json(c.optim.grad_clip);
+  o["warmup_steps"] = c.optim.warmup_steps;
+
+  json& d = j["data"];
+  d["train"] = c.data_train;
+  d["format"] = c.data_format;
+  return j;
+}
+
+}  // namespace strata

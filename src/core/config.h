@@ -1,0 +1,84 @@
+// Training configuration: the JSON a user writes, `--set key=value` overrides, and the validated
+// structs the trainer reads.
+//
+// Flow: default_config_json() -> merge_config(file) -> apply_set(each --set) -> parse_config().
+// Merging checks names and JSON types against the default (which holds every key), so a typo is
+// an error naming the key instead of a silently ignored setting; parse_config() then checks
+// values and the relations between them.
+//
+// JSON layout:
+//   {"model": {vocab_size, context_length, n_layer, n_head, n_embd},
+//    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule},
+//    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps},
+//    "data":  {train, format}}
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/status.h"
+
+namespace strata {
+
+struct ModelConfig {
+  int64_t vocab_size = 256;  // tokens are uint16 on disk, so at most 65536
+  int64_t context_length = 128;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+};
+
+struct OptimConfig {
+  float lr = 3e-3f;            // peak learning rate, reached after warmup
+  float min_lr_ratio = 0.1f;   // the cosine decay ends at lr * min_lr_ratio
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;      // max global gradient norm; 0 turns clipping off
+  int64_t warmup_steps = 20;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  OptimConfig optim;
+  int64_t batch_size = 8;  // B, sequences per micro-batch
+  int64_t seq_len = 128;   // T, at most model.context_length
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  int64_t steps = 300;     // optimizer steps
+  int64_t seed = 1337;
+  int64_t log_every = 10;
+  std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
+  std::string data_format = "auto";     // "auto" | "llmc" | "raw_u16"
+  std::string schedule = "in_memory";   // only "in_memory" accepted for now
+};
+
+// The embedded default, with every key (it is config_to_json(TrainConfig{})).
+nlohmann::json default_config_json();
+
+// Reads a JSON file (// and /* */ comments allowed). Errors: not_found naming the path when it
+// does not exist; bad_format with path, line, column and the parser's reason when malformed.
+Result<nlohmann::json> read_json_file(const std::string& path);
+
+// Deep-merges overlay into base. Every key of overlay must exist in base, and its JSON type must
+// match the base value's (object, string, bool, number; an integer where base has an integer).
+// Errors are invalid_argument and name the dotted key and `source`, e.g.
+//   "unknown key 'train.lrr' in run.json"
+//   "train.steps must be an integer, got 2.5 in --set train.steps=2.5"
+// On error base may be partly merged; callers discard it.
+Status merge_config(nlohmann::json& base, const nlohmann::json& overlay, const std::string& source);
+
+// Applies one "a.b=value" override. The value is parsed as JSON when the key names a number,
+// bool or object; a string key takes the text as written (so data.train=123 is the path "123";
+// a quoted JSON string is unquoted). Then merged as above, with source "--set a.b=value".
+Status apply_set(nlohmann::json& base, const std::string& assignment);
+
+// Converts and validates. j may be partial: it is merged over the default first (source
+// "config"). Errors are invalid_argument and name the field and value at fault.
+Result<TrainConfig> parse_config(const nlohmann::json& j);
+
+// The inverse of parse_config: parse_config(config_to_json(c)) gives c back exactly.
+nlohmann::json config_to_json(const TrainConfig& c);
+
+}  // namespace strata

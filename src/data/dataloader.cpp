@@ -1,0 +1,57 @@
+#include "data/dataloader.h"
+
+#include <limits>
+
+#include "core/check.h"
+
+namespace strata {
+
+Result<DataLoader> DataLoader::create(const uint16_t* tokens, int64_t n, int64_t B, int64_t T,
+                                      const std::string& source_name) {
+  if (B <= 0 || T <= 0) {
+    return invalid_argument(source_name + ": batch shape " + std::to_string(B) + "x" +
+                            std::to_string(T) + " must be positive");
+  }
+  // B*T+1 must not overflow before it is compared with n.
+  if (B > (std::numeric_limits<int64_t>::max() - 1) / T) {
+    return invalid_argument(source_name + ": batch shape " + std::to_string(B) + "x" +
+                            std::to_string(T) + " is too large");
+  }
+  const int64_t need = B * T + 1;
+  if (n < need) {
+    return invalid_argument(source_name + ": " + std::to_string(n) +
+                            " tokens are too few for one batch of " + std::to_string(B) + "x" +
+                            std::to_string(T) + " (needs " + std::to_string(need) +
+                            "); lower train.batch_size or train.seq_len");
+  }
+  STRATA_CHECK(tokens != nullptr);
+  DataLoader d;
+  d.tokens_ = tokens;
+  d.n_ = n;
+  d.B_ = B;
+  d.T_ = T;
+  d.source_ = source_name;
+  return d;
+}
+
+void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
+  const int64_t bt = B_ * T_;
+  if (pos_ + bt + 1 > n_) pos_ = 0;
+  const uint16_t* t = tokens_ + pos_;
+  for (int64_t i = 0; i < bt; i++) {
+    inputs[i] = t[i];
+    targets[i] = t[i + 1];
+  }
+  pos_ += bt;
+}
+
+Status DataLoader::set_position(int64_t pos) {
+  if (pos < 0 || pos > n_) {
+    return invalid_argument(source_ + ": position " + std::to_string(pos) + " is outside its " +
+                            std::to_string(n_) + " tokens");
+  }
+  pos_ = pos;
+  return Status::ok_status();
+}
+
+}  // namespace strata

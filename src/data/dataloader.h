@@ -1,0 +1,48 @@
+// DataLoader: contiguous (B, T) batches from a token array, llm.c style.
+//
+// A batch takes the B*T+1 tokens starting at position(): inputs[i] = tok[pos + i] and
+// targets[i] = tok[pos + i + 1] for i < B*T, then the position advances by B*T. When fewer than
+// B*T+1 tokens remain, the position first goes back to 0, so every batch is whole and the tail
+// shorter than a batch is skipped on each pass. The loader does not own the tokens (an mmap'd
+// TokenFile or an in-memory vector); they must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace strata {
+
+class DataLoader {
+ public:
+  // invalid_argument when B or T is not positive, or when n < B*T+1 (the message names
+  // source_name and the numbers). source_name reads as "data file x.bin" or "embedded corpus".
+  static Result<DataLoader> create(const uint16_t* tokens, int64_t n, int64_t B, int64_t T,
+                                   const std::string& source_name);
+
+  // inputs, targets: (B, T) each.
+  void next_batch(int32_t* inputs, int32_t* targets);
+
+  // Where the next batch starts (before any wrap). Saved in checkpoints so a resumed run sees
+  // the same batches.
+  int64_t position() const { return pos_; }
+  // invalid_argument unless 0 <= pos <= size(): a checkpoint may come from a different file.
+  Status set_position(int64_t pos);
+
+  int64_t size() const { return n_; }
+  int64_t batch_size() const { return B_; }
+  int64_t seq_len() const { return T_; }
+
+ private:
+  DataLoader() = default;
+
+  const uint16_t* tokens_ = nullptr;  // (n_)
+  int64_t n_ = 0;
+  int64_t B_ = 0;
+  int64_t T_ = 0;
+  int64_t pos_ = 0;
+  std::string source_;
+};
+
+}  // namespace strata

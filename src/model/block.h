@@ -1,0 +1,61 @@
+// One GPT-2 transformer block (pre-LN), forward and backward, written against Device ops only:
+//   res2 = inp + attn_proj(attention(ln1(inp)))
+//   out  = res2 + mlp_proj(gelu(mlp_fc(ln2(res2))))
+// Everything here is enqueued on one stream (Note [Asynchronous by contract]).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "model/layout.h"
+
+namespace strata {
+
+struct BlockDims {
+  int64_t B, T, C, NH;
+};
+
+// What the forward saves for the backward. One set per block in the in-memory schedule.
+struct BlockActs {
+  float* ln1;       // (B, T, C)
+  float* ln1_mean;  // (B, T)
+  float* ln1_rstd;  // (B, T)
+  float* qkv;       // (B, T, 3C)
+  float* atty;      // (B, T, C)   attention output, heads side by side
+  float* att;       // (B, NH, T, T) softmax probabilities
+  float* attproj;   // (B, T, C)
+  float* res2;      // (B, T, C)   inp + attention branch
+  float* ln2;       // (B, T, C)
+  float* ln2_mean;  // (B, T)
+  float* ln2_rstd;  // (B, T)
+  float* fch;       // (B, T, 4C)
+  float* fch_gelu;  // (B, T, 4C)
+  float* fcproj;    // (B, T, C)
+};
+int64_t block_acts_floats(const BlockDims& d);
+// Carves a BlockActs out of `base`, which holds block_acts_floats(d) floats.
+BlockActs block_acts_at(float* base, const BlockDims& d);
+
+// Gradient scratch for one block's backward, reused block after block.
+struct BlockGradScratch {
+  float* dres2;      // (B, T, C)
+  float* datty;      // (B, T, C)
+  float* dqkv;       // (B, T, 3C)
+  float* dln;        // (B, T, C)   dln2, then dln1
+  float* dfch;       // (B, T, 4C)
+  float* dfch_gelu;  // (B, T, 4C)
+  float* datt;       // (B, NH, T, T) attention backward workspace
+};
+int64_t block_grad_scratch_floats(const BlockDims& d);
+BlockGradScratch block_grad_scratch_at(float* base, const BlockDims& d);
+
+// out (B,T,C) <- inp (B,T,C); fills acts.
+void block_forward(Device& dev, Stream& s, float* out, const BlockActs& acts, const float* inp,
+                   const BlockView& w, const BlockDims& d);
+
+// dinp (B,T,C) += ; grads += ; from dout (B,T,C). acts and inp as left by block_forward.
+void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& grads,
+                    const BlockGradScratch& g, const float* dout, const float* inp,
+                    const BlockActs& acts, const BlockView& w, const BlockDims& d);
+
+}  // namespace strata

@@ -1,0 +1,110 @@
+#include "model/gpt.h"
+
+namespace strata {
+
+namespace {
+BlockDims dims_of(const ModelConfig& cfg, int64_t B, int64_t T) {
+  return BlockDims{B, T, cfg.n_embd, cfg.n_head};
+}
+}  // namespace
+
+int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T) {
+  const BlockDims d = dims_of(cfg, B, T);
+  const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
+  return (L + 1) * BT * C + L * block_acts_floats(d) + BT * C + 2 * BT + 2 * BT * V + BT +
+         BT * V + 3 * BT * C + block_grad_scratch_floats(d);
+}
+
+GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
+  const BlockDims d = dims_of(cfg, B, T);
+  const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
+  float* p = base;
+  auto take = [&](int64_t n) {
+    float* r = p;
+    p += n;
+    return r;
+  };
+  GptActs a;
+  a.B = B;
+  a.T = T;
+  a.residual = take((L + 1) * BT * C);
+  for (int64_t l = 0; l < L; l++) a.blocks.push_back(block_acts_at(take(block_acts_floats(d)), d));
+  a.lnf = take(BT * C);
+  a.lnf_mean = take(BT);
+  a.lnf_rstd = take(BT);
+  a.logits = take(BT * V);
+  a.probs = take(BT * V);
+  a.losses = take(BT);
+  a.dlogits = take(BT * V);
+  a.dlnf = take(BT * C);
+  a.dres_a = take(BT * C);
+  a.dres_b = take(BT * C);
+  a.scratch = block_grad_scratch_at(take(block_grad_scratch_floats(d)), d);
+  return a;
+}
+
+void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout,
+                 float* params, const int32_t* tokens, const int32_t* targets) {
+  const ModelConfig& cfg = layout.config;
+  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
+  const BlockDims d = dims_of(cfg, B, T);
+  const EmbedView emb = embed_view(layout, params);
+  const FinalView fin = final_view(layout, params);
+
+  dev.embedding_forward(s, a.residual, tokens, emb.wte, emb.wpe, B, T, C);
+  for (int64_t l = 0; l < cfg.n_layer; l++) {
+    const float* inp = a.residual + l * BT * C;
+    float* out = a.residual + (l + 1) * BT * C;
+    block_forward(dev, s, out, a.blocks[static_cast<size_t>(l)], inp,
+                  block_view(layout, params, l), d);
+  }
+  const float* x = a.residual + cfg.n_layer * BT * C;
+  dev.layernorm_forward(s, a.lnf, a.lnf_mean, a.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);
+  dev.matmul(s, a.logits, a.lnf, emb.wte, nullptr, BT, V, C, false, true, false);
+  dev.softmax_cross_entropy_forward(s, a.losses, a.probs, a.logits, targets, BT, V);
+}
+
+void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout,
+                  float* params, float* grads, const int32_t* tokens, const int32_t* targets,
+                  float dloss) {
+  const ModelConfig& cfg = layout.config;
+  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+  const BlockDims d = dims_of(cfg, B, T);
+  const EmbedView emb = embed_view(layout, params), gemb = embed_view(layout, grads);
+  const FinalView fin = final_view(layout, params), gfin = final_view(layout, grads);
+
+  // Loss and tied LM head: logits = lnf @ wte^T.
+  dev.fill_zero(s, a.dlogits, BT * V * f);
+  dev.softmax_cross_entropy_backward(s, a.dlogits, a.probs, targets, dloss, BT, V);
+  dev.matmul(s, gemb.wte, a.dlogits, a.lnf, nullptr, V, C, BT, true, false, true);
+  dev.matmul(s, a.dlnf, a.dlogits, emb.wte, nullptr, BT, C, V, false, false, false);
+
+  float* dout = a.dres_a;
+  float* dinp = a.dres_b;
+  dev.fill_zero(s, dout, BT * C * f);
+  const float* x = a.residual + cfg.n_layer * BT * C;
+  dev.layernorm_backward(s, dout, gfin.lnf_w, gfin.lnf_b, a.dlnf, x, fin.lnf_w, a.lnf_mean,
+                         a.lnf_rstd, BT, C);
+
+  for (int64_t l = cfg.n_layer - 1; l >= 0; l--) {
+    dev.fill_zero(s, dinp, BT * C * f);
+    block_backward(dev, s, dinp, block_view(layout, grads, l), a.scratch, dout,
+                   a.residual + l * BT * C, a.blocks[static_cast<size_t>(l)],
+                   block_view(layout, params, l), d);
+    std::swap(dout, dinp);
+  }
+  dev.embedding_backward(s, gemb.wte, gemb.wpe, dout, tokens, B, T, C);
+}
+
+double gpt_train_flops(const ModelConfig& cfg, int64_t T, int64_t tokens) {
+  const double C = static_cast<double>(cfg.n_embd), L = static_cast<double>(cfg.n_layer);
+  // Matmul parameters touched per token: 12 C^2 per block plus the V x C head.
+  const double matmul_params = 12.0 * C * C * L + static_cast<double>(cfg.vocab_size) * C;
+  // Attention scores and weighted sum: 2 matmuls of T x T x C per block forward, counted full
+  // (as the common 6N + 12 L T C estimate does).
+  const double per_token = 6.0 * matmul_params + 12.0 * L * static_cast<double>(T) * C;
+  return per_token * static_cast<double>(tokens);
+}
+
+}  // namespace strata

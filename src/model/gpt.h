@@ -1,0 +1,51 @@
+// The whole GPT-2: embeddings -> L blocks -> final LayerNorm -> tied LM head -> softmax
+// cross-entropy, forward and backward, for the in-memory schedule (every block's activations
+// kept). Offloaded schedules drive block_forward/block_backward themselves.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/block.h"
+#include "model/layout.h"
+
+namespace strata {
+
+// Activations and backward scratch of one forward+backward over a (B, T) batch.
+struct GptActs {
+  int64_t B = 0, T = 0;
+  float* residual = nullptr;     // (L+1, B, T, C) input of block l at l; model output at L
+  std::vector<BlockActs> blocks; // L
+  float* lnf = nullptr;          // (B, T, C)
+  float* lnf_mean = nullptr;     // (B, T)
+  float* lnf_rstd = nullptr;     // (B, T)
+  float* logits = nullptr;       // (B, T, V)
+  float* probs = nullptr;        // (B, T, V)
+  float* losses = nullptr;       // (B, T)
+  // backward scratch
+  float* dlogits = nullptr;      // (B, T, V)
+  float* dlnf = nullptr;         // (B, T, C)
+  float* dres_a = nullptr;       // (B, T, C)  ping-pong gradients of block boundaries
+  float* dres_b = nullptr;       // (B, T, C)
+  BlockGradScratch scratch;
+};
+
+int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T);
+GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T);
+
+// tokens, targets (B, T) int32 on the device; params laid out by `layout`.
+// After it, acts.losses holds the per-position losses and acts.logits the logits.
+void gpt_forward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
+                 float* params, const int32_t* tokens, const int32_t* targets);
+
+// grads (layout.total_elems) += d(sum of losses * dloss)/d(params). Needs gpt_forward's acts.
+void gpt_backward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
+                  float* params, float* grads, const int32_t* tokens, const int32_t* targets,
+                  float dloss);
+
+// Model FLOPs of one forward+backward over `tokens` tokens (6N per token plus attention),
+// for the model FLOP/s figure.
+double gpt_train_flops(const ModelConfig& cfg, int64_t T, int64_t tokens);
+
+}  // namespace strata

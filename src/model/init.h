@@ -1,0 +1,18 @@
+// Seeded, deterministic GPT-2 initialisation (as Hugging Face's GPT-2 does it): matrices and
+// embeddings ~ N(0, 0.02), the two residual projections of each block ~ N(0, 0.02/sqrt(2L)),
+// biases 0, LayerNorm weights 1. Each tensor draws from its own seed (derive_seed(seed, index)),
+// so any slab can be initialised alone, wherever it lives, with the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "model/layout.h"
+
+namespace strata {
+
+// params: (layout.total_elems) f32, host memory; padding is zeroed.
+void init_gpt2_params(const ParamLayout& layout, float* params, uint64_t seed);
+// The same for one slab only: slab_params points at the slab's first element.
+void init_gpt2_slab(const ParamLayout& layout, int64_t slab, float* slab_params, uint64_t seed);
+
+}  // namespace strata

@@ -1,0 +1,110 @@
+#include "model/layout.h"
+
+#include "core/check.h"
+
+namespace strata {
+
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Appends tensors to the layout as one slab.
+struct SlabBuilder {
+  ParamLayout& layout;
+  Slab slab;
+  int64_t cursor = 0;  // elements from slab start
+
+  SlabBuilder(ParamLayout& l, std::string name) : layout(l) {
+    slab.name = std::move(name);
+    slab.offset = l.total_elems;
+    slab.first_tensor = static_cast<int64_t>(l.tensors.size());
+  }
+  void add(std::string name, Shape shape, bool decay) {
+    cursor = round_up(cursor, kTensorAlignElems);
+    ParamTensor t;
+    t.name = std::move(name);
+    t.offset = slab.offset + cursor;
+    t.slab = static_cast<int64_t>(layout.slabs.size());
+    t.decay = decay;
+    t.shape = std::move(shape);
+    cursor += t.numel();
+    layout.parameter_count += t.numel();
+    layout.tensors.push_back(std::move(t));
+  }
+  void finish() {
+    slab.numel = round_up(std::max<int64_t>(cursor, 1), kSlabAlignElems);
+    slab.tensor_count = static_cast<int64_t>(layout.tensors.size()) - slab.first_tensor;
+    layout.total_elems += slab.numel;
+    layout.slabs.push_back(slab);
+  }
+};
+
+}  // namespace
+
+ParamLayout make_param_layout(const ModelConfig& cfg) {
+  const int64_t C = cfg.n_embd;
+  ParamLayout layout;
+  layout.config = cfg;
+
+  SlabBuilder embed(layout, "embed");
+  embed.add("wte.weight", {cfg.vocab_size, C}, true);
+  embed.add("wpe.weight", {cfg.context_length, C}, true);
+  embed.finish();
+
+  for (int64_t l = 0; l < cfg.n_layer; l++) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    SlabBuilder blk(layout, "blk." + std::to_string(l));
+    // Order must match enum BlockTensor.
+    blk.add(p + "ln1.weight", {C}, false);
+    blk.add(p + "ln1.bias", {C}, false);
+    blk.add(p + "attn_qkv.weight", {3 * C, C}, true);
+    blk.add(p + "attn_qkv.bias", {3 * C}, false);
+    blk.add(p + "attn_proj.weight", {C, C}, true);
+    blk.add(p + "attn_proj.bias", {C}, false);
+    blk.add(p + "ln2.weight", {C}, false);
+    blk.add(p + "ln2.bias", {C}, false);
+    blk.add(p + "mlp_fc.weight", {4 * C, C}, true);
+    blk.add(p + "mlp_fc.bias", {4 * C}, false);
+    blk.add(p + "mlp_proj.weight", {C, 4 * C}, true);
+    blk.add(p + "mlp_proj.bias", {C}, false);
+    blk.finish();
+  }
+
+  SlabBuilder fin(layout, "final");
+  fin.add("lnf.weight", {C}, false);
+  fin.add("lnf.bias", {C}, false);
+  fin.finish();
+  return layout;
+}
+
+int64_t ParamLayout::find(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); i++) {
+    if (tensors[i].name == name) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+EmbedView embed_view(const ParamLayout& layout, float* base) {
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.embed_slab())];
+  const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
+  return EmbedView{base + t[0].offset, base + t[1].offset};
+}
+
+BlockView block_view(const ParamLayout& layout, float* base, int64_t layer) {
+  STRATA_CHECK(layer >= 0 && layer < layout.config.n_layer);
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(layer))];
+  STRATA_CHECK(s.tensor_count == kBlockTensorCount);
+  const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
+  auto at = [&](BlockTensor k) { return base + t[k].offset; };
+  return BlockView{at(kLn1Weight),     at(kLn1Bias),      at(kAttnQkvWeight), at(kAttnQkvBias),
+                   at(kAttnProjWeight), at(kAttnProjBias), at(kLn2Weight),     at(kLn2Bias),
+                   at(kMlpFcWeight),    at(kMlpFcBias),    at(kMlpProjWeight), at(kMlpProjBias)};
+}
+
+FinalView final_view(const ParamLayout& layout, float* base) {
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.final_slab())];
+  const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
+  return FinalView{base + t[0].offset, base + t[1].offset};
+}
+
+}  // namespace strata

@@ -1,0 +1,102 @@
+// The layer-major parameter layout (DESIGN §2): one contiguous slab per unit of offload
+// (embeddings, each transformer block, the final norm), each slab starting on a 4 KiB boundary
+// in both f32 and bf16, so "block l" is a single extent on any tier.
+//
+// The same layout (in elements) serves params, gradients and AdamW m and v; only the element
+// size differs. Padding between tensors and at slab ends is zero and never updated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tensor.h"
+
+namespace strata {
+
+// Slab starts are multiples of this many elements: 8 KiB in f32, 4 KiB in bf16.
+inline constexpr int64_t kSlabAlignElems = 2048;
+// Tensor starts inside a slab: 64 bytes in f32, so SIMD loads of a tensor's start are aligned.
+inline constexpr int64_t kTensorAlignElems = 16;
+
+// The tensors of one transformer block, in slab order.
+enum BlockTensor : int {
+  kLn1Weight,      // (C)
+  kLn1Bias,        // (C)
+  kAttnQkvWeight,  // (3C, C)
+  kAttnQkvBias,    // (3C)
+  kAttnProjWeight, // (C, C)
+  kAttnProjBias,   // (C)
+  kLn2Weight,      // (C)
+  kLn2Bias,        // (C)
+  kMlpFcWeight,    // (4C, C)
+  kMlpFcBias,      // (4C)
+  kMlpProjWeight,  // (C, 4C)
+  kMlpProjBias,    // (C)
+  kBlockTensorCount
+};
+
+struct ParamTensor {
+  std::string name;  // "blk.3.attn_qkv.weight", "wte.weight", ...
+  Shape shape;
+  int64_t offset = 0;  // elements from the start of the whole parameter space
+  int64_t slab = 0;    // index into ParamLayout::slabs
+  bool decay = false;  // AdamW weight decay applies (matrices and embeddings, not biases/norms)
+  int64_t numel() const { return shape.numel(); }
+};
+
+struct Slab {
+  std::string name;       // "embed", "blk.3", "final"
+  int64_t offset = 0;     // elements, multiple of kSlabAlignElems
+  int64_t numel = 0;      // elements including padding, multiple of kSlabAlignElems
+  int64_t first_tensor = 0;
+  int64_t tensor_count = 0;
+};
+
+struct ParamLayout {
+  ModelConfig config;
+  std::vector<ParamTensor> tensors;  // slab order: embed, blk.0 .. blk.L-1, final
+  std::vector<Slab> slabs;
+  int64_t total_elems = 0;           // all slabs, padding included
+  int64_t parameter_count = 0;       // real parameters, padding excluded
+
+  int64_t embed_slab() const { return 0; }
+  int64_t block_slab(int64_t layer) const { return 1 + layer; }
+  int64_t final_slab() const { return 1 + config.n_layer; }
+  // index into `tensors`, or -1
+  int64_t find(const std::string& name) const;
+};
+
+ParamLayout make_param_layout(const ModelConfig& config);
+
+// Typed views of one slab's tensors inside a flat f32 buffer laid out by ParamLayout (params,
+// gradients, or optimizer state alike).
+struct EmbedView {
+  float* wte;  // (V, C), also the tied LM head
+  float* wpe;  // (context_length, C)
+};
+struct BlockView {
+  float* ln1_w;     // (C)
+  float* ln1_b;     // (C)
+  float* qkv_w;     // (3C, C)
+  float* qkv_b;     // (3C)
+  float* proj_w;    // (C, C)
+  float* proj_b;    // (C)
+  float* ln2_w;     // (C)
+  float* ln2_b;     // (C)
+  float* fc_w;      // (4C, C)
+  float* fc_b;      // (4C)
+  float* fcproj_w;  // (C, 4C)
+  float* fcproj_b;  // (C)
+};
+struct FinalView {
+  float* lnf_w;  // (C)
+  float* lnf_b;  // (C)
+};
+
+EmbedView embed_view(const ParamLayout& layout, float* base);
+BlockView block_view(const ParamLayout& layout, float* base, int64_t layer);
+FinalView final_view(const ParamLayout& layout, float* base);
+
+}  // namespace strata

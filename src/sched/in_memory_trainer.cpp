@@ -1,0 +1,163 @@
+#include "sched/in_memory_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "core/log.h"
+#include "model/init.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+
+namespace strata {
+
+InMemoryTrainer::InMemoryTrainer(Device& dev, const TrainConfig& cfg)
+    : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
+  schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
+}
+
+InMemoryTrainer::~InMemoryTrainer() {
+  if (stream_) stream_->synchronize();  // no task may outlive the buffers it points into
+}
+
+Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
+                                                                 const TrainConfig& cfg) {
+  if (dev.kind() != DeviceKind::cpu) {
+    // AdamW runs on the host over device memory, which only the CPU device can address.
+    return unavailable("the in-memory schedule runs on the CPU device only for now");
+  }
+  std::unique_ptr<InMemoryTrainer> t(new InMemoryTrainer(dev, cfg));
+  const int64_t n = t->layout_.total_elems, f = sizeof(float);
+  const int64_t B = cfg.batch_size, T = cfg.seq_len;
+  STRATA_ASSIGN_OR_RETURN(t->params_, dev.alloc(n * f));
+  STRATA_ASSIGN_OR_RETURN(t->grads_, dev.alloc(n * f));
+  STRATA_ASSIGN_OR_RETURN(t->adam_m_, dev.alloc(n * f));
+  STRATA_ASSIGN_OR_RETURN(t->adam_v_, dev.alloc(n * f));
+  STRATA_ASSIGN_OR_RETURN(t->acts_buf_, dev.alloc(gpt_acts_floats(cfg.model, B, T) * f));
+  STRATA_ASSIGN_OR_RETURN(t->tokens_, dev.alloc(2 * B * T * 4));
+  STRATA_ASSIGN_OR_RETURN(t->slab_sumsq_,
+                          dev.alloc(static_cast<int64_t>(t->layout_.slabs.size()) * 8));
+  STRATA_ASSIGN_OR_RETURN(t->losses_host_, dev.alloc_host(B * T * f));
+  t->acts_ = gpt_acts_at(t->acts_buf_.f32(), cfg.model, B, T);
+  t->stream_ = dev.create_stream("compute");
+
+  // Initialise on the host, then copy in, as a GPU run would.
+  std::vector<float> host(static_cast<size_t>(n));
+  init_gpt2_params(t->layout_, host.data(), static_cast<uint64_t>(cfg.seed));
+  t->write_params(host.data());
+  dev.fill_zero(*t->stream_, t->adam_m_.data(), n * f);
+  dev.fill_zero(*t->stream_, t->adam_v_.data(), n * f);
+  t->stream_->synchronize();
+  return t;
+}
+
+void InMemoryTrainer::zero_grads() {
+  dev_.fill_zero(*stream_, grads_.data(), layout_.total_elems * 4);
+}
+
+void InMemoryTrainer::upload_tokens(const int32_t* inputs, const int32_t* targets) {
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  // The host arrays may be reused by the caller as soon as we return: synchronise.
+  dev_.copy(*stream_, tokens_.i32(), inputs, BT * 4);
+  dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
+  stream_->synchronize();
+}
+
+double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* targets,
+                                         float dloss) {
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  upload_tokens(inputs, targets);
+  const int32_t* tok = tokens_.i32();
+  const int32_t* tgt = tokens_.i32() + BT;
+  gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tok, tgt);
+  dev_.copy(*stream_, losses_host_.data(), acts_.losses, BT * 4);
+  gpt_backward(dev_, *stream_, acts_, layout_, params_.f32(), grads_.f32(), tok, tgt, dloss);
+  stream_->synchronize();
+  double sum = 0;  // fixed order: the same loss bits on every run
+  for (int64_t i = 0; i < BT; i++) sum += losses_host_.f32()[i];
+  return sum / static_cast<double>(BT);
+}
+
+double InMemoryTrainer::global_grad_sum_squares() {
+  const auto n_slabs = static_cast<int64_t>(layout_.slabs.size());
+  for (int64_t i = 0; i < n_slabs; i++) {
+    const Slab& s = layout_.slabs[static_cast<size_t>(i)];
+    dev_.sum_squares(*stream_, static_cast<double*>(slab_sumsq_.data()) + i,
+                     grads_.f32() + s.offset, s.numel);
+  }
+  std::vector<double> partial(static_cast<size_t>(n_slabs));
+  dev_.copy(*stream_, partial.data(), slab_sumsq_.data(), n_slabs * 8);
+  stream_->synchronize();
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
+  for (const ParamTensor& t : layout_.tensors) {
+    AdamWHyper h;
+    h.lr = lr;
+    h.beta1 = cfg_.optim.beta1;
+    h.beta2 = cfg_.optim.beta2;
+    h.eps = cfg_.optim.eps;
+    h.weight_decay = t.decay ? cfg_.optim.weight_decay : 0.0f;
+    h.step = adam_steps_ + 1;
+    h.grad_scale = grad_scale;
+    adamw_step(params_.f32() + t.offset, adam_m_.f32() + t.offset, adam_v_.f32() + t.offset,
+               nullptr, grads_.f32() + t.offset, t.numel(), h);
+  }
+}
+
+StepStats InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  const float dloss = 1.0f / static_cast<float>(BT * cfg_.grad_accum);
+
+  StepStats st;
+  st.step = steps_done_;
+  zero_grads();
+  double loss_sum = 0;
+  for (int64_t k = 0; k < cfg_.grad_accum; k++) {
+    loss_sum += forward_backward(inputs + k * BT, targets + k * BT, dloss);
+  }
+  st.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
+
+  // Note [Exact optimizer semantics]: the norm of *every* gradient is known before any
+  // parameter changes; a non-finite norm skips the whole step.
+  const double sumsq = global_grad_sum_squares();
+  st.grad_norm = std::sqrt(sumsq);
+  st.lr = lr_at(schedule_, steps_done_);
+  if (!is_finite_norm(sumsq)) {
+    st.skipped = true;
+    log_warn("step " + std::to_string(steps_done_) + ": non-finite gradient norm, update skipped");
+  } else {
+    apply_adamw(st.lr, clip_scale(sumsq, cfg_.optim.grad_clip));
+    adam_steps_++;
+  }
+  steps_done_++;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+void InMemoryTrainer::read_params(float* host) const {
+  dev_.copy(*stream_, host, params_.data(), layout_.total_elems * 4);
+  stream_->synchronize();
+}
+
+void InMemoryTrainer::write_params(const float* host) {
+  dev_.copy(*stream_, params_.data(), host, layout_.total_elems * 4);
+  stream_->synchronize();
+}
+
+void InMemoryTrainer::read_grads(float* host) const {
+  dev_.copy(*stream_, host, grads_.data(), layout_.total_elems * 4);
+  stream_->synchronize();
+}
+
+void InMemoryTrainer::read_logits(float* host) const {
+  dev_.copy(*stream_, host, acts_.logits,
+            cfg_.batch_size * cfg_.seq_len * cfg_.model.vocab_size * 4);
+  stream_->synchronize();
+}
+
+}  // namespace strata

@@ -1,0 +1,77 @@
+// The in-memory schedule: parameters, gradients, optimizer state and every activation on the
+// device. The numerical reference every offloaded schedule is compared with. A flat, readable
+// training step (llm.c style): zero grads; per micro-batch forward + backward; global norm;
+// clip; AdamW; all in a fixed order, so two runs give the same bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/config.h"
+#include "model/gpt.h"
+#include "model/layout.h"
+#include "optim/lr_schedule.h"
+
+namespace strata {
+
+struct StepStats {
+  int64_t step = 0;        // 0-based index of the optimizer step just taken
+  double loss = 0;         // mean over all positions of all micro-batches
+  double grad_norm = 0;    // global L2 norm before clipping
+  float lr = 0;
+  bool skipped = false;    // non-finite gradient: no update was applied
+  double seconds = 0;      // wall time of the whole step
+};
+
+class InMemoryTrainer {
+ public:
+  // Allocates everything on `dev` (errors name the budget) and initialises the parameters from
+  // cfg.seed.
+  static Result<std::unique_ptr<InMemoryTrainer>> create(Device& dev, const TrainConfig& cfg);
+  ~InMemoryTrainer();
+
+  const ParamLayout& layout() const { return layout_; }
+  int64_t steps_done() const { return steps_done_; }
+  int64_t tokens_per_step() const { return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum; }
+
+  // inputs, targets: (grad_accum, B, T) host int32. One optimizer step.
+  StepStats train_step(const int32_t* inputs, const int32_t* targets);
+
+  // Pieces of a step, for tests: zero grads, then forward+backward of one (B, T) micro-batch
+  // accumulating gradients scaled by dloss; returns the micro-batch's mean loss.
+  void zero_grads();
+  double forward_backward(const int32_t* inputs, const int32_t* targets, float dloss);
+
+  // Host copies of device state, (layout.total_elems) floats each; logits (B, T, V).
+  void read_params(float* host) const;
+  void write_params(const float* host);
+  void read_grads(float* host) const;
+  void read_logits(float* host) const;
+
+ private:
+  InMemoryTrainer(Device& dev, const TrainConfig& cfg);
+  void upload_tokens(const int32_t* inputs, const int32_t* targets);
+  double global_grad_sum_squares();
+  void apply_adamw(float lr, float grad_scale);
+
+  Device& dev_;
+  TrainConfig cfg_;
+  ParamLayout layout_;
+  LrSchedule schedule_;
+  std::unique_ptr<Stream> stream_;
+  Buffer params_;      // (total_elems) f32
+  Buffer grads_;       // (total_elems) f32
+  Buffer adam_m_;      // (total_elems) f32
+  Buffer adam_v_;      // (total_elems) f32
+  Buffer acts_buf_;    // gpt_acts_floats
+  Buffer tokens_;      // (2, B, T) int32: inputs then targets
+  Buffer slab_sumsq_;  // (n_slabs) f64
+  Buffer losses_host_; // (B, T) f32
+  GptActs acts_;
+  int64_t steps_done_ = 0;
+  int64_t adam_steps_ = 0;  // updates applied; skipped steps do not advance bias correction
+};
+
+}  // namespace strata
