@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# CTest `cli_bad_input`: every kind of bad input to `strata train` is refused before training
+# with exit status 2 and ONE line naming the field or file at fault.
+set -uo pipefail
+: "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
+work="$STRATA_BINARY_DIR/test_tmp/cli_bad_input"
+rm -rf "$work" && mkdir -p "$work"
+failures=0 passed=0
+
+# expect_error NAME PATTERN ARGS...: exit status 2, one stderr line, matching PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local err status
+  err=$("$STRATA_BIN" "$@" 2>&1 >/dev/null)
+  status=$?
+  local lines
+  lines=$(printf '%s\n' "$err" | grep -c .)
+  if [ "$status" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qE -- "$pattern" <<<"$err"; then
+    echo "FAIL $name: status $status, $lines lines, wanted /$pattern/; got: $err"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name: $err"
+    passed=$((passed + 1))
+  fi
+}
+
+printf '{"model": {"n_layer": 2,}' >"$work/malformed.json"
+printf '{"model": {"n_layers": 2}}' >"$work/unknown_nested.json"
+printf '{"modle": {}}' >"$work/unknown_top.json"
+printf '{"train": {"steps": "ten"}}' >"$work/wrong_type.json"
+printf '{"train": {"steps": 2.5}}' >"$work/not_integer.json"
+printf '{"train": {"seq_len": 256}}' >"$work/too_long.json"
+
+expect_error missing_config 'nope\.json' train --config "$work/nope.json"
+expect_error malformed_config 'malformed\.json' train --config "$work/malformed.json"
+expect_error unknown_nested_key 'model\.n_layers' train --config "$work/unknown_nested.json"
+expect_error unknown_top_key 'modle' train --config "$work/unknown_top.json"
+expect_error wrong_type 'train\.steps' train --config "$work/wrong_type.json"
+expect_error not_integer 'train\.steps' train --config "$work/not_integer.json"
+expect_error sequence_too_long 'train\.seq_len.*model\.context_length' train --config "$work/too_long.json"
+expect_error set_unknown_key 'optim\.learning_rate' train --set optim.learning_rate=1
+expect_error set_no_equals 'optim\.lr' train --set optim.lr
+expect_error heads_do_not_divide 'n_head|n_embd' train --set model.n_head=3
+expect_error unknown_flag '--bogus' train --bogus
+expect_error missing_data_file 'missing\.bin' train --set data.train="$work/missing.bin"
+
+# A token file whose magic is wrong, declared as llm.c format.
+python3 - "$work" <<'PY'
+import struct, sys
+d = sys.argv[1]
+hdr = [0] * 256
+hdr[0], hdr[1], hdr[2] = 12345, 1, 100
+open(f"{d}/bad_magic.bin", "wb").write(struct.pack("<256i", *hdr) + b"\x01\x00" * 100)
+hdr[0] = 20240520
+# header says 100 tokens, file holds 90
+open(f"{d}/short.bin", "wb").write(struct.pack("<256i", *hdr) + b"\x01\x00" * 90)
+# token 300 is outside the byte-level vocabulary of 256
+open(f"{d}/big_token.bin", "wb").write(struct.pack("<256i", *hdr) + struct.pack("<100H", *([300] * 100)))
+PY
+expect_error wrong_magic 'bad_magic\.bin.*magic' train --set data.train="$work/bad_magic.bin" --set data.format=llmc
+expect_error size_disagrees 'short\.bin' train --set data.train="$work/short.bin"
+expect_error token_out_of_range 'big_token\.bin.*300' train --set data.train="$work/big_token.bin"
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# CTest `cli_train`: a short run of `strata train` finishes with status 0, writes one metrics
+# line per step with the documented keys, and its loss falls; a run on a token file made by
+# `strata prepare` trains too.
+set -euo pipefail
+: "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
+work="$STRATA_BINARY_DIR/test_tmp/cli_train"
+rm -rf "$work" && mkdir -p "$work"
+small=(--set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
+       --set train.seq_len=64 --set train.batch_size=4)
+
+"$STRATA_BIN" train "${small[@]}" --set train.steps=40 --set optim.warmup_steps=5 \
+  --metrics "$work/metrics.jsonl" 2>"$work/log.txt"
+python3 - "$work/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 40, f"{len(rows)} metrics lines, want 40"
+for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "iter_s", "peak_device_bytes"):
+    assert all(k in r for r in rows), f"metrics key {k} missing"
+assert [r["step"] for r in rows] == list(range(40))
+first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+assert first > 5.0, f"initial loss {first} should be near ln(256)"
+assert last < first - 1.0, f"loss did not fall: {first} -> {last}"
+print(f"ok: loss {first:.3f} -> {last:.3f} over 40 steps")
+PY
+grep -q "trained 40 steps" "$work/log.txt"
+
+# strata prepare -> llm.c .bin -> train on it
+python3 -c "print('the cat sat on the mat. ' * 400)" >"$work/text.txt"
+"$STRATA_BIN" prepare --in "$work/text.txt" --out "$work/text.bin"
+"$STRATA_BIN" train "${small[@]}" --set train.steps=3 --set data.train="$work/text.bin" --quiet

@@ -1,0 +1,83 @@
+// Writes the input of the PyTorch parity check (tools/torch_parity.py reads it): a tiny GPT-2's
+// initial weights as Strata initialises them, ten batches of the generated corpus, the training
+// hyperparameters, and a standalone AdamW case. See tests/parity_torch.sh.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/rng.h"
+#include "data/byte_tokenizer.h"
+#include "data/synthetic_corpus.h"
+#include "io/safetensors.h"
+#include "model/init.h"
+#include "model/layout.h"
+
+using namespace strata;
+
+namespace {
+
+std::string num(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", x);  // round-trips a float exactly
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors\n");
+    return 2;
+  }
+  ModelConfig m;
+  m.vocab_size = 256;
+  m.context_length = 64;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 64;
+  const int64_t B = 4, T = 64, steps = 10;
+
+  SafeTensors st;
+  st.metadata = {
+      {"n_layer", num(m.n_layer)},     {"n_head", num(m.n_head)},
+      {"n_embd", num(m.n_embd)},       {"vocab_size", num(m.vocab_size)},
+      {"context_length", num(m.context_length)}, {"B", num(B)},
+      {"T", num(T)},                   {"steps", num(steps)},
+      {"lr", num(3e-3f)},              {"min_lr_ratio", num(0.1f)},
+      {"warmup_steps", num(2)},        {"weight_decay", num(0.1f)},
+      {"beta1", num(0.9f)},            {"beta2", num(0.95f)},
+      {"eps", num(1e-8f)},             {"grad_clip", num(1.0f)},
+      {"adamw_lr", num(1e-2f)},        {"adamw_wd", num(0.1f)},
+      {"adamw_beta1", num(0.9f)},      {"adamw_beta2", num(0.95f)},
+      {"adamw_eps", num(1e-8f)},
+  };
+
+  const ParamLayout layout = make_param_layout(m);
+  std::vector<float> params(static_cast<size_t>(layout.total_elems));
+  init_gpt2_params(layout, params.data(), 1337);
+  for (const ParamTensor& t : layout.tensors) {
+    st.add_f32(t.name, t.shape.dims, params.data() + t.offset);
+  }
+
+  // tokens (steps, B, T+1): step k's inputs are [:, :T], its targets [:, 1:].
+  const std::vector<uint16_t> corpus = byte_tokenize(synthetic_corpus(1 << 16, 7));
+  std::vector<int32_t> tokens(static_cast<size_t>(steps * B * (T + 1)));
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = corpus[i];
+  st.add_i32("tokens", {steps, B, T + 1}, tokens.data());
+
+  const int64_t n = 1000, K = 3;
+  Rng rng(99);
+  std::vector<float> p0(n), grads(K * n);
+  for (auto& x : p0) x = static_cast<float>(rng.next_normal());
+  for (auto& x : grads) x = static_cast<float>(0.1 * rng.next_normal());
+  st.add_f32("adamw.param0", {n}, p0.data());
+  st.add_f32("adamw.grads", {K, n}, grads.data());
+
+  Status s = write_safetensors(argv[1], st);
+  if (!s.ok()) {
+    std::fprintf(stderr, "parity_make_input: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
