@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -76,14 +77,21 @@ std::string join_key(const std::string& prefix, const std::string& key) {
 
 const char* type_phrase(const json& v) {
   switch (v.type()) {
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "true or false";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "true or false";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "null";
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "null";
   }
 }
 
@@ -111,8 +119,8 @@ Status merge_value(json& base, const json& v, const std::string& key, const std:
     case json::value_t::number_unsigned: {
       if (v.is_number_unsigned()) {
         if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          return invalid_argument(key + " must be an integer below 2^63, got " + show(v) +
-                                  " in " + source);
+          return invalid_argument(key + " must be an integer below 2^63, got " + show(v) + " in " +
+                                  source);
         }
         base = v.get<int64_t>();
         return Status::ok_status();
@@ -182,14 +190,27 @@ Result<std::string> read_whole_file(const std::string& path) {
   return text;
 }
 
-// nlohmann's what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ...";
-// keep "line 3, column 5: ..." and drop the library's id.
-std::string parse_error_reason(const json::parse_error& e) {
+// "line 3, column 10: syntax error ...". nlohmann counts the newline it has just read as the
+// start of the next line ("line 4, column 0" for an error at the end of line 3), so the position
+// is recomputed from the byte offset of the last character read.
+std::string parse_error_text(const std::string& text, const json::parse_error& e) {
+  size_t pos = e.byte > 0 ? std::min<size_t>(e.byte - 1, text.size()) : 0;
+  int64_t line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < pos; i++) {
+    if (text[i] == '\n') {
+      line++;
+      line_start = i + 1;
+    }
+  }
+  int64_t column = static_cast<int64_t>(pos - line_start) + 1;
+  // what() is "[json.exception.parse_error.101] parse error at line 4, column 0: <reason>".
   std::string w = e.what();
-  const std::string marker = "parse error at ";
-  size_t pos = w.find(marker);
-  if (pos != std::string::npos) return printable(w.substr(pos + marker.size()));
-  return "byte " + std::to_string(e.byte) + ": " + printable(w);
+  size_t at = w.find("parse error at ");
+  size_t colon = at == std::string::npos ? std::string::npos : w.find(": ", at);
+  std::string reason = colon == std::string::npos ? w : w.substr(colon + 2);
+  return "line " + std::to_string(line) + ", column " + std::to_string(column) + ": " +
+         printable(reason);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,8 +244,7 @@ Status check_range(const char* key, float v, float lo, bool lo_open, float hi, b
   if (ok) return Status::ok_status();
   std::string interval = std::string(lo_open ? "(" : "[") + float_text(lo) + ", " +
                          (std::isinf(hi) ? "inf" : float_text(hi)) + (hi_open ? ")" : "]");
-  return invalid_argument(std::string(key) + " must be in " + interval + ", got " +
-                          float_text(v));
+  return invalid_argument(std::string(key) + " must be in " + interval + ", got " + float_text(v));
 }
 
 Status check_one_of(const char* key, const std::string& v, const std::vector<std::string>& allowed,
@@ -234,13 +254,15 @@ Status check_one_of(const char* key, const std::string& v, const std::vector<std
   }
   std::string list;
   for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  return invalid_argument(std::string(key) + " '" + printable(v) + "' is not " + why + " (" +
-                          list + ")");
+  return invalid_argument(std::string(key) + " '" + printable(v) + "' is not " + why + " (" + list +
+                          ")");
 }
 
 }  // namespace
 
-json default_config_json() { return config_to_json(TrainConfig{}); }
+json default_config_json() {
+  return config_to_json(TrainConfig{});
+}
 
 Result<json> read_json_file(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path));
@@ -248,15 +270,14 @@ Result<json> read_json_file(const std::string& path) {
     // Comments are allowed: a config is often annotated by hand.
     return json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
-    return bad_format(path + ": invalid JSON at " + parse_error_reason(e));
+    return bad_format(path + ": invalid JSON at " + parse_error_text(text, e));
   }
 }
 
 Status merge_config(json& base, const json& overlay, const std::string& source) {
   STRATA_CHECK(base.is_object());
   if (!overlay.is_object()) {
-    return invalid_argument(source + ": the top level must be a JSON object, got " +
-                            show(overlay));
+    return invalid_argument(source + ": the top level must be a JSON object, got " + show(overlay));
   }
   return merge_object(base, overlay, "", source);
 }
@@ -339,8 +360,7 @@ Result<TrainConfig> parse_config(const json& j) {
   }
   if (c.model.n_embd % c.model.n_head != 0) {
     return invalid_argument("model.n_embd " + std::to_string(c.model.n_embd) +
-                            " is not divisible by model.n_head " +
-                            std::to_string(c.model.n_head));
+                            " is not divisible by model.n_head " + std::to_string(c.model.n_head));
   }
 
   c.batch_size = t.at("batch_size").get<int64_t>();

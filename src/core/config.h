@@ -30,13 +30,13 @@ struct ModelConfig {
 };
 
 struct OptimConfig {
-  float lr = 3e-3f;            // peak learning rate, reached after warmup
-  float min_lr_ratio = 0.1f;   // the cosine decay ends at lr * min_lr_ratio
+  float lr = 3e-3f;           // peak learning rate, reached after warmup
+  float min_lr_ratio = 0.1f;  // the cosine decay ends at lr * min_lr_ratio
   float beta1 = 0.9f;
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.1f;
-  float grad_clip = 1.0f;      // max global gradient norm; 0 turns clipping off
+  float grad_clip = 1.0f;  // max global gradient norm; 0 turns clipping off
   int64_t warmup_steps = 20;
 };
 

@@ -18,11 +18,14 @@
 namespace strata {
 
 // Tokens are mapped and used in place, and the headers are little-endian on disk.
-static_assert(std::endian::native == std::endian::little, "token files assume a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "token files assume a little-endian host");
 
 namespace {
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 // ENOSPC and EDQUOT get their own code so the CLI can say "disk full" rather than "I/O error".
 Status write_error(const std::string& what, int err) {
@@ -49,14 +52,15 @@ Status write_all(int fd, const void* data, int64_t bytes, const std::string& pat
 // Makes the rename itself durable. Some file systems cannot fsync a directory (EINVAL); the
 // data is already synced there, so that is not an error.
 Status sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(1, '.') : parent.string();
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return io_error("cannot open directory " + dir + ": " + errno_text(errno));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0 && err != EINVAL) return io_error("cannot fsync directory " + dir + ": " + errno_text(err));
+  if (rc != 0 && err != EINVAL)
+    return io_error("cannot fsync directory " + dir + ": " + errno_text(err));
   return Status::ok_status();
 }
 
@@ -77,14 +81,19 @@ Result<TokenFormat> parse_token_format(const std::string& s) {
 
 const char* token_format_name(TokenFormat f) {
   switch (f) {
-    case TokenFormat::auto_detect: return "auto";
-    case TokenFormat::llmc: return "llmc";
-    case TokenFormat::raw_u16: return "raw_u16";
+    case TokenFormat::auto_detect:
+      return "auto";
+    case TokenFormat::llmc:
+      return "llmc";
+    case TokenFormat::raw_u16:
+      return "raw_u16";
   }
   return "?";
 }
 
-TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
+TokenFile::TokenFile(TokenFile&& other) noexcept {
+  *this = std::move(other);
+}
 
 TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   if (this != &other) {
@@ -99,7 +108,9 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   return *this;
 }
 
-TokenFile::~TokenFile() { unmap(); }
+TokenFile::~TokenFile() {
+  unmap();
+}
 
 void TokenFile::unmap() {
   if (map_ != nullptr) {

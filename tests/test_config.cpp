@@ -1,0 +1,239 @@
+// Config: the default, merging files and --set overrides, validation, and the error messages.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "core/config.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using json = nlohmann::json;
+
+// The error has the expected code, is one line, and names everything in `parts`.
+void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(s.ok()) << "expected an error containing " << *parts.begin();
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.to_string();
+  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.to_string();
+}
+
+std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Default JSON with one change, run through parse_config.
+Status parse_with(const std::string& assignment) {
+  json j = default_config_json();
+  Status s = apply_set(j, assignment);
+  if (!s.ok()) return s;
+  return parse_config(j).status();
+}
+
+TEST(Config, DefaultParsesToTheStructDefaults) {
+  json j = default_config_json();
+  for (const char* section : {"model", "train", "optim", "data"}) EXPECT_TRUE(j.contains(section));
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  TrainConfig d;
+  EXPECT_EQ(c->model.vocab_size, d.model.vocab_size);
+  EXPECT_EQ(c->model.n_embd, d.model.n_embd);
+  EXPECT_EQ(c->seq_len, d.seq_len);
+  EXPECT_EQ(c->optim.lr, d.optim.lr);
+  EXPECT_EQ(c->optim.eps, d.optim.eps);
+  EXPECT_EQ(c->data_train, "embedded");
+  EXPECT_EQ(c->schedule, "in_memory");
+  // Floats are written as their shortest decimal, not as the double nearest the float.
+  EXPECT_EQ(j["optim"]["lr"].dump(), "0.003");
+}
+
+TEST(Config, RoundTripsThroughJson) {
+  TrainConfig c;
+  c.model.vocab_size = 50257;
+  c.model.n_head = 8;
+  c.model.n_embd = 256;
+  c.seq_len = 64;
+  c.steps = 7;
+  c.seed = -3;
+  c.optim.lr = 6e-4f;
+  c.optim.beta2 = 0.999f;
+  c.optim.eps = 1.2345678e-7f;
+  c.optim.grad_clip = 0.0f;
+  c.data_train = "some/dir/train.bin";
+  c.data_format = "llmc";
+  auto back = parse_config(config_to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(config_to_json(*back), config_to_json(c));
+  EXPECT_EQ(back->model.vocab_size, 50257);
+  EXPECT_EQ(back->seed, -3);
+  EXPECT_EQ(back->optim.lr, 6e-4f);  // bit-exact, not approximately
+  EXPECT_EQ(back->optim.eps, 1.2345678e-7f);
+  EXPECT_EQ(back->optim.grad_clip, 0.0f);
+  EXPECT_EQ(back->data_train, "some/dir/train.bin");
+  // A float field written as 0 stays a float field: a later fractional override still merges.
+  json j = config_to_json(*back);
+  EXPECT_TRUE(apply_set(j, "optim.grad_clip=0.5").ok());
+}
+
+TEST(Config, MergeOverridesNestedValues) {
+  json base = default_config_json();
+  json overlay = json::parse(R"({"train": {"steps": 5}, "optim": {"lr": 1, "beta1": 0.5}})");
+  ASSERT_TRUE(merge_config(base, overlay, "run.json").ok());
+  auto c = parse_config(base);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->steps, 5);
+  EXPECT_EQ(c->optim.lr, 1.0f);  // an integer is a fine value for a float field
+  EXPECT_EQ(c->optim.beta1, 0.5f);
+  EXPECT_EQ(c->batch_size, TrainConfig{}.batch_size);  // untouched keys keep their defaults
+  // The integer 1 was stored as a float, so a fractional value can still follow it.
+  EXPECT_TRUE(base["optim"]["lr"].is_number_float());
+  EXPECT_TRUE(apply_set(base, "optim.lr=0.25").ok());
+  // 1e3 is an integer written as a float.
+  ASSERT_TRUE(merge_config(base, json::parse(R"({"train": {"steps": 1e3}})"), "x").ok());
+  EXPECT_TRUE(base["train"]["steps"].is_number_integer());
+  EXPECT_EQ(base["train"]["steps"].get<int64_t>(), 1000);
+}
+
+TEST(Config, UnknownKeysAreRejected) {
+  json base = default_config_json();
+  expect_error(merge_config(base, json::parse(R"({"train": {"lrr": 1}})"), "run.json"),
+               ErrorCode::invalid_argument, {"unknown key 'train.lrr'", "run.json"});
+  base = default_config_json();
+  expect_error(merge_config(base, json::parse(R"({"trian": {"steps": 1}})"), "run.json"),
+               ErrorCode::invalid_argument, {"unknown key 'trian'", "run.json"});
+  base = default_config_json();
+  expect_error(merge_config(base, json::parse(R"({"model": {"n_layer": {"x": 1}}})"), "f"),
+               ErrorCode::invalid_argument, {"model.n_layer", "an integer"});
+  base = default_config_json();
+  expect_error(merge_config(base, json::parse("[1, 2]"), "list.json"), ErrorCode::invalid_argument,
+               {"list.json", "object"});
+}
+
+TEST(Config, WrongTypesAreRejected) {
+  json base = default_config_json();
+  expect_error(merge_config(base, json::parse(R"({"train": {"steps": 2.5}})"), "run.json"),
+               ErrorCode::invalid_argument,
+               {"train.steps must be an integer, got 2.5 in run.json"});
+  expect_error(merge_config(base, json::parse(R"({"train": {"steps": "10"}})"), "run.json"),
+               ErrorCode::invalid_argument, {"train.steps", "\"10\""});
+  expect_error(merge_config(base, json::parse(R"({"optim": {"lr": "fast"}})"), "run.json"),
+               ErrorCode::invalid_argument, {"optim.lr must be a number"});
+  expect_error(merge_config(base, json::parse(R"({"data": {"train": 5}})"), "run.json"),
+               ErrorCode::invalid_argument, {"data.train must be a string"});
+  expect_error(merge_config(base, json::parse(R"({"model": 4})"), "run.json"),
+               ErrorCode::invalid_argument, {"model must be an object"});
+  expect_error(
+      merge_config(base, json::parse(R"({"train": {"seed": 18446744073709551615}})"), "run.json"),
+      ErrorCode::invalid_argument, {"train.seed"});
+}
+
+TEST(Config, SetOverrides) {
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "train.steps=42").ok());
+  ASSERT_TRUE(apply_set(j, "optim.lr=1e-4").ok());
+  ASSERT_TRUE(apply_set(j, "model={\"n_layer\": 2}").ok());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->steps, 42);
+  EXPECT_EQ(c->optim.lr, 1e-4f);
+  EXPECT_EQ(c->model.n_layer, 2);
+  EXPECT_EQ(c->model.n_head, TrainConfig{}.model.n_head);
+}
+
+TEST(Config, SetStringFieldsTakeTheTextAsWritten) {
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "data.train=123").ok());
+  EXPECT_EQ(j["data"]["train"], "123");
+  ASSERT_TRUE(apply_set(j, "data.train=a=b.bin").ok());  // only the first '=' splits
+  EXPECT_EQ(j["data"]["train"], "a=b.bin");
+  ASSERT_TRUE(apply_set(j, "data.train=\"quoted path.bin\"").ok());
+  EXPECT_EQ(j["data"]["train"], "quoted path.bin");
+  ASSERT_TRUE(apply_set(j, "data.train=true").ok());
+  EXPECT_EQ(j["data"]["train"], "true");
+}
+
+TEST(Config, SetErrors) {
+  json j = default_config_json();
+  expect_error(apply_set(j, "train.stepz=4"), ErrorCode::invalid_argument,
+               {"unknown key 'train.stepz'", "--set train.stepz=4"});
+  expect_error(apply_set(j, "nosuch=1"), ErrorCode::invalid_argument, {"unknown key 'nosuch'"});
+  expect_error(apply_set(j, "train.steps"), ErrorCode::invalid_argument,
+               {"--set train.steps", "key=value"});
+  expect_error(apply_set(j, "train..steps=3"), ErrorCode::invalid_argument, {"train..steps"});
+  expect_error(apply_set(j, "=3"), ErrorCode::invalid_argument, {"--set =3"});
+  expect_error(apply_set(j, "train.steps=abc"), ErrorCode::invalid_argument,
+               {"train.steps must be an integer", "\"abc\"", "--set train.steps=abc"});
+  expect_error(apply_set(j, "train.steps=2.5"), ErrorCode::invalid_argument,
+               {"train.steps must be an integer, got 2.5 in --set train.steps=2.5"});
+  // A newline typed into a value must not break the one-line message.
+  expect_error(apply_set(j, "train.nope\n=1"), ErrorCode::invalid_argument, {"train.nope\\n"});
+  // Nothing was changed by the failed overrides.
+  EXPECT_EQ(j, default_config_json());
+}
+
+TEST(Config, ReadJsonFile) {
+  std::string dir = test::make_temp_dir("config_read");
+  std::string good = write_file(dir, "good.json",
+                                "{\n  // comments are allowed\n  \"train\": {\"steps\": 9}\n}\n");
+  auto j = read_json_file(good);
+  ASSERT_TRUE(j.ok()) << j.status().to_string();
+  EXPECT_EQ((*j)["train"]["steps"], 9);
+
+  auto missing = read_json_file(dir + "/missing.json");
+  expect_error(missing.status(), ErrorCode::not_found, {dir + "/missing.json"});
+
+  std::string bad = write_file(dir, "bad.json", "{\n  \"train\": {\"steps\": 9,}\n}\n");
+  auto malformed = read_json_file(bad);
+  expect_error(malformed.status(), ErrorCode::bad_format, {bad, "line 2, column 24"});
+
+  std::string empty = write_file(dir, "empty.json", "");
+  expect_error(read_json_file(empty).status(), ErrorCode::bad_format, {empty});
+}
+
+TEST(Config, ValidationErrors) {
+  expect_error(parse_with("train.seq_len=256"), ErrorCode::invalid_argument,
+               {"train.seq_len 256 exceeds model.context_length 128"});
+  expect_error(parse_with("train.seq_len=129"), ErrorCode::invalid_argument,
+               {"train.seq_len 129 exceeds model.context_length 128"});
+  expect_error(parse_with("model.n_embd=130"), ErrorCode::invalid_argument,
+               {"model.n_embd 130 is not divisible by model.n_head 4"});
+  expect_error(parse_with("train.steps=-1"), ErrorCode::invalid_argument, {"train.steps", "-1"});
+  expect_error(parse_with("train.batch_size=0"), ErrorCode::invalid_argument,
+               {"train.batch_size must be positive, got 0"});
+  expect_error(parse_with("model.n_head=0"), ErrorCode::invalid_argument, {"model.n_head"});
+  expect_error(parse_with("model.vocab_size=70000"), ErrorCode::invalid_argument,
+               {"model.vocab_size 70000", "65536"});
+  expect_error(parse_with("optim.lr=0"), ErrorCode::invalid_argument, {"optim.lr"});
+  expect_error(parse_with("optim.lr=1e300"), ErrorCode::invalid_argument, {"optim.lr"});
+  expect_error(parse_with("optim.beta1=1"), ErrorCode::invalid_argument, {"optim.beta1", "[0, 1)"});
+  expect_error(parse_with("optim.beta2=-0.1"), ErrorCode::invalid_argument, {"optim.beta2"});
+  expect_error(parse_with("optim.min_lr_ratio=1.5"), ErrorCode::invalid_argument,
+               {"optim.min_lr_ratio"});
+  expect_error(parse_with("optim.warmup_steps=-2"), ErrorCode::invalid_argument,
+               {"optim.warmup_steps"});
+  expect_error(parse_with("data.format=bin"), ErrorCode::invalid_argument,
+               {"data.format", "'bin'"});
+  expect_error(parse_with("data.train=\"\""), ErrorCode::invalid_argument, {"data.train"});
+  expect_error(parse_with("train.schedule=vertical"), ErrorCode::invalid_argument,
+               {"train.schedule", "'vertical'"});
+  // Boundaries that are allowed.
+  EXPECT_TRUE(parse_with("train.seq_len=128").ok());
+  EXPECT_TRUE(parse_with("train.steps=0").ok());
+  EXPECT_TRUE(parse_with("model.vocab_size=65536").ok());
+  EXPECT_TRUE(parse_with("optim.min_lr_ratio=1").ok());
+}
+
+TEST(Config, ParseConfigChecksKeysOfPartialJson) {
+  auto c = parse_config(json::parse(R"({"train": {"steps": 3}})"));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->steps, 3);
+  expect_error(parse_config(json::parse(R"({"train": {"stepss": 3}})")).status(),
+               ErrorCode::invalid_argument, {"unknown key 'train.stepss'"});
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,329 @@
+// Data: token files (llm.c .bin and raw uint16), the batch loader, the generated corpus and the
+// byte tokenizer.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/byte_tokenizer.h"
+#include "data/dataloader.h"
+#include "data/synthetic_corpus.h"
+#include "data/token_file.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(s.ok()) << "expected an error containing " << *parts.begin();
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.to_string();
+  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.to_string();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
+std::string u16_bytes(const std::vector<uint16_t>& tokens) {
+  std::string s(tokens.size() * 2, '\0');
+  std::memcpy(s.data(), tokens.data(), s.size());
+  return s;
+}
+
+// An llm.c file built by hand, independent of write_token_file_llmc.
+std::string llmc_bytes(int32_t magic, int32_t version, int32_t n_header,
+                       const std::vector<uint16_t>& tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = n_header;
+  std::string s(1024, '\0');
+  std::memcpy(s.data(), header.data(), 1024);
+  return s + u16_bytes(tokens);
+}
+
+std::vector<uint16_t> iota_tokens(int64_t n) {
+  std::vector<uint16_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) t[static_cast<size_t>(i)] = static_cast<uint16_t>(i % 65536);
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token files
+
+TEST(TokenFile, LlmcWriteReadRoundTrip) {
+  std::string dir = test::make_temp_dir("data_llmc_roundtrip");
+  std::vector<uint16_t> tokens;
+  for (int32_t v : test::random_ints(1000, 7, 0, 65536)) tokens.push_back(static_cast<uint16_t>(v));
+  std::string path = dir + "/train.bin";
+  ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 1000).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 2000u);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  for (TokenFormat fmt : {TokenFormat::llmc, TokenFormat::auto_detect}) {
+    auto f = TokenFile::open(path, fmt);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    EXPECT_EQ(f->format(), TokenFormat::llmc);
+    EXPECT_EQ(f->path(), path);
+    ASSERT_EQ(f->size(), 1000);
+    EXPECT_EQ(std::memcmp(f->tokens(), tokens.data(), 2000), 0);
+  }
+  // Overwriting replaces the file whole.
+  ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 10).ok());
+  EXPECT_EQ(TokenFile::open(path, TokenFormat::llmc)->size(), 10);
+}
+
+TEST(TokenFile, AutoDetectsRaw) {
+  std::string dir = test::make_temp_dir("data_raw");
+  std::vector<uint16_t> tokens = {5, 4, 3, 2, 1, 0, 65535};
+  std::string path = dir + "/raw.u16";
+  write_bytes(path, u16_bytes(tokens));
+  auto f = TokenFile::open(path, TokenFormat::auto_detect);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->format(), TokenFormat::raw_u16);
+  ASSERT_EQ(f->size(), 7);
+  EXPECT_EQ(std::vector<uint16_t>(f->tokens(), f->tokens() + 7), tokens);
+  // A forced raw read of an llm.c file sees its header as tokens: the caller asked for that.
+  std::string bin = dir + "/x.bin";
+  write_bytes(bin, llmc_bytes(20240520, 1, 3, {1, 2, 3}));
+  auto raw = TokenFile::open(bin, TokenFormat::raw_u16);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->size(), 512 + 3);
+}
+
+TEST(TokenFile, MoveKeepsTheMapping) {
+  std::string dir = test::make_temp_dir("data_move");
+  std::string path = dir + "/a.bin";
+  std::vector<uint16_t> tokens = {9, 8, 7};
+  ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 3).ok());
+  auto r = TokenFile::open(path, TokenFormat::auto_detect);
+  ASSERT_TRUE(r.ok());
+  TokenFile a = std::move(r).value();
+  TokenFile b = std::move(a);
+  EXPECT_EQ(a.size(), 0);
+  EXPECT_EQ(a.tokens(), nullptr);
+  ASSERT_EQ(b.size(), 3);
+  EXPECT_EQ(b.tokens()[2], 7);
+}
+
+TEST(TokenFile, WrongMagicAndVersion) {
+  std::string dir = test::make_temp_dir("data_magic");
+  std::string path = dir + "/m.bin";
+  write_bytes(path, llmc_bytes(123, 1, 2, {1, 2}));
+  expect_error(TokenFile::open(path, TokenFormat::llmc).status(), ErrorCode::bad_format,
+               {"data file " + path, "magic 123 is not 20240520"});
+  write_bytes(path, llmc_bytes(20240520, 2, 2, {1, 2}));
+  expect_error(TokenFile::open(path, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {path, "version 2"});
+  write_bytes(path, std::string(100, '\0'));  // shorter than the header
+  expect_error(TokenFile::open(path, TokenFormat::llmc).status(), ErrorCode::bad_format,
+               {path, "100 bytes", "header"});
+}
+
+TEST(TokenFile, SizeMustAgreeWithHeader) {
+  std::string dir = test::make_temp_dir("data_size");
+  std::string path = dir + "/s.bin";
+  write_bytes(path, llmc_bytes(20240520, 1, 10, iota_tokens(9)));  // truncated
+  expect_error(TokenFile::open(path, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {path, "header says 10 tokens (1044 bytes) but file has 1042 bytes"});
+  write_bytes(path, llmc_bytes(20240520, 1, 10, iota_tokens(11)));  // extra bytes
+  expect_error(TokenFile::open(path, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {"header says 10 tokens (1044 bytes) but file has 1046 bytes"});
+  write_bytes(path, llmc_bytes(20240520, 1, -1, {}));
+  expect_error(TokenFile::open(path, TokenFormat::llmc).status(), ErrorCode::bad_format,
+               {"header says -1 tokens"});
+  write_bytes(path, llmc_bytes(20240520, 1, 0, {}));
+  expect_error(TokenFile::open(path, TokenFormat::llmc).status(), ErrorCode::bad_format,
+               {path, "no tokens"});
+}
+
+TEST(TokenFile, RawSizeEmptyMissing) {
+  std::string dir = test::make_temp_dir("data_raw_errors");
+  std::string odd = dir + "/odd.u16";
+  write_bytes(odd, "abcde");
+  expect_error(TokenFile::open(odd, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {odd, "5 bytes", "odd"});
+  std::string empty = dir + "/empty.bin";
+  write_bytes(empty, "");
+  expect_error(TokenFile::open(empty, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {empty, "empty"});
+  expect_error(TokenFile::open(dir + "/none.bin", TokenFormat::auto_detect).status(),
+               ErrorCode::not_found, {dir + "/none.bin"});
+  expect_error(TokenFile::open(dir, TokenFormat::auto_detect).status(), ErrorCode::invalid_argument,
+               {dir, "not a regular file"});
+}
+
+TEST(TokenFile, TokenRange) {
+  std::string dir = test::make_temp_dir("data_range");
+  std::string path = dir + "/r.bin";
+  std::vector<uint16_t> tokens(20, 65);
+  tokens[12] = 300;
+  tokens[15] = 400;
+  ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 20).ok());
+  auto f = TokenFile::open(path, TokenFormat::llmc);
+  ASSERT_TRUE(f.ok());
+  expect_error(check_token_range(*f, 256), ErrorCode::invalid_argument,
+               {"data file " + path, "token 300 at position 12 is outside model.vocab_size 256"});
+  EXPECT_TRUE(check_token_range(*f, 401).ok());
+  expect_error(check_token_range(*f, 400), ErrorCode::invalid_argument,
+               {"token 400 at position 15"});
+  EXPECT_TRUE(check_token_range(*f, 65536).ok());
+}
+
+TEST(TokenFile, FormatNamesAndWriteErrors) {
+  EXPECT_EQ(*parse_token_format("auto"), TokenFormat::auto_detect);
+  EXPECT_EQ(*parse_token_format("llmc"), TokenFormat::llmc);
+  EXPECT_EQ(*parse_token_format("raw_u16"), TokenFormat::raw_u16);
+  expect_error(parse_token_format("bin").status(), ErrorCode::invalid_argument, {"'bin'"});
+  uint16_t t[2] = {1, 2};
+  std::string path = test::make_temp_dir("data_write_err") + "/no/such/dir/x.bin";
+  expect_error(write_token_file_llmc(path, t, 2), ErrorCode::io_error, {path});
+}
+
+// ---------------------------------------------------------------------------------------------
+// DataLoader
+
+TEST(DataLoader, BatchContentsAndWrapAround) {
+  const int64_t B = 2, T = 4, n = 2 * B * T + 3;  // two whole batches, then a too-short tail
+  std::vector<uint16_t> tokens = iota_tokens(n);
+  auto dl = DataLoader::create(tokens.data(), n, B, T, "test tokens");
+  ASSERT_TRUE(dl.ok()) << dl.status().to_string();
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t batch = 0; batch < 2; batch++) {
+      // The wrap happens inside next_batch, so position() still reads 16 before pass 2.
+      EXPECT_EQ(dl->position(), pass > 0 && batch == 0 ? 2 * B * T : batch * B * T);
+      dl->next_batch(x.data(), y.data());
+      for (int64_t i = 0; i < B * T; i++) {
+        ASSERT_EQ(x[i], batch * B * T + i) << "pass " << pass << " batch " << batch;
+        ASSERT_EQ(y[i], batch * B * T + i + 1);
+      }
+    }
+    // 16 + 8 + 1 > 19: the next batch starts again at 0 (checked by the second pass).
+    EXPECT_EQ(dl->position(), 2 * B * T);
+  }
+}
+
+TEST(DataLoader, UsesTheLastTokenWhenItFitsExactly) {
+  const int64_t B = 1, T = 3, n = 7;  // batches at 0 and 3; the second's last target is tok[6]
+  std::vector<uint16_t> tokens = {10, 11, 12, 13, 14, 15, 16};
+  auto dl = DataLoader::create(tokens.data(), n, B, T, "t");
+  ASSERT_TRUE(dl.ok());
+  int32_t x[3], y[3];
+  dl->next_batch(x, y);
+  dl->next_batch(x, y);
+  EXPECT_EQ(x[0], 13);
+  EXPECT_EQ(y[2], 16);
+  dl->next_batch(x, y);
+  EXPECT_EQ(x[0], 10);
+}
+
+TEST(DataLoader, SetPosition) {
+  std::vector<uint16_t> tokens = iota_tokens(100);
+  auto dl = DataLoader::create(tokens.data(), 100, 2, 5, "t");
+  ASSERT_TRUE(dl.ok());
+  ASSERT_TRUE(dl->set_position(37).ok());
+  EXPECT_EQ(dl->position(), 37);
+  std::vector<int32_t> x(10), y(10);
+  dl->next_batch(x.data(), y.data());
+  EXPECT_EQ(x[0], 37);
+  EXPECT_EQ(y[9], 47);
+  EXPECT_EQ(dl->position(), 47);
+  ASSERT_TRUE(dl->set_position(95).ok());  // too close to the end: wraps
+  dl->next_batch(x.data(), y.data());
+  EXPECT_EQ(x[0], 0);
+  expect_error(dl->set_position(-1), ErrorCode::invalid_argument, {"position -1"});
+  expect_error(dl->set_position(101), ErrorCode::invalid_argument, {"position 101", "100 tokens"});
+  EXPECT_EQ(dl->position(), 10);  // a rejected position changes nothing
+}
+
+TEST(DataLoader, TooFewTokens) {
+  std::vector<uint16_t> tokens = iota_tokens(33);
+  expect_error(DataLoader::create(tokens.data(), 32, 4, 8, "data file tiny.bin").status(),
+               ErrorCode::invalid_argument, {"data file tiny.bin", "32 tokens", "4x8", "33"});
+  EXPECT_TRUE(DataLoader::create(tokens.data(), 33, 4, 8, "x").ok());
+  expect_error(DataLoader::create(tokens.data(), 33, 0, 8, "x").status(),
+               ErrorCode::invalid_argument, {"0x8"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corpus and tokenizer
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+TEST(SyntheticCorpus, DeterministicAndExactLength) {
+  std::string a = synthetic_corpus(100000, 1337);
+  EXPECT_EQ(a, synthetic_corpus(100000, 1337));
+  EXPECT_NE(a, synthetic_corpus(100000, 1338));
+  // A prefix of a longer corpus: the generator does not depend on the requested length.
+  EXPECT_EQ(synthetic_corpus(5000, 1337), a.substr(0, 5000));
+  for (int64_t n : {0, 1, 17, 4096}) EXPECT_EQ(synthetic_corpus(n, 3).size(), size_t(n));
+  // Pinned bytes: a change here means every machine's default run changes. Update the constant
+  // only when the grammar is changed on purpose.
+  uint64_t h = fnv1a(synthetic_corpus(4096, 1337));
+  EXPECT_EQ(h, 0x9ceecc660a76d187ull) << std::hex << h;
+}
+
+TEST(SyntheticCorpus, LooksLikeText) {
+  std::string s = synthetic_corpus(200000, 42);
+  int64_t spaces = 0, periods = 0, paragraphs = 0, capitals = 0;
+  for (size_t i = 0; i < s.size(); i++) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    ASSERT_TRUE((c >= 0x20 && c < 0x7f) || c == '\n') << "byte " << int(c) << " at " << i;
+    spaces += c == ' ';
+    periods += c == '.';
+    capitals += c >= 'A' && c <= 'Z';
+    paragraphs += i > 0 && c == '\n' && s[i - 1] == '\n';
+  }
+  EXPECT_GT(spaces, 200000 / 10);  // words of a few letters
+  EXPECT_GT(periods, 200000 / 100);
+  EXPECT_GT(capitals, periods / 2);
+  EXPECT_GT(paragraphs, 200000 / 2000);
+  EXPECT_NE(s.find("The "), std::string::npos);
+}
+
+TEST(ByteTokenizer, RoundTrip) {
+  std::string text;
+  for (int i = 0; i < 256; i++) text += static_cast<char>(i);
+  text += "hello, world\n";
+  std::vector<uint16_t> t = byte_tokenize(text);
+  ASSERT_EQ(t.size(), text.size());
+  EXPECT_EQ(t[255], 255);
+  EXPECT_EQ(t[256], 'h');
+  EXPECT_EQ(byte_detokenize(t.data(), static_cast<int64_t>(t.size())), text);
+  uint16_t not_bytes[2] = {300, 'a'};
+  EXPECT_EQ(byte_detokenize(not_bytes, 2), "?a");
+}
+
+TEST(ByteTokenizer, PrepareTextFile) {
+  std::string dir = test::make_temp_dir("data_prepare");
+  std::string text = synthetic_corpus(3000, 5) + "\xff\x01";
+  std::string txt = dir + "/in.txt", bin = dir + "/out.bin";
+  write_bytes(txt, text);
+  ASSERT_TRUE(prepare_text_file(txt, bin).ok());
+  auto f = TokenFile::open(bin, TokenFormat::auto_detect);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->format(), TokenFormat::llmc);
+  ASSERT_EQ(f->size(), static_cast<int64_t>(text.size()));
+  EXPECT_EQ(byte_detokenize(f->tokens(), f->size()), text);
+  EXPECT_TRUE(check_token_range(*f, 256).ok());
+
+  expect_error(prepare_text_file(dir + "/missing.txt", bin), ErrorCode::not_found,
+               {dir + "/missing.txt"});
+  std::string empty = dir + "/empty.txt";
+  write_bytes(empty, "");
+  expect_error(prepare_text_file(empty, bin), ErrorCode::invalid_argument, {empty, "empty"});
+}
+
+}  // namespace
+}  // namespace strata
