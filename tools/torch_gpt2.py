@@ -98,15 +98,19 @@ class GPT2(nn.Module):
         self.blk = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
         self.lnf = nn.LayerNorm(cfg.n_embd, eps=LN_EPS)
 
-    def forward(self, tokens, targets=None):
-        """tokens, targets: (B, T) int64. Returns (logits (B, T, V), mean loss or None)."""
+    def forward(self, tokens, targets=None, attend=causal_attention):
+        """tokens, targets: (B, T) int64. Returns (logits (B, T, V), mean loss or None).
+
+        `attend` replaces the attention kernel (the benchmark times a fused one); the reference
+        always uses causal_attention.
+        """
         B, T = tokens.shape
         if T > self.cfg.context_length:
             raise ValueError(f"sequence of {T} exceeds context_length {self.cfg.context_length}")
         pos = torch.arange(T, device=tokens.device)
         x = self.wte(tokens) + self.wpe(pos)  # (B, T, C)
         for block in self.blk:
-            x = block(x)
+            x = block(x, attend)
         logits = self.lnf(x) @ self.wte.weight.t()  # (B, T, V)
         if targets is None:
             return logits, None

@@ -1,0 +1,159 @@
+#!/usr/bin/python3
+"""Computes PyTorch's answers for a parity fixture written by Strata's C++ test.
+
+usage: torch_parity.py INPUT OUTPUT
+
+INPUT (safetensors) holds the config and hyperparameters as string metadata, every GPT-2
+parameter (F32, Strata's names), `tokens` (I32, (steps, B, T+1)), `adamw.param0` (F32, (n,)) and
+`adamw.grads` (F32, (K, n)). OUTPUT holds everything in INPUT, metadata "generator", and:
+  expected.logits (B, T, V), expected.loss (1,)  step-0 batch, initial weights
+  expected.grad.<param>                          gradient of that loss (before clipping)
+  expected.losses (steps,)                       loss at step k on batch k after k AdamW steps
+  expected.adamw.params (K, n)                   a lone tensor after each of K AdamW steps
+Exits non-zero with a one-line message on any problem.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt2 as tg  # noqa: E402
+
+INT_KEYS = ["n_layer", "n_head", "n_embd", "vocab_size", "context_length", "B", "T", "steps",
+            "warmup_steps"]
+FLOAT_KEYS = ["lr", "min_lr_ratio", "weight_decay", "beta1", "beta2", "eps", "grad_clip",
+              "adamw_lr", "adamw_wd", "adamw_beta1", "adamw_beta2", "adamw_eps"]
+
+
+def parse_metadata(meta):
+    """String metadata -> dict of ints and floats; every key is required."""
+    out = {}
+    for key in INT_KEYS + FLOAT_KEYS:
+        if key not in meta:
+            raise ValueError(f"metadata '{key}' missing")
+        try:
+            value = float(meta[key])
+        except ValueError:
+            raise ValueError(f"metadata '{key}' = {meta[key]!r} is not a number") from None
+        if key in INT_KEYS:
+            if not value.is_integer():
+                raise ValueError(f"metadata '{key}' = {meta[key]!r} is not an integer")
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def shape_of(tensors, name):
+    if name not in tensors:
+        raise ValueError(f"tensor '{name}' missing")
+    return tuple(tensors[name].shape)
+
+
+def tensor(tensors, name, dtype, shape):
+    """The tensor `name` as torch, checked to have `dtype` and `shape`."""
+    shape_of(tensors, name)
+    t = tg.to_torch(tensors[name])
+    if t.dtype != dtype or tuple(t.shape) != tuple(shape):
+        raise ValueError(f"tensor '{name}' is {t.dtype} {tuple(t.shape)}, "
+                         f"expected {dtype} {tuple(shape)}")
+    return t
+
+
+def reference_step0(model, inputs, targets):
+    """Logits, loss and every parameter gradient for one batch with the current weights."""
+    model.zero_grad(set_to_none=True)
+    logits, loss = model(inputs, targets)
+    loss.backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return logits.detach(), loss.detach().reshape(1), grads
+
+
+def train_losses(model, tokens, T, h):
+    """Loss at each step k on batch k, with the weights after k optimizer steps."""
+    opt = tg.make_adamw(model, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"],
+                        weight_decay=h["weight_decay"])
+    losses = []
+    for k in range(h["steps"]):
+        lr = tg.lr_at(k, h["lr"], h["warmup_steps"], h["steps"], h["min_lr_ratio"])
+        batch = tokens[k].long()
+        losses.append(tg.train_step(model, opt, batch[:, :T], batch[:, 1:], lr, h["grad_clip"]))
+    return torch.tensor(losses, dtype=torch.float32)
+
+
+def adamw_trajectory(param0, grads, h):
+    """A single tensor stepped by AdamW with the given gradients; row k = value after step k."""
+    p = torch.nn.Parameter(param0.clone())
+    opt = torch.optim.AdamW([p], lr=h["adamw_lr"], betas=(h["adamw_beta1"], h["adamw_beta2"]),
+                            eps=h["adamw_eps"], weight_decay=h["adamw_wd"], foreach=False)
+    rows = []
+    for k in range(grads.shape[0]):
+        p.grad = grads[k].clone()
+        opt.step()
+        rows.append(p.detach().clone())
+    return torch.stack(rows)
+
+
+def run(input_path, output_path):
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(2)
+    raw, meta = tg.read_safetensors(input_path)
+    h = parse_metadata(meta)
+    cfg = tg.GPT2Config(vocab_size=h["vocab_size"], context_length=h["context_length"],
+                        n_layer=h["n_layer"], n_head=h["n_head"], n_embd=h["n_embd"])
+    B, T, steps = h["B"], h["T"], h["steps"]
+    if B < 1 or steps < 1 or not 1 <= T <= cfg.context_length:
+        raise ValueError(f"bad B={B}, T={T} or steps={steps} (context_length "
+                         f"{cfg.context_length})")
+
+    model = tg.GPT2(cfg)
+    params = {name: tensor(raw, name, torch.float32, shape)
+              for name, shape in tg.param_shapes(cfg)}
+    tg.load_params(model, params)
+    tokens = tensor(raw, "tokens", torch.int32, (steps, B, T + 1))
+    if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
+        raise ValueError(f"tokens outside [0, {cfg.vocab_size})")
+    p_shape = shape_of(raw, "adamw.param0")
+    if len(p_shape) != 1:
+        raise ValueError(f"tensor 'adamw.param0' has shape {p_shape}, expected (n,)")
+    n = p_shape[0]
+    param0 = tensor(raw, "adamw.param0", torch.float32, (n,))
+    K = (shape_of(raw, "adamw.grads") or (0,))[0]
+    adam_grads = tensor(raw, "adamw.grads", torch.float32, (K, n))
+
+    batch0 = tokens[0].long()
+    logits, loss, grads = reference_step0(model, batch0[:, :T], batch0[:, 1:])
+    losses = train_losses(model, tokens, T, h)
+    adam_params = adamw_trajectory(param0, adam_grads, h)
+
+    out = dict(raw)  # the input, byte for byte, so OUTPUT alone is a complete fixture
+    out["expected.logits"] = logits
+    out["expected.loss"] = loss
+    for name, _ in tg.param_shapes(cfg):
+        out[f"expected.grad.{name}"] = grads[name]
+    out["expected.losses"] = losses
+    out["expected.adamw.params"] = adam_params
+    meta = dict(meta)
+    meta["generator"] = f"torch {torch.__version__}"
+    tg.write_safetensors(output_path, out, meta)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="PyTorch answers for a Strata parity fixture")
+    ap.add_argument("input", help="safetensors written by the C++ test")
+    ap.add_argument("output", help="safetensors to write: the input plus expected.*")
+    args = ap.parse_args()
+    try:
+        run(args.input, args.output)
+    except Exception as e:  # noqa: BLE001  one line for the calling test, whatever went wrong
+        msg = str(e).splitlines()[0] if str(e) else ""
+        print(f"torch_parity: {args.input}: {type(e).__name__}: {msg}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
