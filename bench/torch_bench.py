@@ -87,6 +87,7 @@ def bench_block(reps, T=1024):
             median, stats = time_runs(run, reps)
             row[f"{name}_median_s"] = median
             row[f"{name}_cpu_s"] = statistics.median(stats["cpu_s"])
+            row[f"{name}_times_s"] = rounded(stats["times_s"], 4)
             print(f"block B={B} {name:8s} median {median:.3f} s  {B * T / median:6.0f} tok/s  "
                   f"wall {rounded(stats['times_s'])}  cpu {rounded(stats['cpu_s'], 2)}  "
                   f"faults {stats['page_faults']}", flush=True)
