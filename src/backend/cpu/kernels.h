@@ -5,19 +5,32 @@
 //                     Note [Backward accumulates]).
 //
 // Note [Deterministic reductions]
-// A reduction over rows (layernorm dweight/dbias, bias_backward, embedding dwpe, sum_squares)
-// is split into fixed-size chunks whose size does not depend on the thread count; each chunk's
-// partial is computed in row order, and partials are combined in chunk order by one thread.
-// The result is therefore bit-identical for any OMP_NUM_THREADS. No atomics.
-// Where the reduced rows are short (bias_backward, embedding_backward) the kernel instead gives
-// each thread a fixed range of columns and walks all rows in order; every output element is
-// then summed in row order, which is just as independent of the thread count.
+// A reduction over rows (layernorm dweight/dbias, bias_backward, sum_squares) is split into
+// fixed-size chunks whose size does not depend on the thread count; each chunk's partial is
+// computed in row order, and partials are combined in chunk order by one thread. The result is
+// therefore bit-identical for any OMP_NUM_THREADS. No atomics.
+//
+// embedding_backward, which scatters rows by token, instead gives each task a fixed block of
+// columns and walks all tokens in order; every output element is then summed in token order,
+// which is just as independent of the thread count.
+//
+// sgemm is the exception: OpenBLAS splits the output between its own threads, and elements at
+// the seams go through different micro-kernels, so its bits depend on OpenBLAS's thread count
+// (OPENBLAS_NUM_THREADS or openblas_set_num_threads; measured with 0.3.21), not on OpenMP's.
+// Runs are reproducible as long as that count stays the same.
 //
 // Note [Fast kernels and the sgemm thread pool]
 // OpenBLAS (pthread build) runs its own worker threads. The fast kernels call cblas_sgemm only
-// from outside OpenMP parallel regions, so the two pools take turns rather than compete.
+// from outside OpenMP parallel regions, so the two pools take turns rather than compete. On a
+// machine with as many cores as threads, each turn can still cost up to milliseconds while the
+// pool just left spins before sleeping: run with OMP_WAIT_POLICY=passive, and keep the number
+// of switches small (Note [Attention in phases] in kernels_attention.cpp).
+//
+// Kernels run on whichever thread calls them (the CPU device's stream workers): that thread's
+// OpenMP settings apply, and it gets its own OpenMP team.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -65,9 +78,9 @@ void layernorm_backward(float* dinp,          // (N,C) +=
 void gelu_forward(float* out,        // (n)
                   const float* inp,  // (n)
                   int64_t n);
-void gelu_backward(float* dinp,       // (n) +=
-                   const float* inp,  // (n)  the forward's input
-                   const float* dout, // (n)
+void gelu_backward(float* dinp,        // (n) +=
+                   const float* inp,   // (n)  the forward's input
+                   const float* dout,  // (n)
                    int64_t n);
 void add(float* out,      // (n) = a + b; may alias a or b
          const float* a,  // (n)
@@ -91,11 +104,11 @@ void attention_forward(float* out,        // (B,T,C)   head h in columns h*hs..(
                        float* att,        // (B,NH,T,T) softmax probabilities, 0 above diagonal
                        const float* qkv,  // (B,T,3C)  q | k | v per token
                        int64_t B, int64_t T, int64_t C, int64_t NH);
-void attention_backward(float* dqkv,       // (B,T,3C) +=
-                        float* scratch,    // (B,NH,T,T) overwritten
-                        const float* dout, // (B,T,C)
-                        const float* qkv,  // (B,T,3C)
-                        const float* att,  // (B,NH,T,T) from attention_forward
+void attention_backward(float* dqkv,        // (B,T,3C) +=
+                        float* scratch,     // (B,NH,T,T) overwritten
+                        const float* dout,  // (B,T,C)
+                        const float* qkv,   // (B,T,3C)
+                        const float* att,   // (B,NH,T,T) from attention_forward
                         int64_t B, int64_t T, int64_t C, int64_t NH);
 
 // kernels_loss.cpp
@@ -111,10 +124,10 @@ void softmax_cross_entropy_backward(float* dlogits,          // (N,V) +=
                                     int64_t N, int64_t V);
 
 // kernels_embedding.cpp
-void embedding_forward(float* out,           // (B,T,C)
+void embedding_forward(float* out,             // (B,T,C)
                        const int32_t* tokens,  // (B,T)  in [0, V)
-                       const float* wte,     // (V,C)
-                       const float* wpe,     // (maxT,C), maxT >= T
+                       const float* wte,       // (V,C)
+                       const float* wpe,       // (maxT,C), maxT >= T
                        int64_t B, int64_t T, int64_t C);
 void embedding_backward(float* dwte,            // (V,C) +=
                         float* dwpe,            // (maxT,C) +=
@@ -128,11 +141,11 @@ namespace ref {
 void matmul(float* out, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
             int64_t K, bool trans_a, bool trans_b, bool accumulate);
 void bias_backward(float* dbias, const float* dout, int64_t M, int64_t N);
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int64_t C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C);
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
@@ -156,6 +169,11 @@ void sum_squares(double* out, const float* x, int64_t n);
 
 // ---- helpers shared by the fast kernels -------------------------------------------------------
 
+// Below this many elements of work a fast kernel runs on the calling thread only (OpenMP `if`
+// clause): waking the team costs microseconds, and far more when the cores are oversubscribed.
+// Results do not depend on it (Note [Deterministic reductions]).
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+
 // exp(x) within ~2 ulp, written with plain float arithmetic so that GCC vectorizes loops that
 // call it (glibc's expf has no vector variant without -ffast-math, and the softmaxes and GELU
 // would otherwise spend most of their time in it). Range reduction x = n*ln2 + r, |r| <= ln2/2,
@@ -167,11 +185,13 @@ inline float exp_fast(float x) {
   constexpr float kLn2Hi = 0.693145751953125f;  // ln2 split so that n*kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-6f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const bool underflow = x < -87.0f;
-  x = x > 88.0f ? 88.0f : x;
-  x = x < -87.0f ? -87.0f : x;
-  const float n = (x * kLog2e + kRound) - kRound;
-  float r = std::fma(n, -kLn2Hi, x);
+  // Written so that GCC's if-conversion succeeds under the default -ftrapping-math, or the
+  // caller's loop is not vectorized: selects and min/max only, and no plain multiply right after
+  // the clamp (GCC duplicates it into the clamp's branches; the fma keeps it whole).
+  const float xc = std::min(std::max(x, -87.0f), 88.0f);
+  const float t = std::fma(xc, kLog2e, kRound);  // kRound + round(xc * log2e)
+  const float n = t - kRound;
+  float r = std::fma(n, -kLn2Hi, xc);
   r = std::fma(n, -kLn2Lo, r);
   float p = 1.0f / 5040.0f;
   p = std::fma(p, r, 1.0f / 720.0f);
@@ -181,8 +201,11 @@ inline float exp_fast(float x) {
   p = std::fma(p, r, 0.5f);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return underflow ? 0.0f : p * scale;
+  // 2^n from exponent bits (n sits in the low mantissa bits of t); a zero scale flushes the
+  // result to 0 below the clamp.
+  const int32_t n_int = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const int32_t scale_bits = x < -87.0f ? 0 : (n_int + 127) << 23;
+  return p * std::bit_cast<float>(scale_bits);
 }
 
 }  // namespace strata::cpu

@@ -18,7 +18,7 @@ constexpr int64_t kSumChunk = 65536;
 //   gelu'(x) = sig + x * 2 sig (1 - sig) du/dx,  with 1 - sig = e * sig computed without
 //              the cancellation of 1 - sig when sig is close to 1.
 void gelu_forward(float* out, const float* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) {
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
@@ -27,7 +27,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) {
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
@@ -40,23 +40,23 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
 }
 
 void add(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 // y + alpha * x rounded twice, exactly as the reference (no fused multiply-add).
 void scaled_add(float* y, const float* x, float alpha, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(inp[i]);
 }
 
 void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(inp[i]);
 }
 
@@ -64,7 +64,7 @@ void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n) {
 void sum_squares(double* out, const float* x, int64_t n) {
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
   std::unique_ptr<double[]> partials(new double[std::max<int64_t>(chunks, 1)]);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; chunk++) {
     const float* p = x + chunk * kSumChunk;
     const int64_t len = std::min(kSumChunk, n - chunk * kSumChunk);

@@ -13,7 +13,7 @@ constexpr int64_t kColumnBlock = 64;
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                        int64_t B, int64_t T, int64_t C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; bt++) {
     const float* e = wte + static_cast<int64_t>(tokens[bt]) * C;
     const float* p = wpe + (bt % T) * C;
@@ -28,7 +28,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t B, int64_t T, int64_t C) {
   const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; blk++) {
     const int64_t c0 = blk * kColumnBlock;
     const int64_t c1 = std::min(C, c0 + kColumnBlock);

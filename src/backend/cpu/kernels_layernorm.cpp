@@ -14,6 +14,8 @@ namespace {
 // enough that (B*T)/kRowChunk chunks keep both threads busy, large enough that the partials
 // (2*C floats per chunk) stay a small fraction of the traffic.
 constexpr int64_t kRowChunk = 32;
+// Columns per task when the partials are combined.
+constexpr int64_t kColumnBlock = 256;
 
 // sum of x[0..n); `omp simd reduction` lets the compiler keep one partial sum per vector lane.
 // The lane count is fixed at compile time, so the result is reproducible.
@@ -26,9 +28,9 @@ inline float row_sum(const float* x, int64_t n) {
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static)
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t i = 0; i < N; i++) {
     const float* x = inp + i * C;
     float* y = out + i * C;
@@ -48,13 +50,13 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 // One pass over the rows: each chunk of kRowChunk rows updates its dinp rows and writes its own
 // dweight/dbias partials; afterwards every column adds the partials in chunk order.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   // partials: (chunks, 2, C), dweight then dbias per chunk; each chunk initializes its own.
   std::unique_ptr<float[]> partials(new float[chunks * 2 * C]);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; chunk++) {
     float* pw = partials.get() + chunk * 2 * C;  // (C)
     float* pb = pw + C;                          // (C)
@@ -77,6 +79,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
       dnorm_mean /= static_cast<float>(C);
       dnorm_norm_mean /= static_cast<float>(C);
+      // `omp simd`: with three output streams GCC would otherwise give up on the run-time
+      // aliasing checks and leave the loop scalar.
+#pragma omp simd
       for (int64_t c = 0; c < C; c++) {
         const float norm = (x[c] - m) * s;
         const float dnorm = weight[c] * dy[c];
@@ -86,16 +91,19 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
     }
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; c++) {
-    float sw = 0.0f;
-    float sb = 0.0f;
-    for (int64_t chunk = 0; chunk < chunks; chunk++) {
-      sw += partials[chunk * 2 * C + c];
-      sb += partials[chunk * 2 * C + C + c];
+  // Sum the partials into chunk 0's, in chunk order, with columns split between threads.
+  float* total = partials.get();  // (2, C)
+#pragma omp parallel for schedule(static) if (chunks * C >= kMinParallelWork)
+  for (int64_t c0 = 0; c0 < 2 * C; c0 += kColumnBlock) {
+    const int64_t c1 = std::min(2 * C, c0 + kColumnBlock);
+    for (int64_t chunk = 1; chunk < chunks; chunk++) {
+      const float* p = partials.get() + chunk * 2 * C;
+      for (int64_t c = c0; c < c1; c++) total[c] += p[c];
     }
-    dweight[c] += sw;
-    dbias[c] += sb;
+  }
+  for (int64_t c = 0; c < C; c++) {
+    dweight[c] += total[c];
+    dbias[c] += total[C + c];
   }
 }
 

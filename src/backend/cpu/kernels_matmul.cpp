@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
@@ -11,8 +12,10 @@
 namespace strata::cpu {
 
 namespace {
-// Columns per task in bias_backward: 64 floats is one 256-byte run of a row per task and row.
-constexpr int64_t kBiasColumnBlock = 64;
+// bias_backward: rows per partial sum (Note [Deterministic reductions]), and columns per task
+// when the partials are combined.
+constexpr int64_t kBiasRowChunk = 64;
+constexpr int64_t kBiasColumnBlock = 256;
 }  // namespace
 
 void matmul(float* out, const float* a, const float* b, const float* bias, int64_t M, int64_t N,
@@ -24,7 +27,7 @@ void matmul(float* out, const float* a, const float* b, const float* bias, int64
   // add the product on top with beta = 1; that costs one pass over out and no extra buffer.
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M * N >= kMinParallelWork)
     for (int64_t i = 0; i < M; i++) {
       float* row = out + i * N;
       if (accumulate) {
@@ -44,17 +47,33 @@ void matmul(float* out, const float* a, const float* b, const float* bias, int64
               out, static_cast<int>(N));
 }
 
-// Each task owns a block of columns and adds the rows into it in row order, so every dbias[j]
-// is summed in the same order for any thread count (Note [Deterministic reductions]).
+// Row chunks in parallel, each summed in row order into its own partial, then the partials
+// added into dbias in chunk order (Note [Deterministic reductions]). Chunks stream through
+// contiguous rows; giving each thread a block of columns instead reads only a short run of every
+// row, which measured 4x slower at M = 4096, N = 3072.
 void bias_backward(float* dbias, const float* dout, int64_t M, int64_t N) {
+  if (M == 0 || N == 0) return;
+  const int64_t chunks = (M + kBiasRowChunk - 1) / kBiasRowChunk;
+  std::unique_ptr<float[]> partials(new float[chunks * N]);  // (chunks, N)
+#pragma omp parallel for schedule(static) if (M * N >= kMinParallelWork)
+  for (int64_t chunk = 0; chunk < chunks; chunk++) {
+    float* p = partials.get() + chunk * N;
+    const int64_t i0 = chunk * kBiasRowChunk;
+    const int64_t i1 = std::min(M, i0 + kBiasRowChunk);
+    std::copy(dout + i0 * N, dout + (i0 + 1) * N, p);
+    for (int64_t i = i0 + 1; i < i1; i++) {
+      const float* row = dout + i * N;
+      for (int64_t j = 0; j < N; j++) p[j] += row[j];
+    }
+  }
   const int64_t blocks = (N + kBiasColumnBlock - 1) / kBiasColumnBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks * N >= kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; blk++) {
     const int64_t j0 = blk * kBiasColumnBlock;
     const int64_t j1 = std::min(N, j0 + kBiasColumnBlock);
-    for (int64_t i = 0; i < M; i++) {
-      const float* row = dout + i * N;
-      for (int64_t j = j0; j < j1; j++) dbias[j] += row[j];
+    for (int64_t chunk = 0; chunk < chunks; chunk++) {
+      const float* p = partials.get() + chunk * N;
+      for (int64_t j = j0; j < j1; j++) dbias[j] += p[j];
     }
   }
 }

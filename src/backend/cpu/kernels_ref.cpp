@@ -1,8 +1,8 @@
 // Reference CPU kernels: the specification. Naive, single-threaded loops in the most direct
 // form of each formula; speed is not a goal. The fast kernels are tested against these, and
 // these are tested against finite differences (tests/test_kernels_grad.cpp).
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
@@ -35,8 +35,8 @@ void bias_backward(float* dbias, const float* dout, int64_t M, int64_t N) {
 
 // ---- layernorm ----------------------------------------------------------------------------------
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int64_t C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C) {
   for (int64_t i = 0; i < N; i++) {
     const float* x = inp + i * C;
     float m = 0.0f;
@@ -56,8 +56,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 //   dnorm = dout * w
 //   dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C) {
   for (int64_t i = 0; i < N; i++) {
     const float* x = inp + i * C;
     const float* dy = dout + i * C;
@@ -81,7 +81,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
-// ---- GELU (tanh approximation, as PyTorch gelu(approximate='tanh')) ------------------------------
+// ---- GELU (tanh approximation, as PyTorch gelu(approximate='tanh')) ---------------------------
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
@@ -199,7 +199,8 @@ void softmax_cross_entropy_forward(float* losses, float* probs, const float* log
     for (int64_t v = 0; v < V; v++) max = std::max(max, static_cast<double>(x[v]));
     double sum = 0.0;
     for (int64_t v = 0; v < V; v++) sum += std::exp(x[v] - max);
-    for (int64_t v = 0; v < V; v++) probs[i * V + v] = static_cast<float>(std::exp(x[v] - max) / sum);
+    for (int64_t v = 0; v < V; v++)
+      probs[i * V + v] = static_cast<float>(std::exp(x[v] - max) / sum);
     // -log(softmax[target]) = log(sum) - (x[target] - max), without rounding the probability.
     losses[i] = static_cast<float>(std::log(sum) - (x[targets[i]] - max));
   }
