@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config   # toolchain
   libgtest-dev googletest                        # tests
-  libopenblas-dev                                # sgemm for the CPU backend
+  libopenblas-openmp-dev                         # sgemm, sharing our OpenMP threads
   nlohmann-json3-dev                             # config and metadata
   python3 python3-torch python3-numpy            # the PyTorch parity reference and benchmarks
   clang-format                                   # style

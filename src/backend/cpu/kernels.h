@@ -14,17 +14,15 @@
 // columns and walks all tokens in order; every output element is then summed in token order,
 // which is just as independent of the thread count.
 //
-// sgemm is the exception: OpenBLAS splits the output between its own threads, and elements at
-// the seams go through different micro-kernels, so its bits depend on OpenBLAS's thread count
-// (OPENBLAS_NUM_THREADS or openblas_set_num_threads; measured with 0.3.21), not on OpenMP's.
-// Runs are reproducible as long as that count stays the same.
+// sgemm is the exception: OpenBLAS splits the output between threads, and elements at the seams
+// go through different micro-kernels, so its bits depend on the number of threads it uses
+// (measured with 0.3.21). Runs that must agree bit for bit use the same OMP_NUM_THREADS.
 //
 // Note [Fast kernels and the sgemm thread pool]
-// OpenBLAS (pthread build) runs its own worker threads. The fast kernels call cblas_sgemm only
-// from outside OpenMP parallel regions, so the two pools take turns rather than compete. On a
-// machine with as many cores as threads, each turn can still cost up to milliseconds while the
-// pool just left spins before sleeping: run with OMP_WAIT_POLICY=passive, and keep the number
-// of switches small (Note [Attention in phases] in kernels_attention.cpp).
+// We link OpenBLAS's OpenMP build (Note [OpenBLAS on OpenMP] in CMakeLists.txt), so sgemm and
+// the OpenMP kernels use one thread team. The fast kernels still call cblas_sgemm only from
+// outside OpenMP parallel regions (no nested parallelism), and keep the number of switches small
+// (Note [Attention in phases] in kernels_attention.cpp).
 //
 // Kernels run on whichever thread calls them (the CPU device's stream workers): that thread's
 // OpenMP settings apply, and it gets its own OpenMP team.

@@ -1,0 +1,157 @@
+// The CPU device behind the Device interface: stream order, events across streams, real
+// concurrency between streams, the device-memory budget, and ops through streams giving the
+// same bits as the kernels called directly.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Spins until `flag` is set or `limit` passes; returns whether it was set.
+bool wait_for_flag(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST(CpuDevice, StreamRunsTasksInOrder) {
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("s");
+  std::vector<int> order;
+  for (int i = 0; i < 100; i++) dev->launch_host_func(*s, [&order, i] { order.push_back(i); });
+  s->synchronize();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; i++) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+}
+
+TEST(CpuDevice, StreamsRunConcurrently) {
+  // Stream a's task can only finish once stream b's task has run. Were the two streams
+  // serialised on one thread, a's task would time out.
+  auto dev = create_cpu_device();
+  auto a = dev->create_stream("a");
+  auto b = dev->create_stream("b");
+  std::atomic<bool> released{false}, a_saw_release{false};
+  dev->launch_host_func(*a, [&] { a_saw_release = wait_for_flag(released, 5000ms); });
+  dev->launch_host_func(*b, [&] { released = true; });
+  a->synchronize();
+  b->synchronize();
+  EXPECT_TRUE(a_saw_release.load());
+}
+
+TEST(CpuDevice, EventOrdersWorkAcrossStreams) {
+  auto dev = create_cpu_device();
+  auto producer = dev->create_stream("producer");
+  auto consumer = dev->create_stream("consumer");
+  auto ready = dev->create_event();
+  std::atomic<bool> go{false};
+  std::vector<float> src(1 << 16, 0.0f), dst(1 << 16, -1.0f);
+  // The producer is held until the test releases it, so the consumer truly has to wait.
+  dev->launch_host_func(*producer, [&] { wait_for_flag(go, 5000ms); });
+  dev->launch_host_func(*producer, [&] { std::fill(src.begin(), src.end(), 7.0f); });
+  ready->record(*producer);
+  ready->wait(*consumer);
+  dev->copy(*consumer, dst.data(), src.data(), static_cast<int64_t>(src.size() * 4));
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ready->query()) << "event completed before the producer ran";
+  go = true;
+  consumer->synchronize();
+  EXPECT_TRUE(ready->query());
+  for (float x : dst) ASSERT_EQ(x, 7.0f);
+}
+
+TEST(CpuDevice, UnrecordedEventIsComplete) {
+  auto dev = create_cpu_device();
+  auto e = dev->create_event();
+  EXPECT_TRUE(e->query());
+  e->synchronize();  // must not block
+}
+
+TEST(CpuDevice, EventWaitKeepsTheGenerationItWasGiven) {
+  // wait() captures the record() current at its call; a later re-record must not make the
+  // waiting stream wait for the newer work.
+  auto dev = create_cpu_device();
+  auto a = dev->create_stream("a");
+  auto b = dev->create_stream("b");
+  auto e = dev->create_event();
+  e->record(*a);
+  e->wait(*b);
+  std::atomic<bool> go{false};
+  dev->launch_host_func(*a, [&] { wait_for_flag(go, 5000ms); });
+  e->record(*a);  // generation 2, blocked behind `go`
+  std::atomic<bool> b_ran{false};
+  dev->launch_host_func(*b, [&] { b_ran = true; });
+  EXPECT_TRUE(wait_for_flag(b_ran, 5000ms)) << "stream b waited for a later record";
+  go = true;
+  a->synchronize();
+  b->synchronize();
+}
+
+TEST(CpuDevice, BudgetRefusesWithTheNumbersAndTracksPeak) {
+  CpuDeviceOptions o;
+  o.device_budget_bytes = 1 << 20;
+  auto dev = create_cpu_device(o);
+  auto first = dev->alloc(600 << 10);
+  ASSERT_TRUE(first.ok());
+  auto second = dev->alloc(600 << 10);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::out_of_memory);
+  EXPECT_NE(second.status().message().find("device budget"), std::string::npos)
+      << second.status().message();
+  EXPECT_EQ(dev->memory_stats().device_in_use, 600 << 10);
+  first.value().reset();
+  EXPECT_EQ(dev->memory_stats().device_in_use, 0);
+  EXPECT_EQ(dev->memory_stats().device_peak, 600 << 10);
+  // Host buffers are not charged to the device budget.
+  auto host = dev->alloc_host(4 << 20);
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(host.value().data()) % 4096, 0u);
+  EXPECT_EQ(dev->memory_stats().host_in_use, 4 << 20);
+}
+
+TEST(CpuDevice, OpsThroughStreamsMatchDirectKernelCalls) {
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("compute");
+  const int64_t B = 2, T = 33, C = 48, NH = 4, BT = B * T;
+  const auto qkv = test::random_floats(BT * 3 * C, 1);
+  const auto w = test::random_floats(C * 3 * C, 2);
+  const auto bias = test::random_floats(3 * C, 3);
+  const auto x = test::random_floats(BT * C, 4);
+  const auto ln_w = test::random_floats(C, 5, 0.5f, 1.5f);
+
+  std::vector<float> out_dev(BT * C), att_dev(B * NH * T * T), mm_dev(BT * 3 * C);
+  std::vector<float> ln_dev(BT * C), mean_dev(BT), rstd_dev(BT);
+  dev->attention_forward(*s, out_dev.data(), att_dev.data(), qkv.data(), B, T, C, NH);
+  dev->matmul(*s, mm_dev.data(), x.data(), w.data(), bias.data(), BT, 3 * C, C, false, true,
+              false);
+  dev->layernorm_forward(*s, ln_dev.data(), mean_dev.data(), rstd_dev.data(), x.data(),
+                         ln_w.data(), bias.data(), BT, C);
+  s->synchronize();
+
+  std::vector<float> out(BT * C), att(B * NH * T * T), mm(BT * 3 * C), ln(BT * C), mean(BT),
+      rstd(BT);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::matmul(mm.data(), x.data(), w.data(), bias.data(), BT, 3 * C, C, false, true, false);
+  cpu::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), ln_w.data(), bias.data(),
+                         BT, C);
+  EXPECT_EQ(std::memcmp(out.data(), out_dev.data(), out.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(att.data(), att_dev.data(), att.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(mm.data(), mm_dev.data(), mm.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(ln.data(), ln_dev.data(), ln.size() * 4), 0);
+}
+
+}  // namespace
+}  // namespace strata
