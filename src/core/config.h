@@ -37,7 +37,7 @@ struct OptimConfig {
   float eps = 1e-8f;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // max global gradient norm; 0 turns clipping off
-  int64_t warmup_steps = 20;
+  int64_t warmup_steps = 40;
 };
 
 struct TrainConfig {
@@ -46,7 +46,7 @@ struct TrainConfig {
   int64_t batch_size = 8;  // B, sequences per micro-batch
   int64_t seq_len = 128;   // T, at most model.context_length
   int64_t grad_accum = 1;  // micro-batches per optimizer step
-  int64_t steps = 300;     // optimizer steps
+  int64_t steps = 800;     // optimizer steps (the embedded default trains ~1 minute on 2 cores)
   int64_t seed = 1337;
   int64_t log_every = 10;
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
