@@ -52,10 +52,10 @@ nlohmann::json bench_block(int reps) {
     Buffer grads = dev->alloc(layout.total_elems * 4).value();
     Buffer acts = dev->alloc(block_acts_floats(d) * 4).value();
     Buffer scratch = dev->alloc(block_grad_scratch_floats(d) * 4).value();
-    Buffer x = dev->alloc(B * T * C * 4).value();     // (B, T, C) block input
-    Buffer y = dev->alloc(B * T * C * 4).value();     // (B, T, C) block output
-    Buffer dy = dev->alloc(B * T * C * 4).value();    // (B, T, C) output gradient
-    Buffer dx = dev->alloc(B * T * C * 4).value();    // (B, T, C) input gradient
+    Buffer x = dev->alloc(B * T * C * 4).value();   // (B, T, C) block input
+    Buffer y = dev->alloc(B * T * C * 4).value();   // (B, T, C) block output
+    Buffer dy = dev->alloc(B * T * C * 4).value();  // (B, T, C) output gradient
+    Buffer dx = dev->alloc(B * T * C * 4).value();  // (B, T, C) input gradient
     init_gpt2_slab(layout, layout.block_slab(0), params.f32() + slab.offset, 1);
     fill_normal(x.f32(), B * T * C, 2, 1.0);
     fill_normal(dy.f32(), B * T * C, 3, 1e-3);

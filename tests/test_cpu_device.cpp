@@ -135,10 +135,9 @@ TEST(CpuDevice, OpsThroughStreamsMatchDirectKernelCalls) {
   std::vector<float> out_dev(BT * C), att_dev(B * NH * T * T), mm_dev(BT * 3 * C);
   std::vector<float> ln_dev(BT * C), mean_dev(BT), rstd_dev(BT);
   dev->attention_forward(*s, out_dev.data(), att_dev.data(), qkv.data(), B, T, C, NH);
-  dev->matmul(*s, mm_dev.data(), x.data(), w.data(), bias.data(), BT, 3 * C, C, false, true,
-              false);
-  dev->layernorm_forward(*s, ln_dev.data(), mean_dev.data(), rstd_dev.data(), x.data(),
-                         ln_w.data(), bias.data(), BT, C);
+  dev->matmul(*s, mm_dev.data(), x.data(), w.data(), bias.data(), BT, 3 * C, C, false, true, false);
+  dev->layernorm_forward(*s, ln_dev.data(), mean_dev.data(), rstd_dev.data(), x.data(), ln_w.data(),
+                         bias.data(), BT, C);
   s->synchronize();
 
   std::vector<float> out(BT * C), att(B * NH * T * T), mm(BT * 3 * C), ln(BT * C), mean(BT),

@@ -57,8 +57,7 @@ TEST(Layout, SlabsAreAlignedContiguousAndLayerMajor) {
     }
   }
   EXPECT_EQ(expect_offset, l.total_elems);
-  EXPECT_EQ(l.tensors[static_cast<size_t>(l.find("blk.1.attn_qkv.weight"))].shape,
-            (Shape{96, 32}));
+  EXPECT_EQ(l.tensors[static_cast<size_t>(l.find("blk.1.attn_qkv.weight"))].shape, (Shape{96, 32}));
   EXPECT_EQ(l.find("blk.2.ln1.weight"), -1);
 }
 
@@ -117,7 +116,8 @@ TEST(InMemoryTrainer, TwoRunsGiveIdenticalBits) {
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     for (int step = 0; step < 4; step++) {
       Batch b = random_batch(32, static_cast<uint64_t>(step), 64);
-      losses[static_cast<size_t>(run)].push_back(t.value()->train_step(b.in.data(), b.tgt.data()).loss);
+      losses[static_cast<size_t>(run)].push_back(
+          t.value()->train_step(b.in.data(), b.tgt.data()).loss);
     }
     std::vector<float> p(static_cast<size_t>(t.value()->layout().total_elems));
     t.value()->read_params(p.data());
@@ -159,7 +159,8 @@ TEST(InMemoryTrainer, NonFiniteGradientSkipsTheUpdate) {
   EXPECT_TRUE(st.skipped);
   std::vector<float> after(p.size());
   t.value()->read_params(after.data());
-  EXPECT_EQ(std::memcmp(p.data(), after.data(), p.size() * 4), 0) << "a skipped step changed params";
+  EXPECT_EQ(std::memcmp(p.data(), after.data(), p.size() * 4), 0)
+      << "a skipped step changed params";
 }
 
 TEST(InMemoryTrainer, FullBackwardAgreesWithFiniteDifferences) {

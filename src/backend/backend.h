@@ -123,17 +123,14 @@ class Device {
                       int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                       bool accumulate) = 0;
   // dbias (N) += sum over rows of dout (M,N)
-  virtual void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M,
-                             int64_t N) = 0;
+  virtual void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) = 0;
   // out (N,C), mean (N), rstd (N) <- inp (N,C), weight (C), bias (C); eps = 1e-5
-  virtual void layernorm_forward(Stream& s, float* out, float* mean, float* rstd,
-                                 const float* inp, const float* weight, const float* bias,
-                                 int64_t N, int64_t C) = 0;
+  virtual void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int64_t N, int64_t C) = 0;
   // dinp (N,C) +=, dweight (C) +=, dbias (C) +=
   virtual void layernorm_backward(Stream& s, float* dinp, float* dweight, float* dbias,
                                   const float* dout, const float* inp, const float* weight,
-                                  const float* mean, const float* rstd, int64_t N,
-                                  int64_t C) = 0;
+                                  const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
   // GELU, tanh approximation (GPT-2): out (n) <- inp (n); dinp (n) += gelu'(inp) * dout
   virtual void gelu_forward(Stream& s, float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout,
@@ -149,8 +146,8 @@ class Device {
                                   int64_t C, int64_t NH) = 0;
   // losses (N), probs (N,V) <- logits (N,V), targets (N)
   virtual void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs,
-                                             const float* logits, const int32_t* targets,
-                                             int64_t N, int64_t V) = 0;
+                                             const float* logits, const int32_t* targets, int64_t N,
+                                             int64_t V) = 0;
   // dlogits (N,V) += (probs - onehot(targets)) * dloss
   virtual void softmax_cross_entropy_backward(Stream& s, float* dlogits, const float* probs,
                                               const int32_t* targets, float dloss, int64_t N,

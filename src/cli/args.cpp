@@ -33,8 +33,8 @@ Result<ParsedArgs> parse_args(const std::vector<std::string>& args,
       if (s.name == name) spec = &s;
     }
     if (spec == nullptr) {
-      return invalid_argument("strata " + command + ": unknown flag --" + name +
-                              " (see strata " + command + " --help)");
+      return invalid_argument("strata " + command + ": unknown flag --" + name + " (see strata " +
+                              command + " --help)");
     }
     if (spec->takes_value && !inline_value) {
       if (i + 1 >= args.size()) {

@@ -11,9 +11,9 @@
 namespace strata::cli {
 
 struct FlagSpec {
-  std::string name;       // without the dashes: "config"
-  bool takes_value;       // --config FILE vs --quiet
-  bool repeatable;        // --set may appear many times
+  std::string name;  // without the dashes: "config"
+  bool takes_value;  // --config FILE vs --quiet
+  bool repeatable;   // --set may appear many times
 };
 
 struct ParsedArgs {

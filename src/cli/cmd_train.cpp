@@ -40,8 +40,8 @@ Result<TrainConfig> load_train_config(const ParsedArgs& a) {
 
 // The training tokens: either the generated corpus or a token file, kept alive here.
 struct TrainData {
-  std::vector<uint16_t> owned;     // embedded corpus
-  std::optional<TokenFile> file;   // mmapped token file
+  std::vector<uint16_t> owned;    // embedded corpus
+  std::optional<TokenFile> file;  // mmapped token file
   const uint16_t* tokens = nullptr;
   int64_t size = 0;
   std::string name;
@@ -72,10 +72,14 @@ Result<TrainData> load_train_data(const TrainConfig& cfg) {
 
 std::string human_count(double n) {
   char buf[32];
-  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
 }
 
@@ -97,8 +101,8 @@ int cmd_train(const std::vector<std::string>& args) {
 
   auto data = load_train_data(cfg);
   if (!data.ok()) return fail(data.status().message(), 2);
-  auto loader = DataLoader::create(data->tokens, data->size, cfg.batch_size, cfg.seq_len,
-                                   data->name);
+  auto loader =
+      DataLoader::create(data->tokens, data->size, cfg.batch_size, cfg.seq_len, data->name);
   if (!loader.ok()) return fail(loader.status().message(), 2);
 
   std::ofstream metrics;

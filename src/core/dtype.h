@@ -8,8 +8,12 @@ namespace strata {
 
 enum class DType : uint8_t { f32 = 0, bf16 = 1 };
 
-inline int64_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
-inline const char* dtype_name(DType t) { return t == DType::f32 ? "f32" : "bf16"; }
+inline int64_t dtype_size(DType t) {
+  return t == DType::f32 ? 4 : 2;
+}
+inline const char* dtype_name(DType t) {
+  return t == DType::f32 ? "f32" : "bf16";
+}
 
 using bf16_t = uint16_t;  // the upper 16 bits of an IEEE f32
 

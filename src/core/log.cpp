@@ -14,17 +14,25 @@ std::mutex g_log_mutex;  // one line at a time, whatever thread logs
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warn: return "warning";
-    case LogLevel::error: return "error";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warn:
+      return "warning";
+    case LogLevel::error:
+      return "error";
   }
   return "?";
 }
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
-LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+void set_log_level(LogLevel level) {
+  g_level = static_cast<int>(level);
+}
+LogLevel log_level() {
+  return static_cast<LogLevel>(g_level.load());
+}
 
 void log_message(LogLevel level, const std::string& message) {
   if (static_cast<int>(level) < g_level.load()) return;

@@ -12,9 +12,17 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 void log_message(LogLevel level, const std::string& message);
 
-inline void log_debug(const std::string& m) { log_message(LogLevel::debug, m); }
-inline void log_info(const std::string& m) { log_message(LogLevel::info, m); }
-inline void log_warn(const std::string& m) { log_message(LogLevel::warn, m); }
-inline void log_error(const std::string& m) { log_message(LogLevel::error, m); }
+inline void log_debug(const std::string& m) {
+  log_message(LogLevel::debug, m);
+}
+inline void log_info(const std::string& m) {
+  log_message(LogLevel::info, m);
+}
+inline void log_warn(const std::string& m) {
+  log_message(LogLevel::warn, m);
+}
+inline void log_error(const std::string& m) {
+  log_message(LogLevel::error, m);
+}
 
 }  // namespace strata

@@ -4,15 +4,24 @@ namespace strata {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::ok: return "ok";
-    case ErrorCode::invalid_argument: return "invalid_argument";
-    case ErrorCode::not_found: return "not_found";
-    case ErrorCode::bad_format: return "bad_format";
-    case ErrorCode::io_error: return "io_error";
-    case ErrorCode::out_of_memory: return "out_of_memory";
-    case ErrorCode::no_space: return "no_space";
-    case ErrorCode::unavailable: return "unavailable";
-    case ErrorCode::internal: return "internal";
+    case ErrorCode::ok:
+      return "ok";
+    case ErrorCode::invalid_argument:
+      return "invalid_argument";
+    case ErrorCode::not_found:
+      return "not_found";
+    case ErrorCode::bad_format:
+      return "bad_format";
+    case ErrorCode::io_error:
+      return "io_error";
+    case ErrorCode::out_of_memory:
+      return "out_of_memory";
+    case ErrorCode::no_space:
+      return "no_space";
+    case ErrorCode::unavailable:
+      return "unavailable";
+    case ErrorCode::internal:
+      return "internal";
   }
   return "unknown";
 }

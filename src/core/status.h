@@ -39,12 +39,24 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {ErrorCode::invalid_argument, std::move(m)}; }
-inline Status not_found(std::string m) { return {ErrorCode::not_found, std::move(m)}; }
-inline Status bad_format(std::string m) { return {ErrorCode::bad_format, std::move(m)}; }
-inline Status io_error(std::string m) { return {ErrorCode::io_error, std::move(m)}; }
-inline Status out_of_memory(std::string m) { return {ErrorCode::out_of_memory, std::move(m)}; }
-inline Status unavailable(std::string m) { return {ErrorCode::unavailable, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {ErrorCode::invalid_argument, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {ErrorCode::not_found, std::move(m)};
+}
+inline Status bad_format(std::string m) {
+  return {ErrorCode::bad_format, std::move(m)};
+}
+inline Status io_error(std::string m) {
+  return {ErrorCode::io_error, std::move(m)};
+}
+inline Status out_of_memory(std::string m) {
+  return {ErrorCode::out_of_memory, std::move(m)};
+}
+inline Status unavailable(std::string m) {
+  return {ErrorCode::unavailable, std::move(m)};
+}
 
 // Either a value or a non-ok Status.
 template <typename T>
@@ -71,17 +83,17 @@ class [[nodiscard]] Result {
 }  // namespace strata
 
 // Propagate a non-ok Status to the caller.
-#define STRATA_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::strata::Status strata_s_ = (expr);      \
-    if (!strata_s_.ok()) return strata_s_;    \
+#define STRATA_RETURN_IF_ERROR(expr)       \
+  do {                                     \
+    ::strata::Status strata_s_ = (expr);   \
+    if (!strata_s_.ok()) return strata_s_; \
   } while (0)
 
 #define STRATA_CONCAT_INNER(a, b) a##b
 #define STRATA_CONCAT(a, b) STRATA_CONCAT_INNER(a, b)
 // auto x = ...Result<T>...; or return its Status.
-#define STRATA_ASSIGN_OR_RETURN(lhs, expr)                                  \
-  auto STRATA_CONCAT(strata_r_, __LINE__) = (expr);                         \
-  if (!STRATA_CONCAT(strata_r_, __LINE__).ok())                             \
-    return STRATA_CONCAT(strata_r_, __LINE__).status();                     \
+#define STRATA_ASSIGN_OR_RETURN(lhs, expr)              \
+  auto STRATA_CONCAT(strata_r_, __LINE__) = (expr);     \
+  if (!STRATA_CONCAT(strata_r_, __LINE__).ok())         \
+    return STRATA_CONCAT(strata_r_, __LINE__).status(); \
   lhs = std::move(STRATA_CONCAT(strata_r_, __LINE__)).value()

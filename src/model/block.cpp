@@ -96,8 +96,8 @@ void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
 
   // out = res2 + fcproj: both see dout.
   dev.copy(s, g.dres2, dout, BT * C * f);
-  linear_backward(dev, s, g.dfch_gelu, gw.fcproj_w, gw.fcproj_b, dout, a.fch_gelu, w.fcproj_w,
-                  BT, 4 * C, C);
+  linear_backward(dev, s, g.dfch_gelu, gw.fcproj_w, gw.fcproj_b, dout, a.fch_gelu, w.fcproj_w, BT,
+                  4 * C, C);
   dev.gelu_backward(s, g.dfch, a.fch, g.dfch_gelu, BT * 4 * C);
   linear_backward(dev, s, g.dln, gw.fc_w, gw.fc_b, g.dfch, a.ln2, w.fc_w, BT, C, 4 * C);
   dev.layernorm_backward(s, g.dres2, gw.ln2_w, gw.ln2_b, g.dln, a.res2, w.ln2_w, a.ln2_mean,
@@ -109,8 +109,8 @@ void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
   dev.attention_backward(s, g.dqkv, g.datt, g.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
   dev.fill_zero(s, g.dln, BT * C * f);
   linear_backward(dev, s, g.dln, gw.qkv_w, gw.qkv_b, g.dqkv, a.ln1, w.qkv_w, BT, C, 3 * C);
-  dev.layernorm_backward(s, dinp, gw.ln1_w, gw.ln1_b, g.dln, inp, w.ln1_w, a.ln1_mean,
-                         a.ln1_rstd, BT, C);
+  dev.layernorm_backward(s, dinp, gw.ln1_w, gw.ln1_b, g.dln, inp, w.ln1_w, a.ln1_mean, a.ln1_rstd,
+                         BT, C);
 }
 
 }  // namespace strata

@@ -11,8 +11,8 @@ BlockDims dims_of(const ModelConfig& cfg, int64_t B, int64_t T) {
 int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T) {
   const BlockDims d = dims_of(cfg, B, T);
   const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
-  return (L + 1) * BT * C + L * block_acts_floats(d) + BT * C + 2 * BT + 2 * BT * V + BT +
-         BT * V + 3 * BT * C + block_grad_scratch_floats(d);
+  return (L + 1) * BT * C + L * block_acts_floats(d) + BT * C + 2 * BT + 2 * BT * V + BT + BT * V +
+         3 * BT * C + block_grad_scratch_floats(d);
 }
 
 GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
@@ -43,8 +43,8 @@ GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
   return a;
 }
 
-void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout,
-                 float* params, const int32_t* tokens, const int32_t* targets) {
+void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout, float* params,
+                 const int32_t* tokens, const int32_t* targets) {
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
   const BlockDims d = dims_of(cfg, B, T);
@@ -55,8 +55,8 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
   for (int64_t l = 0; l < cfg.n_layer; l++) {
     const float* inp = a.residual + l * BT * C;
     float* out = a.residual + (l + 1) * BT * C;
-    block_forward(dev, s, out, a.blocks[static_cast<size_t>(l)], inp,
-                  block_view(layout, params, l), d);
+    block_forward(dev, s, out, a.blocks[static_cast<size_t>(l)], inp, block_view(layout, params, l),
+                  d);
   }
   const float* x = a.residual + cfg.n_layer * BT * C;
   dev.layernorm_forward(s, a.lnf, a.lnf_mean, a.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);

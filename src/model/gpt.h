@@ -15,19 +15,19 @@ namespace strata {
 // Activations and backward scratch of one forward+backward over a (B, T) batch.
 struct GptActs {
   int64_t B = 0, T = 0;
-  float* residual = nullptr;     // (L+1, B, T, C) input of block l at l; model output at L
-  std::vector<BlockActs> blocks; // L
-  float* lnf = nullptr;          // (B, T, C)
-  float* lnf_mean = nullptr;     // (B, T)
-  float* lnf_rstd = nullptr;     // (B, T)
-  float* logits = nullptr;       // (B, T, V)
-  float* probs = nullptr;        // (B, T, V)
-  float* losses = nullptr;       // (B, T)
+  float* residual = nullptr;      // (L+1, B, T, C) input of block l at l; model output at L
+  std::vector<BlockActs> blocks;  // L
+  float* lnf = nullptr;           // (B, T, C)
+  float* lnf_mean = nullptr;      // (B, T)
+  float* lnf_rstd = nullptr;      // (B, T)
+  float* logits = nullptr;        // (B, T, V)
+  float* probs = nullptr;         // (B, T, V)
+  float* losses = nullptr;        // (B, T)
   // backward scratch
-  float* dlogits = nullptr;      // (B, T, V)
-  float* dlnf = nullptr;         // (B, T, C)
-  float* dres_a = nullptr;       // (B, T, C)  ping-pong gradients of block boundaries
-  float* dres_b = nullptr;       // (B, T, C)
+  float* dlogits = nullptr;  // (B, T, V)
+  float* dlnf = nullptr;     // (B, T, C)
+  float* dres_a = nullptr;   // (B, T, C)  ping-pong gradients of block boundaries
+  float* dres_b = nullptr;   // (B, T, C)
   BlockGradScratch scratch;
 };
 

@@ -10,7 +10,8 @@ namespace strata {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -29,7 +30,8 @@ void init_gpt2_slab(const ParamLayout& layout, int64_t slab_index, float* slab_p
       for (int64_t j = 0; j < n; j++) p[j] = 1.0f;
       continue;
     }
-    const bool residual = ends_with(t.name, "attn_proj.weight") || ends_with(t.name, "mlp_proj.weight");
+    const bool residual =
+        ends_with(t.name, "attn_proj.weight") || ends_with(t.name, "mlp_proj.weight");
     const double std = residual ? residual_std : 0.02;
     Rng rng(derive_seed(seed, static_cast<uint64_t>(i)));
     for (int64_t j = 0; j < n; j++) p[j] = static_cast<float>(std * rng.next_normal());

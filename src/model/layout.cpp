@@ -6,7 +6,9 @@ namespace strata {
 
 namespace {
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
 
 // Appends tensors to the layout as one slab.
 struct SlabBuilder {
@@ -96,7 +98,7 @@ BlockView block_view(const ParamLayout& layout, float* base, int64_t layer) {
   STRATA_CHECK(s.tensor_count == kBlockTensorCount);
   const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
   auto at = [&](BlockTensor k) { return base + t[k].offset; };
-  return BlockView{at(kLn1Weight),     at(kLn1Bias),      at(kAttnQkvWeight), at(kAttnQkvBias),
+  return BlockView{at(kLn1Weight),      at(kLn1Bias),      at(kAttnQkvWeight), at(kAttnQkvBias),
                    at(kAttnProjWeight), at(kAttnProjBias), at(kLn2Weight),     at(kLn2Bias),
                    at(kMlpFcWeight),    at(kMlpFcBias),    at(kMlpProjWeight), at(kMlpProjBias)};
 }

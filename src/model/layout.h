@@ -22,18 +22,18 @@ inline constexpr int64_t kTensorAlignElems = 16;
 
 // The tensors of one transformer block, in slab order.
 enum BlockTensor : int {
-  kLn1Weight,      // (C)
-  kLn1Bias,        // (C)
-  kAttnQkvWeight,  // (3C, C)
-  kAttnQkvBias,    // (3C)
-  kAttnProjWeight, // (C, C)
-  kAttnProjBias,   // (C)
-  kLn2Weight,      // (C)
-  kLn2Bias,        // (C)
-  kMlpFcWeight,    // (4C, C)
-  kMlpFcBias,      // (4C)
-  kMlpProjWeight,  // (C, 4C)
-  kMlpProjBias,    // (C)
+  kLn1Weight,       // (C)
+  kLn1Bias,         // (C)
+  kAttnQkvWeight,   // (3C, C)
+  kAttnQkvBias,     // (3C)
+  kAttnProjWeight,  // (C, C)
+  kAttnProjBias,    // (C)
+  kLn2Weight,       // (C)
+  kLn2Bias,         // (C)
+  kMlpFcWeight,     // (4C, C)
+  kMlpFcBias,       // (4C)
+  kMlpProjWeight,   // (C, 4C)
+  kMlpProjBias,     // (C)
   kBlockTensorCount
 };
 
@@ -47,9 +47,9 @@ struct ParamTensor {
 };
 
 struct Slab {
-  std::string name;       // "embed", "blk.3", "final"
-  int64_t offset = 0;     // elements, multiple of kSlabAlignElems
-  int64_t numel = 0;      // elements including padding, multiple of kSlabAlignElems
+  std::string name;    // "embed", "blk.3", "final"
+  int64_t offset = 0;  // elements, multiple of kSlabAlignElems
+  int64_t numel = 0;   // elements including padding, multiple of kSlabAlignElems
   int64_t first_tensor = 0;
   int64_t tensor_count = 0;
 };
@@ -58,8 +58,8 @@ struct ParamLayout {
   ModelConfig config;
   std::vector<ParamTensor> tensors;  // slab order: embed, blk.0 .. blk.L-1, final
   std::vector<Slab> slabs;
-  int64_t total_elems = 0;           // all slabs, padding included
-  int64_t parameter_count = 0;       // real parameters, padding excluded
+  int64_t total_elems = 0;      // all slabs, padding included
+  int64_t parameter_count = 0;  // real parameters, padding excluded
 
   int64_t embed_slab() const { return 0; }
   int64_t block_slab(int64_t layer) const { return 1 + layer; }

@@ -17,12 +17,12 @@
 namespace strata {
 
 struct StepStats {
-  int64_t step = 0;        // 0-based index of the optimizer step just taken
-  double loss = 0;         // mean over all positions of all micro-batches
-  double grad_norm = 0;    // global L2 norm before clipping
+  int64_t step = 0;      // 0-based index of the optimizer step just taken
+  double loss = 0;       // mean over all positions of all micro-batches
+  double grad_norm = 0;  // global L2 norm before clipping
   float lr = 0;
-  bool skipped = false;    // non-finite gradient: no update was applied
-  double seconds = 0;      // wall time of the whole step
+  bool skipped = false;  // non-finite gradient: no update was applied
+  double seconds = 0;    // wall time of the whole step
 };
 
 class InMemoryTrainer {
@@ -61,14 +61,14 @@ class InMemoryTrainer {
   ParamLayout layout_;
   LrSchedule schedule_;
   std::unique_ptr<Stream> stream_;
-  Buffer params_;      // (total_elems) f32
-  Buffer grads_;       // (total_elems) f32
-  Buffer adam_m_;      // (total_elems) f32
-  Buffer adam_v_;      // (total_elems) f32
-  Buffer acts_buf_;    // gpt_acts_floats
-  Buffer tokens_;      // (2, B, T) int32: inputs then targets
-  Buffer slab_sumsq_;  // (n_slabs) f64
-  Buffer losses_host_; // (B, T) f32
+  Buffer params_;       // (total_elems) f32
+  Buffer grads_;        // (total_elems) f32
+  Buffer adam_m_;       // (total_elems) f32
+  Buffer adam_v_;       // (total_elems) f32
+  Buffer acts_buf_;     // gpt_acts_floats
+  Buffer tokens_;       // (2, B, T) int32: inputs then targets
+  Buffer slab_sumsq_;   // (n_slabs) f64
+  Buffer losses_host_;  // (B, T) f32
   GptActs acts_;
   int64_t steps_done_ = 0;
   int64_t adam_steps_ = 0;  // updates applied; skipped steps do not advance bias correction

@@ -116,8 +116,8 @@ TEST_F(ParityTorch, LogitsLossAndEveryGradient) {
   trainer->read_logits(logits.data());
   const std::vector<float> want_logits = tensor("expected.logits");
   ASSERT_EQ(want_logits.size(), logits.size());
-  const double logit_err = test::max_rel_error(logits.data(), want_logits.data(),
-                                               static_cast<int64_t>(logits.size()));
+  const double logit_err =
+      test::max_rel_error(logits.data(), want_logits.data(), static_cast<int64_t>(logits.size()));
   EXPECT_LE(logit_err, 1e-5);
   std::printf("loss %.7f (torch %.7f), logits rel err %.2e\n", loss, want_loss[0], logit_err);
 

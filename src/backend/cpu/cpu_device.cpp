@@ -89,8 +89,8 @@ class CpuDevice final : public Device {
                      int64_t n) override {
     enqueue(s, [=] { cpu::gelu_backward(dinp, inp, dout, n); });
   }
-  void attention_forward(Stream& s, float* out, float* att, const float* qkv, int64_t B,
-                         int64_t T, int64_t C, int64_t NH) override {
+  void attention_forward(Stream& s, float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                         int64_t C, int64_t NH) override {
     enqueue(s, [=] { cpu::attention_forward(out, att, qkv, B, T, C, NH); });
   }
   void attention_backward(Stream& s, float* dqkv, float* scratch, const float* dout,
