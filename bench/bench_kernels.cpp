@@ -61,8 +61,9 @@ nlohmann::json bench_block(int reps) {
     fill_normal(dy.f32(), B * T * C, 3, 1e-3);
     const BlockView w = block_view(layout, params.f32(), 0);
     const BlockView gw = block_view(layout, grads.f32(), 0);
-    const BlockActs a = block_acts_at(acts.f32(), d);
-    const BlockGradScratch g = block_grad_scratch_at(scratch.f32(), d);
+    FloatCarver acts_carver(acts.f32()), scratch_carver(scratch.f32());
+    const BlockActs a = block_acts_carve(acts_carver, d);
+    const BlockGradScratch g = block_grad_scratch_carve(scratch_carver, d);
     std::vector<double> times;
     for (int r = 0; r <= reps; r++) {  // r == 0 warms up
       const auto t0 = Clock::now();

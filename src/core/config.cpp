@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/file_util.h"
 
 namespace strata {
 
@@ -166,30 +167,6 @@ Status merge_object(json& base, const json& overlay, const std::string& prefix,
 // ---------------------------------------------------------------------------------------------
 // Reading files.
 
-Result<std::string> read_whole_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return not_found("file " + path + " does not exist");
-    return io_error("cannot open " + path + ": " + std::strerror(err));
-  }
-  std::string text;
-  char buf[1 << 16];
-  while (true) {
-    ssize_t got = ::read(fd, buf, sizeof buf);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return io_error("cannot read " + path + ": " + std::strerror(err));
-    }
-    if (got == 0) break;
-    text.append(buf, static_cast<size_t>(got));
-  }
-  ::close(fd);  // read-only: nothing to lose if close reports an error
-  return text;
-}
-
 // "line 3, column 10: syntax error ...". nlohmann counts the newline it has just read as the
 // start of the next line ("line 4, column 0" for an error at the end of line 3), so the position
 // is recomputed from the byte offset of the last character read.
@@ -265,7 +242,7 @@ json default_config_json() {
 }
 
 Result<json> read_json_file(const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path));
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "file"));
   try {
     // Comments are allowed: a config is often annotated by hand.
     return json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);

@@ -2,59 +2,36 @@
 
 namespace strata {
 
-int64_t block_acts_floats(const BlockDims& d) {
+BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   const int64_t BT = d.B * d.T, C = d.C;
-  // ln1, atty, attproj, res2, ln2, fcproj: 6 x C; qkv 3C; fch, fch_gelu 8C; 4 row statistics
-  return BT * (6 * C + 3 * C + 8 * C + 4) + d.B * d.NH * d.T * d.T;
-}
-
-BlockActs block_acts_at(float* base, const BlockDims& d) {
-  const int64_t BT = d.B * d.T, C = d.C;
-  float* p = base;
-  auto take = [&](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
   BlockActs a;
-  a.ln1 = take(BT * C);
-  a.ln1_mean = take(BT);
-  a.ln1_rstd = take(BT);
-  a.qkv = take(BT * 3 * C);
-  a.atty = take(BT * C);
-  a.att = take(d.B * d.NH * d.T * d.T);
-  a.attproj = take(BT * C);
-  a.res2 = take(BT * C);
-  a.ln2 = take(BT * C);
-  a.ln2_mean = take(BT);
-  a.ln2_rstd = take(BT);
-  a.fch = take(BT * 4 * C);
-  a.fch_gelu = take(BT * 4 * C);
-  a.fcproj = take(BT * C);
+  a.ln1 = c.take(BT * C);
+  a.ln1_mean = c.take(BT);
+  a.ln1_rstd = c.take(BT);
+  a.qkv = c.take(BT * 3 * C);
+  a.atty = c.take(BT * C);
+  a.att = c.take(d.B * d.NH * d.T * d.T);
+  a.attproj = c.take(BT * C);
+  a.res2 = c.take(BT * C);
+  a.ln2 = c.take(BT * C);
+  a.ln2_mean = c.take(BT);
+  a.ln2_rstd = c.take(BT);
+  a.fch = c.take(BT * 4 * C);
+  a.fch_gelu = c.take(BT * 4 * C);
+  a.fcproj = c.take(BT * C);
   return a;
 }
 
-int64_t block_grad_scratch_floats(const BlockDims& d) {
+BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   const int64_t BT = d.B * d.T, C = d.C;
-  return BT * (3 * C + 3 * C + 8 * C) + d.B * d.NH * d.T * d.T;
-}
-
-BlockGradScratch block_grad_scratch_at(float* base, const BlockDims& d) {
-  const int64_t BT = d.B * d.T, C = d.C;
-  float* p = base;
-  auto take = [&](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
   BlockGradScratch g;
-  g.dres2 = take(BT * C);
-  g.datty = take(BT * C);
-  g.dqkv = take(BT * 3 * C);
-  g.dln = take(BT * C);
-  g.dfch = take(BT * 4 * C);
-  g.dfch_gelu = take(BT * 4 * C);
-  g.datt = take(d.B * d.NH * d.T * d.T);
+  g.dres2 = c.take(BT * C);
+  g.datty = c.take(BT * C);
+  g.dqkv = c.take(BT * 3 * C);
+  g.dln = c.take(BT * C);
+  g.dfch = c.take(BT * 4 * C);
+  g.dfch_gelu = c.take(BT * 4 * C);
+  g.datt = c.take(d.B * d.NH * d.T * d.T);
   return g;
 }
 

@@ -15,6 +15,23 @@ struct BlockDims {
   int64_t B, T, C, NH;
 };
 
+// Hands out consecutive float ranges of one buffer. With a null base it only counts, so one
+// function both sizes and lays out a set of activations (no second list to keep in step).
+class FloatCarver {
+ public:
+  explicit FloatCarver(float* base) : base_(base) {}
+  float* take(int64_t n) {
+    float* r = base_ != nullptr ? base_ + used_ : nullptr;
+    used_ += n;
+    return r;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  float* base_;
+  int64_t used_ = 0;
+};
+
 // What the forward saves for the backward. One set per block in the in-memory schedule.
 struct BlockActs {
   float* ln1;       // (B, T, C)
@@ -32,9 +49,12 @@ struct BlockActs {
   float* fch_gelu;  // (B, T, 4C)
   float* fcproj;    // (B, T, C)
 };
-int64_t block_acts_floats(const BlockDims& d);
-// Carves a BlockActs out of `base`, which holds block_acts_floats(d) floats.
-BlockActs block_acts_at(float* base, const BlockDims& d);
+BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d);
+inline int64_t block_acts_floats(const BlockDims& d) {
+  FloatCarver counter(nullptr);
+  block_acts_carve(counter, d);
+  return counter.used();
+}
 
 // Gradient scratch for one block's backward, reused block after block.
 struct BlockGradScratch {
@@ -46,8 +66,12 @@ struct BlockGradScratch {
   float* dfch_gelu;  // (B, T, 4C)
   float* datt;       // (B, NH, T, T) attention backward workspace
 };
-int64_t block_grad_scratch_floats(const BlockDims& d);
-BlockGradScratch block_grad_scratch_at(float* base, const BlockDims& d);
+BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d);
+inline int64_t block_grad_scratch_floats(const BlockDims& d) {
+  FloatCarver counter(nullptr);
+  block_grad_scratch_carve(counter, d);
+  return counter.used();
+}
 
 // out (B,T,C) <- inp (B,T,C); fills acts.
 void block_forward(Device& dev, Stream& s, float* out, const BlockActs& acts, const float* inp,

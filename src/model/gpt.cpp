@@ -8,39 +8,39 @@ BlockDims dims_of(const ModelConfig& cfg, int64_t B, int64_t T) {
 }
 }  // namespace
 
-int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T) {
+namespace {
+GptActs gpt_acts_carve(FloatCarver& c, const ModelConfig& cfg, int64_t B, int64_t T) {
   const BlockDims d = dims_of(cfg, B, T);
   const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
-  return (L + 1) * BT * C + L * block_acts_floats(d) + BT * C + 2 * BT + 2 * BT * V + BT + BT * V +
-         3 * BT * C + block_grad_scratch_floats(d);
-}
-
-GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
-  const BlockDims d = dims_of(cfg, B, T);
-  const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
-  float* p = base;
-  auto take = [&](int64_t n) {
-    float* r = p;
-    p += n;
-    return r;
-  };
   GptActs a;
   a.B = B;
   a.T = T;
-  a.residual = take((L + 1) * BT * C);
-  for (int64_t l = 0; l < L; l++) a.blocks.push_back(block_acts_at(take(block_acts_floats(d)), d));
-  a.lnf = take(BT * C);
-  a.lnf_mean = take(BT);
-  a.lnf_rstd = take(BT);
-  a.logits = take(BT * V);
-  a.probs = take(BT * V);
-  a.losses = take(BT);
-  a.dlogits = take(BT * V);
-  a.dlnf = take(BT * C);
-  a.dres_a = take(BT * C);
-  a.dres_b = take(BT * C);
-  a.scratch = block_grad_scratch_at(take(block_grad_scratch_floats(d)), d);
+  a.residual = c.take((L + 1) * BT * C);
+  for (int64_t l = 0; l < L; l++) a.blocks.push_back(block_acts_carve(c, d));
+  a.lnf = c.take(BT * C);
+  a.lnf_mean = c.take(BT);
+  a.lnf_rstd = c.take(BT);
+  a.logits = c.take(BT * V);
+  a.probs = c.take(BT * V);
+  a.losses = c.take(BT);
+  a.dlogits = c.take(BT * V);
+  a.dlnf = c.take(BT * C);
+  a.dres_a = c.take(BT * C);
+  a.dres_b = c.take(BT * C);
+  a.scratch = block_grad_scratch_carve(c, d);
   return a;
+}
+}  // namespace
+
+GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
+  FloatCarver c(base);
+  return gpt_acts_carve(c, cfg, B, T);
+}
+
+int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T) {
+  FloatCarver counter(nullptr);
+  gpt_acts_carve(counter, cfg, B, T);
+  return counter.used();
 }
 
 void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout, float* params,

@@ -31,8 +31,9 @@ struct GptActs {
   BlockGradScratch scratch;
 };
 
-int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T);
+// Lays the activations out in `base` (gpt_acts_floats floats); a null base only counts.
 GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T);
+int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T);
 
 // tokens, targets (B, T) int32 on the device; params laid out by `layout`.
 // After it, acts.losses holds the per-position losses and acts.logits the logits.

@@ -1,0 +1,14 @@
+// Small whole-file helpers shared by the config reader and the tokenizer.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace strata {
+
+// The whole file as bytes. `what` names it in errors: "config file", "text file".
+// Errors: not_found when it does not exist, io_error otherwise (with strerror).
+Result<std::string> read_whole_file(const std::string& path, const std::string& what);
+
+}  // namespace strata
