@@ -1,0 +1,107 @@
+// The storage engine interface: asynchronous reads and writes of (file, offset, length, buffer),
+// each answered by its own ticket and its own typed status. DESIGN §4.
+//
+// Note [Every completion is checked]
+// DeepSpeed's libaio engine never reads a completion's result, so a short or failed transfer
+// passes silently. Here every completion's byte count is compared with what was asked: EINTR
+// and EAGAIN are resubmitted, a short transfer is resubmitted for the remainder, and anything else
+// becomes the ticket's Status (errno, path, offset, length). A failed request never poisons the
+// engine: the next request on it runs normally.
+//
+// Note [Direct I/O alignment]
+// For files opened with O_DIRECT the buffer address, the file offset and the length must all be
+// multiples of kDirectIoAlignment. submit() checks this and refuses with invalid_argument naming
+// the field, instead of letting the kernel answer EINVAL later.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace strata {
+
+inline constexpr uint64_t kDirectIoAlignment = 4096;
+
+enum class IoOp : uint8_t { read, write };
+const char* io_op_name(IoOp op);
+
+// An open file the engine may use. Owned by whoever opened it (e.g. the store); it must outlive
+// every request on it.
+struct IoFile {
+  int fd = -1;
+  std::string path;     // for error messages
+  bool direct = false;  // opened with O_DIRECT: Note [Direct I/O alignment] applies
+};
+
+struct IoRequest {
+  IoOp op = IoOp::read;
+  const IoFile* file = nullptr;
+  uint64_t offset = 0;     // bytes into the file
+  void* buffer = nullptr;  // read: filled; write: read from. Valid until the ticket completes.
+  uint64_t length = 0;     // bytes
+};
+
+using Ticket = uint64_t;  // 0 is never a valid ticket
+
+// Test and config hook: sees every raw result (bytes transferred, or -errno) before the engine
+// interprets it, and may replace it. Lets tests exercise the real resubmission and error paths.
+// Note [Every completion is checked].
+class IoFaultHook {
+ public:
+  virtual ~IoFaultHook() = default;
+  // `attempt` counts resubmissions of the same request (0 first). Return `result` unchanged to
+  // pass it through; a smaller count for a short transfer; -EIO, -ENOSPC, -EINTR, -EAGAIN to
+  // fail it. May sleep to add latency. Called from engine threads: must be thread safe.
+  virtual int64_t on_result(const IoRequest& request, uint64_t done, int attempt,
+                            int64_t result) = 0;
+};
+
+struct IoEngineOptions {
+  std::string kind = "auto";         // "auto" | "uring" | "posix"
+  int queue_depth = 32;              // requests in flight per ring / thread pool size for posix
+  uint64_t block_size = 1ull << 20;  // large requests are split into blocks kept in flight
+  int workers = 1;                   // rings (uring) / threads (posix)
+  std::shared_ptr<IoFaultHook> fault_hook;  // optional
+};
+
+class IoEngine {
+ public:
+  virtual ~IoEngine() = default;
+  virtual const char* name() const = 0;  // "io_uring" or "posix"
+
+  // Queues a request. Bad requests (null buffer, misaligned O_DIRECT, zero length) are refused
+  // here with invalid_argument and get no ticket.
+  virtual Result<Ticket> submit(const IoRequest& request) = 0;
+  // Blocks until the ticket's request has finished; its Status. Each ticket is waited (or
+  // polled to completion) exactly once; an unknown ticket is invalid_argument.
+  virtual Status wait(Ticket ticket) = 0;
+  // Non-blocking: nullopt while in flight, else the Status (consuming the ticket).
+  virtual std::optional<Status> poll(Ticket ticket) = 0;
+  // Waits for every outstanding ticket and consumes them; the first error, if any.
+  virtual Status wait_all() = 0;
+  virtual int64_t in_flight() const = 0;
+
+  // (optional) Registers host buffers with the kernel (io_uring fixed buffers) so requests that
+  // fall inside them skip per-request page pinning. Default: no-op.
+  virtual Status register_buffers(const std::vector<std::pair<void*, uint64_t>>& buffers) {
+    return Status();
+  }
+};
+
+// Opens the engine of options.kind. "auto" tries io_uring with O_DIRECT on a probe file in
+// probe_dir and falls back to posix, logging one line that says why (e.g. "tmpfs does not support
+// O_DIRECT", "io_uring_setup: Operation not permitted").
+Result<std::unique_ptr<IoEngine>> create_io_engine(const IoEngineOptions& options,
+                                                   const std::string& probe_dir);
+
+// Opens (creating if asked) a file for the engine; direct requests O_DIRECT and fails with
+// unavailable when the file system refuses it.
+Result<std::unique_ptr<IoFile>> open_io_file(const std::string& path, bool create, bool direct);
+void close_io_file(IoFile& file);
+
+}  // namespace strata
