@@ -237,3 +237,34 @@ TEST(Config, ParseConfigChecksKeysOfPartialJson) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(Config, IoSectionParsesAndRefusesBadValues) {
+  nlohmann::json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "io.dirs=[\"/mnt/nvme0\", \"/mnt/nvme1\"]").ok());
+  ASSERT_TRUE(apply_set(j, "io.read_bytes_per_s=200000000").ok());
+  ASSERT_TRUE(apply_set(j, "io.faults=write:3:eio").ok());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->io.dirs, (std::vector<std::string>{"/mnt/nvme0", "/mnt/nvme1"}));
+  EXPECT_EQ(c->io.read_bytes_per_s, 200000000);
+  EXPECT_EQ(c->io.faults, "write:3:eio");
+  auto round = parse_config(config_to_json(c.value()));
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(round->io.dirs, c->io.dirs);
+
+  expect_error(parse_with("io.engine=libaio"), ErrorCode::invalid_argument,
+               {"io.engine", "libaio"});
+  expect_error(parse_with("io.block_size=1000"), ErrorCode::invalid_argument,
+               {"io.block_size", "4096"});
+  expect_error(parse_with("io.queue_depth=0"), ErrorCode::invalid_argument, {"io.queue_depth"});
+  expect_error(parse_with("io.dirs=[1]"), ErrorCode::invalid_argument, {"io.dirs"});
+  expect_error(parse_with("io.dirs=\"/mnt\""), ErrorCode::invalid_argument, {"io.dirs"});
+  expect_error(parse_with("io.write_bytes_per_s=-5"), ErrorCode::invalid_argument,
+               {"io.write_bytes_per_s"});
+}
+
+}  // namespace
+}  // namespace strata

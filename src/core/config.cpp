@@ -386,6 +386,37 @@ Result<TrainConfig> parse_config(const json& j) {
   }
   STRATA_RETURN_IF_ERROR(check_one_of("data.format", c.data_format, {"auto", "llmc", "raw_u16"},
                                       "a token file format"));
+
+  const json& io = full.at("io");
+  IoConfig& i = c.io;
+  i.engine = io.at("engine").get<std::string>();
+  i.queue_depth = io.at("queue_depth").get<int64_t>();
+  i.block_size = io.at("block_size").get<int64_t>();
+  i.workers = io.at("workers").get<int64_t>();
+  i.read_bytes_per_s = io.at("read_bytes_per_s").get<int64_t>();
+  i.write_bytes_per_s = io.at("write_bytes_per_s").get<int64_t>();
+  i.faults = io.at("faults").get<std::string>();
+  i.stripe_unit = io.at("stripe_unit").get<int64_t>();
+  i.checksums = io.at("checksums").get<bool>();
+  for (const json& dir : io.at("dirs")) {
+    if (!dir.is_string() || dir.get<std::string>().empty()) {
+      return invalid_argument("io.dirs must list directory paths, got " + show(dir));
+    }
+    i.dirs.push_back(dir.get<std::string>());
+  }
+  STRATA_RETURN_IF_ERROR(
+      check_one_of("io.engine", i.engine, {"auto", "uring", "posix"}, "a storage engine"));
+  STRATA_RETURN_IF_ERROR(check_positive("io.queue_depth", i.queue_depth));
+  STRATA_RETURN_IF_ERROR(check_positive("io.workers", i.workers));
+  STRATA_RETURN_IF_ERROR(check_non_negative("io.read_bytes_per_s", i.read_bytes_per_s));
+  STRATA_RETURN_IF_ERROR(check_non_negative("io.write_bytes_per_s", i.write_bytes_per_s));
+  for (auto [name, v] :
+       {std::pair{"io.block_size", i.block_size}, {"io.stripe_unit", i.stripe_unit}}) {
+    if (v <= 0 || v % 4096 != 0) {
+      return invalid_argument(std::string(name) + " must be a positive multiple of 4096, got " +
+                              std::to_string(v));
+    }
+  }
   return c;
 }
 
@@ -420,6 +451,18 @@ json config_to_json(const TrainConfig& c) {
   json& d = j["data"];
   d["train"] = c.data_train;
   d["format"] = c.data_format;
+
+  json& io = j["io"];
+  io["engine"] = c.io.engine;
+  io["queue_depth"] = c.io.queue_depth;
+  io["block_size"] = c.io.block_size;
+  io["workers"] = c.io.workers;
+  io["read_bytes_per_s"] = c.io.read_bytes_per_s;
+  io["write_bytes_per_s"] = c.io.write_bytes_per_s;
+  io["faults"] = c.io.faults;
+  io["dirs"] = c.io.dirs;
+  io["stripe_unit"] = c.io.stripe_unit;
+  io["checksums"] = c.io.checksums;
   return j;
 }
 

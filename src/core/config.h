@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -40,9 +41,25 @@ struct OptimConfig {
   int64_t warmup_steps = 40;
 };
 
+// The storage engine and the striped store (DESIGN §4). Used by `strata bench-io` now and by
+// the offloaded schedules.
+struct IoConfig {
+  std::string engine = "auto";   // "auto" | "uring" | "posix"
+  int64_t queue_depth = 32;      // requests in flight per ring / worker pool
+  int64_t block_size = 1 << 20;  // large requests are split into blocks of this size
+  int64_t workers = 1;           // rings (io_uring) or threads (posix)
+  int64_t read_bytes_per_s = 0;  // rate limit, 0: none (emulates a slower SSD)
+  int64_t write_bytes_per_s = 0;
+  std::string faults;             // fault injection spec (io/fault_injector.h); "" off
+  std::vector<std::string> dirs;  // storage directories, one per SSD
+  int64_t stripe_unit = 1 << 20;  // RAID-0 stripe unit across dirs
+  bool checksums = false;         // CRC32C per stripe-unit chunk, verified on read
+};
+
 struct TrainConfig {
   ModelConfig model;
   OptimConfig optim;
+  IoConfig io;
   int64_t batch_size = 8;  // B, sequences per micro-batch
   int64_t seq_len = 128;   // T, at most model.context_length
   int64_t grad_accum = 1;  // micro-batches per optimizer step
