@@ -47,7 +47,7 @@ nlohmann::json bench_block(int reps) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t B = 1; B <= 4; B++) {
     const int64_t T = 1024, C = m.n_embd;
-    const BlockDims d{B, T, C, m.n_head};
+    const BlockDims d = block_dims(*dev, B, T, C, m.n_head);
     Buffer params = dev->alloc(layout.total_elems * 4).value();
     Buffer grads = dev->alloc(layout.total_elems * 4).value();
     Buffer acts = dev->alloc(block_acts_floats(d) * 4).value();

@@ -136,14 +136,19 @@ class Device {
   virtual void gelu_backward(Stream& s, float* dinp, const float* inp, const float* dout,
                              int64_t n) = 0;
   // Causal multi-head self-attention, head size hs = C/NH, scale 1/sqrt(hs).
-  // qkv (B,T,3C) holds q | k | v per token; att (B,NH,T,T) receives the softmax probabilities
-  // (zero above the diagonal), kept for backward; out (B,T,C).
+  // qkv (B,T,3C) holds q | k | v per token; out (B,T,C). att receives what the backend saves for
+  // the backward, attention_saved_floats() floats: the CPU keeps the softmax probabilities
+  // (B,NH,T,T), zero above the diagonal; a fused GPU kernel keeps only per-row statistics and
+  // recomputes the rest. Callers treat it as opaque.
   virtual void attention_forward(Stream& s, float* out, float* att, const float* qkv, int64_t B,
                                  int64_t T, int64_t C, int64_t NH) = 0;
-  // dqkv (B,T,3C) +=; scratch (B,NH,T,T) is overwritten
+  // dqkv (B,T,3C) +=; scratch (attention_scratch_floats) is overwritten
   virtual void attention_backward(Stream& s, float* dqkv, float* scratch, const float* dout,
                                   const float* qkv, const float* att, int64_t B, int64_t T,
                                   int64_t C, int64_t NH) = 0;
+  // Sizes, in floats, of attention_forward's saved state and attention_backward's scratch.
+  virtual int64_t attention_saved_floats(int64_t B, int64_t T, int64_t NH) const = 0;
+  virtual int64_t attention_scratch_floats(int64_t B, int64_t T, int64_t NH) const = 0;
   // losses (N), probs (N,V) <- logits (N,V), targets (N)
   virtual void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs,
                                              const float* logits, const int32_t* targets, int64_t N,

@@ -2,6 +2,11 @@
 
 namespace strata {
 
+BlockDims block_dims(const Device& dev, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  return BlockDims{
+      B, T, C, NH, dev.attention_saved_floats(B, T, NH), dev.attention_scratch_floats(B, T, NH)};
+}
+
 BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   const int64_t BT = d.B * d.T, C = d.C;
   BlockActs a;
@@ -10,7 +15,7 @@ BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   a.ln1_rstd = c.take(BT);
   a.qkv = c.take(BT * 3 * C);
   a.atty = c.take(BT * C);
-  a.att = c.take(d.B * d.NH * d.T * d.T);
+  a.att = c.take(d.att_saved);
   a.attproj = c.take(BT * C);
   a.res2 = c.take(BT * C);
   a.ln2 = c.take(BT * C);
@@ -31,7 +36,7 @@ BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   g.dln = c.take(BT * C);
   g.dfch = c.take(BT * 4 * C);
   g.dfch_gelu = c.take(BT * 4 * C);
-  g.datt = c.take(d.B * d.NH * d.T * d.T);
+  g.datt = c.take(d.att_scratch);
   return g;
 }
 

@@ -13,7 +13,10 @@ namespace strata {
 
 struct BlockDims {
   int64_t B, T, C, NH;
+  int64_t att_saved;    // floats attention_forward saves (Device::attention_saved_floats)
+  int64_t att_scratch;  // floats of attention_backward's workspace
 };
+BlockDims block_dims(const Device& dev, int64_t B, int64_t T, int64_t C, int64_t NH);
 
 // Hands out consecutive float ranges of one buffer. With a null base it only counts, so one
 // function both sizes and lays out a set of activations (no second list to keep in step).
@@ -39,7 +42,7 @@ struct BlockActs {
   float* ln1_rstd;  // (B, T)
   float* qkv;       // (B, T, 3C)
   float* atty;      // (B, T, C)   attention output, heads side by side
-  float* att;       // (B, NH, T, T) softmax probabilities
+  float* att;       // (att_saved) attention state for the backward (probabilities on CPU)
   float* attproj;   // (B, T, C)
   float* res2;      // (B, T, C)   inp + attention branch
   float* ln2;       // (B, T, C)
@@ -64,7 +67,7 @@ struct BlockGradScratch {
   float* dln;        // (B, T, C)   dln2, then dln1
   float* dfch;       // (B, T, 4C)
   float* dfch_gelu;  // (B, T, 4C)
-  float* datt;       // (B, NH, T, T) attention backward workspace
+  float* datt;       // (att_scratch) attention backward workspace
 };
 BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_grad_scratch_floats(const BlockDims& d) {

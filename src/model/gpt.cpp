@@ -2,19 +2,17 @@
 
 namespace strata {
 
-namespace {
-BlockDims dims_of(const ModelConfig& cfg, int64_t B, int64_t T) {
-  return BlockDims{B, T, cfg.n_embd, cfg.n_head};
-}
-}  // namespace
+namespace {}  // namespace
 
 namespace {
-GptActs gpt_acts_carve(FloatCarver& c, const ModelConfig& cfg, int64_t B, int64_t T) {
-  const BlockDims d = dims_of(cfg, B, T);
+GptActs gpt_acts_carve(const Device& dev, FloatCarver& c, const ModelConfig& cfg, int64_t B,
+                       int64_t T) {
+  const BlockDims d = block_dims(dev, B, T, cfg.n_embd, cfg.n_head);
   const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
   GptActs a;
   a.B = B;
   a.T = T;
+  a.dims = d;
   a.residual = c.take((L + 1) * BT * C);
   for (int64_t l = 0; l < L; l++) a.blocks.push_back(block_acts_carve(c, d));
   a.lnf = c.take(BT * C);
@@ -32,14 +30,14 @@ GptActs gpt_acts_carve(FloatCarver& c, const ModelConfig& cfg, int64_t B, int64_
 }
 }  // namespace
 
-GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
+GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
   FloatCarver c(base);
-  return gpt_acts_carve(c, cfg, B, T);
+  return gpt_acts_carve(dev, c, cfg, B, T);
 }
 
-int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T) {
+int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T) {
   FloatCarver counter(nullptr);
-  gpt_acts_carve(counter, cfg, B, T);
+  gpt_acts_carve(dev, counter, cfg, B, T);
   return counter.used();
 }
 
@@ -47,7 +45,7 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
                  const int32_t* tokens, const int32_t* targets) {
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
-  const BlockDims d = dims_of(cfg, B, T);
+  const BlockDims& d = a.dims;
   const EmbedView emb = embed_view(layout, params);
   const FinalView fin = final_view(layout, params);
 
@@ -70,7 +68,7 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
   const int64_t f = static_cast<int64_t>(sizeof(float));
-  const BlockDims d = dims_of(cfg, B, T);
+  const BlockDims& d = a.dims;
   const EmbedView emb = embed_view(layout, params), gemb = embed_view(layout, grads);
   const FinalView fin = final_view(layout, params), gfin = final_view(layout, grads);
 

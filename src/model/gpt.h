@@ -15,6 +15,7 @@ namespace strata {
 // Activations and backward scratch of one forward+backward over a (B, T) batch.
 struct GptActs {
   int64_t B = 0, T = 0;
+  BlockDims dims{};
   float* residual = nullptr;      // (L+1, B, T, C) input of block l at l; model output at L
   std::vector<BlockActs> blocks;  // L
   float* lnf = nullptr;           // (B, T, C)
@@ -32,8 +33,8 @@ struct GptActs {
 };
 
 // Lays the activations out in `base` (gpt_acts_floats floats); a null base only counts.
-GptActs gpt_acts_at(float* base, const ModelConfig& cfg, int64_t B, int64_t T);
-int64_t gpt_acts_floats(const ModelConfig& cfg, int64_t B, int64_t T);
+GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T);
+int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T);
 
 // tokens, targets (B, T) int32 on the device; params laid out by `layout`.
 // After it, acts.losses holds the per-position losses and acts.logits the logits.

@@ -33,12 +33,12 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
   STRATA_ASSIGN_OR_RETURN(t->grads_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_m_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_v_, dev.alloc(n * f));
-  STRATA_ASSIGN_OR_RETURN(t->acts_buf_, dev.alloc(gpt_acts_floats(cfg.model, B, T) * f));
+  STRATA_ASSIGN_OR_RETURN(t->acts_buf_, dev.alloc(gpt_acts_floats(dev, cfg.model, B, T) * f));
   STRATA_ASSIGN_OR_RETURN(t->tokens_, dev.alloc(2 * B * T * 4));
   STRATA_ASSIGN_OR_RETURN(t->slab_sumsq_,
                           dev.alloc(static_cast<int64_t>(t->layout_.slabs.size()) * 8));
   STRATA_ASSIGN_OR_RETURN(t->losses_host_, dev.alloc_host(B * T * f));
-  t->acts_ = gpt_acts_at(t->acts_buf_.f32(), cfg.model, B, T);
+  t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T);
   t->stream_ = dev.create_stream("compute");
 
   // Initialise on the host, then copy in, as a GPU run would.

@@ -98,6 +98,12 @@ class CpuDevice final : public Device {
                           int64_t NH) override {
     enqueue(s, [=] { cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH); });
   }
+  int64_t attention_saved_floats(int64_t B, int64_t T, int64_t NH) const override {
+    return B * NH * T * T;  // softmax probabilities
+  }
+  int64_t attention_scratch_floats(int64_t B, int64_t T, int64_t NH) const override {
+    return B * NH * T * T;
+  }
   void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs, const float* logits,
                                      const int32_t* targets, int64_t N, int64_t V) override {
     enqueue(s, [=] { cpu::softmax_cross_entropy_forward(losses, probs, logits, targets, N, V); });
