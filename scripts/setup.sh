@@ -9,6 +9,8 @@ packages=(
   libgtest-dev googletest                        # tests
   libopenblas-openmp-dev                         # sgemm, sharing our OpenMP threads
   nlohmann-json3-dev                             # config and metadata
+  liburing-dev                                   # the io_uring storage engine
+  fio                                            # reference for the storage benchmark
   python3 python3-torch python3-numpy            # the PyTorch parity reference and benchmarks
   clang-format                                   # style
 )

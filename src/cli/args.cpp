@@ -13,6 +13,18 @@ const std::vector<std::string>& ParsedArgs::all(const std::string& flag) const {
   return it == values.end() ? none : it->second;
 }
 
+Result<TrainConfig> load_config_from_args(const ParsedArgs& a) {
+  nlohmann::json j = default_config_json();
+  if (a.has("config")) {
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(a.get("config")));
+    STRATA_RETURN_IF_ERROR(merge_config(j, file, a.get("config")));
+  }
+  for (const std::string& assignment : a.all("set")) {
+    STRATA_RETURN_IF_ERROR(apply_set(j, assignment));
+  }
+  return parse_config(j);
+}
+
 Result<ParsedArgs> parse_args(const std::vector<std::string>& args,
                               const std::vector<FlagSpec>& specs, const std::string& command) {
   ParsedArgs out;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/status.h"
 
 namespace strata::cli {
@@ -22,6 +23,9 @@ struct ParsedArgs {
   std::string get(const std::string& flag, const std::string& fallback = "") const;
   const std::vector<std::string>& all(const std::string& flag) const;
 };
+
+// The embedded default, then --config FILE, then each --set key=value in order.
+Result<TrainConfig> load_config_from_args(const ParsedArgs& a);
 
 Result<ParsedArgs> parse_args(const std::vector<std::string>& args,
                               const std::vector<FlagSpec>& specs, const std::string& command);

@@ -26,18 +26,6 @@ namespace {
 // does not see the same text twice.
 constexpr int64_t kEmbeddedCorpusBytes = 4 << 20;
 
-Result<TrainConfig> load_train_config(const ParsedArgs& a) {
-  nlohmann::json j = default_config_json();
-  if (a.has("config")) {
-    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(a.get("config")));
-    STRATA_RETURN_IF_ERROR(merge_config(j, file, a.get("config")));
-  }
-  for (const std::string& assignment : a.all("set")) {
-    STRATA_RETURN_IF_ERROR(apply_set(j, assignment));
-  }
-  return parse_config(j);
-}
-
 // The training tokens: either the generated corpus or a token file, kept alive here.
 struct TrainData {
   std::vector<uint16_t> owned;    // embedded corpus
@@ -95,7 +83,7 @@ int cmd_train(const std::vector<std::string>& args) {
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   const ParsedArgs& a = parsed.value();
 
-  auto cfg_or = load_train_config(a);
+  auto cfg_or = load_config_from_args(a);
   if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
   const TrainConfig cfg = cfg_or.value();
 

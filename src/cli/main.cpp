@@ -15,6 +15,10 @@ const char* kUsage =
     "            --config FILE  --set key=value ...  --metrics FILE  --quiet\n"
     "  prepare   turn a text file into byte-level tokens (llm.c .bin format)\n"
     "            --in TEXT --out FILE.bin\n"
+    "  bench-io  measure the storage engine on one file\n"
+    "            --dir DIR | --file PATH  --size 1G --block 1M --qd 32 --op read|write\n"
+    "            --pattern seq|rand --engine auto|uring|posix --workers N --buffered\n"
+    "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
     "  help      this text\n";
 
 }  // namespace
@@ -29,5 +33,6 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "train") return strata::cli::cmd_train(args);
   if (command == "prepare") return strata::cli::cmd_prepare(args);
+  if (command == "bench-io") return strata::cli::cmd_bench_io(args);
   return strata::cli::fail("unknown command '" + command + "' (try: strata help)", 2);
 }

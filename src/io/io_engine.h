@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -31,11 +32,20 @@ enum class IoOp : uint8_t { read, write };
 const char* io_op_name(IoOp op);
 
 // An open file the engine may use. Owned by whoever opened it (e.g. the store); it must outlive
-// every request on it.
+// every request on it. Move-only: it owns `fd` and closes it when destroyed (or at
+// close_io_file), so a file is closed exactly once.
 struct IoFile {
   int fd = -1;
   std::string path;     // for error messages
   bool direct = false;  // opened with O_DIRECT: Note [Direct I/O alignment] applies
+
+  IoFile() = default;
+  IoFile(int fd, std::string path, bool direct) : fd(fd), path(std::move(path)), direct(direct) {}
+  IoFile(IoFile&& other) noexcept;
+  IoFile& operator=(IoFile&& other) noexcept;
+  IoFile(const IoFile&) = delete;
+  IoFile& operator=(const IoFile&) = delete;
+  ~IoFile();
 };
 
 struct IoRequest {
@@ -54,18 +64,23 @@ using Ticket = uint64_t;  // 0 is never a valid ticket
 class IoFaultHook {
  public:
   virtual ~IoFaultHook() = default;
-  // `attempt` counts resubmissions of the same request (0 first). Return `result` unchanged to
-  // pass it through; a smaller count for a short transfer; -EIO, -ENOSPC, -EINTR, -EAGAIN to
-  // fail it. May sleep to add latency. Called from engine threads: must be thread safe.
+  // `request` is the block being transferred (a request no larger than block_size is its own
+  // block); `done` bytes of it are already transferred, and `result` answers the attempt to
+  // transfer the rest. `attempt` counts resubmissions of the same block (0 first). Return `result`
+  // unchanged to pass it through; a smaller count for a short transfer; -EIO, -ENOSPC, -EINTR,
+  // -EAGAIN to fail it. May sleep to add latency. Called from engine threads: must be thread safe.
   virtual int64_t on_result(const IoRequest& request, uint64_t done, int attempt,
                             int64_t result) = 0;
 };
 
+// Both engines keep at most workers x queue_depth blocks in flight: io_uring as `workers` rings
+// of queue_depth entries, each ring owned by one thread; posix as workers x queue_depth threads
+// (at most 64), each running one block at a time.
 struct IoEngineOptions {
   std::string kind = "auto";         // "auto" | "uring" | "posix"
-  int queue_depth = 32;              // requests in flight per ring / thread pool size for posix
-  uint64_t block_size = 1ull << 20;  // large requests are split into blocks kept in flight
-  int workers = 1;                   // rings (uring) / threads (posix)
+  int queue_depth = 32;              // blocks in flight per ring (uring) / per worker (posix)
+  uint64_t block_size = 1ull << 20;  // requests are split into blocks of this size (4 KiB multiple)
+  int workers = 1;                   // uring: rings, one thread each; posix: multiplies threads
   std::shared_ptr<IoFaultHook> fault_hook;  // optional
 };
 
@@ -82,12 +97,18 @@ class IoEngine {
   virtual Status wait(Ticket ticket) = 0;
   // Non-blocking: nullopt while in flight, else the Status (consuming the ticket).
   virtual std::optional<Status> poll(Ticket ticket) = 0;
-  // Waits for every outstanding ticket and consumes them; the first error, if any.
+  // Waits for every ticket outstanding at the call (not those another caller is already
+  // waiting) and consumes them; the error of the earliest submitted failed request, if any.
   virtual Status wait_all() = 0;
+  // Requests submitted and not yet finished (finished but unconsumed tickets do not count).
   virtual int64_t in_flight() const = 0;
 
   // (optional) Registers host buffers with the kernel (io_uring fixed buffers) so requests that
-  // fall inside them skip per-request page pinning. Default: no-op.
+  // fall inside them skip per-request page pinning. Replaces any earlier registration. Call it
+  // with nothing in flight (invalid_argument otherwise). The kernel refusing (e.g. over
+  // RLIMIT_MEMLOCK) is not an error: one warning is logged and I/O runs unregistered. The
+  // buffers must stay mapped while registered (until the next call or the engine's end).
+  // Default: no-op.
   virtual Status register_buffers(const std::vector<std::pair<void*, uint64_t>>& buffers) {
     return Status();
   }
@@ -99,9 +120,11 @@ class IoEngine {
 Result<std::unique_ptr<IoEngine>> create_io_engine(const IoEngineOptions& options,
                                                    const std::string& probe_dir);
 
-// Opens (creating if asked) a file for the engine; direct requests O_DIRECT and fails with
-// unavailable when the file system refuses it.
+// Opens (creating if asked) a file for the engine, read-write; direct requests O_DIRECT and fails
+// with unavailable when the file system refuses it. not_found when it does not exist and
+// create is false.
 Result<std::unique_ptr<IoFile>> open_io_file(const std::string& path, bool create, bool direct);
+// Closes now (the destructor would otherwise); idempotent. A close error is logged.
 void close_io_file(IoFile& file);
 
 }  // namespace strata

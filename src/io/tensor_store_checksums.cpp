@@ -1,0 +1,177 @@
+// TensorStore::save_checksums / load_checksums: the checksum table on disk.
+//
+// Format (host byte order, little-endian on every supported host):
+//   "STRCRC01"                      8 bytes
+//   u64 stripe_unit, u64 extent count
+//   per extent: u64 name length, name, u64 bytes, u64 chunk count,
+//               per chunk: u32 crc, u8 valid
+//   u32 CRC32C of everything before it
+// The layout fields are stored so that a table is never applied to another layout.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/file_util.h"
+#include "io/crc32c.h"
+#include "io/tensor_store.h"
+
+namespace strata {
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'C', 'R', 'C', '0', '1'};
+
+template <typename T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// Reads fields in order; any read past the end marks the whole parse as failed.
+struct Reader {
+  const std::string& data;
+  size_t pos = 0;
+  bool short_read = false;
+  template <typename T>
+  T get() {
+    T v{};
+    if (data.size() - pos < sizeof v) {
+      short_read = true;
+      pos = data.size();
+      return v;
+    }
+    std::memcpy(&v, data.data() + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+  std::string bytes(uint64_t n) {
+    if (data.size() - pos < n) {
+      short_read = true;
+      pos = data.size();
+      return "";
+    }
+    std::string s = data.substr(pos, n);
+    pos += n;
+    return s;
+  }
+};
+
+Status write_error(const std::string& what, const std::string& path, int err) {
+  std::string m = "checksum file " + path + ": " + what + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return Status(ErrorCode::no_space, m);
+  return io_error(m);
+}
+
+// Writes path.tmp, fsyncs it, renames it over path and fsyncs the directory: a crash leaves
+// either the old table or the new one.
+Status write_atomically(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return write_error("open " + tmp, path, errno);
+  Status s;
+  for (size_t done = 0; done < bytes.size() && s.ok();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) s = write_error("write", path, errno);
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (s.ok() && ::fsync(fd) != 0) s = write_error("fsync", path, errno);
+  if (::close(fd) != 0 && s.ok()) s = write_error("close", path, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = write_error("rename", path, errno);
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  size_t slash = path.find_last_of('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return write_error("open directory", path, errno);
+  int rc = ::fsync(dfd);
+  int err = errno;
+  ::close(dfd);
+  if (rc != 0) return write_error("fsync directory", path, err);
+  return Status();
+}
+
+}  // namespace
+
+Status TensorStore::save_checksums(const std::string& path) const {
+  if (!options_.checksums) {
+    return invalid_argument("save_checksums " + path + ": the store was created without checksums");
+  }
+  std::string out(kMagic, sizeof kMagic);
+  put<uint64_t>(out, options_.stripe_unit);
+  put<uint64_t>(out, extents_.size());
+  {
+    std::lock_guard<std::mutex> lock(crc_mu_);
+    for (size_t i = 0; i < extents_.size(); i++) {
+      put<uint64_t>(out, extents_[i].name.size());
+      out += extents_[i].name;
+      put<uint64_t>(out, extents_[i].bytes);
+      put<uint64_t>(out, chunks_[i].size());
+      for (const Chunk& c : chunks_[i]) {
+        put<uint32_t>(out, c.crc);
+        put<uint8_t>(out, c.valid ? 1 : 0);
+      }
+    }
+  }
+  put<uint32_t>(out, crc32c(out.data(), out.size()));
+  return write_atomically(path, out);
+}
+
+Status TensorStore::load_checksums(const std::string& path) {
+  if (!options_.checksums) {
+    return invalid_argument("load_checksums " + path + ": the store was created without checksums");
+  }
+  STRATA_ASSIGN_OR_RETURN(std::string data, read_whole_file(path, "checksum file"));
+  auto bad = [&path](const std::string& why) {
+    return bad_format("checksum file " + path + ": " + why);
+  };
+  if (data.size() < sizeof kMagic + 4 || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
+    return bad("not a Strata checksum file (bad magic)");
+  }
+  uint32_t stored;
+  std::memcpy(&stored, data.data() + data.size() - 4, 4);
+  if (crc32c(data.data(), data.size() - 4) != stored) return bad("file is corrupt (CRC mismatch)");
+  data.resize(data.size() - 4);
+
+  Reader r{data, sizeof kMagic};
+  uint64_t su = r.get<uint64_t>();
+  if (su != options_.stripe_unit) {
+    return bad("stripe_unit " + std::to_string(su) + " differs from the store's " +
+               std::to_string(options_.stripe_unit));
+  }
+  uint64_t count = r.get<uint64_t>();
+  if (count != extents_.size()) {
+    return bad("holds " + std::to_string(count) + " extents, the store has " +
+               std::to_string(extents_.size()));
+  }
+  std::vector<std::vector<Chunk>> table(extents_.size());
+  for (size_t i = 0; i < extents_.size() && !r.short_read; i++) {
+    const ExtentInfo& e = extents_[i];
+    std::string name = r.bytes(r.get<uint64_t>());
+    uint64_t bytes = r.get<uint64_t>();
+    uint64_t chunks = r.get<uint64_t>();
+    if (r.short_read) break;
+    std::string which = "extent " + std::to_string(i);
+    if (name != e.name) return bad(which + " is '" + name + "', the store's is '" + e.name + "'");
+    if (bytes != e.bytes) {
+      return bad(which + " '" + name + "' has " + std::to_string(bytes) + " bytes, the store's " +
+                 std::to_string(e.bytes));
+    }
+    if (chunks != chunks_[i].size()) return bad(which + " '" + name + "' has a wrong chunk count");
+    table[i].resize(chunks);
+    for (Chunk& c : table[i]) {
+      c.crc = r.get<uint32_t>();
+      c.valid = r.get<uint8_t>() != 0;
+    }
+  }
+  if (r.short_read) return bad("truncated");
+  if (r.pos != data.size()) return bad("trailing bytes after the last extent");
+  std::lock_guard<std::mutex> lock(crc_mu_);
+  chunks_ = std::move(table);
+  return Status();
+}
+
+}  // namespace strata
