@@ -28,6 +28,7 @@
 namespace strata {
 
 class Device;
+struct AdamWHyper;  // optim/adamw.h
 
 enum class DeviceKind { cpu, cuda };
 enum class MemoryKind { device, host };  // host: pinned, reachable by the device's copy engine
@@ -101,6 +102,12 @@ class Device {
   virtual Result<Buffer> alloc(int64_t bytes) = 0;
   // Pinned host memory for staging copies (4 KiB aligned, usable with O_DIRECT).
   virtual Result<Buffer> alloc_host(int64_t bytes) = 0;
+  // (optional) Make memory the caller allocated (the storage engine's I/O buffers) reachable by
+  // the copy engine, so that storage -> host -> device needs no bounce copy (cudaHostRegister on
+  // CUDA; the default, and the CPU, accept it and do nothing). p and bytes must stay as given
+  // until unregister_host_memory(p), which must come before the memory is freed.
+  virtual Status register_host_memory(void* p, int64_t bytes);
+  virtual Status unregister_host_memory(void* p);
   virtual MemoryStats memory_stats() const = 0;
   virtual void reset_peak_memory() = 0;
   virtual void free_buffer(Buffer& b) = 0;  // called by Buffer::reset
@@ -122,6 +129,12 @@ class Device {
   virtual void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias,
                       int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                       bool accumulate) = 0;
+  // (optional) matmul with bf16 a and b: products and sums in f32, out and bias f32. The CPU
+  // widens a and b to f32 and runs matmul; CUDA runs bf16 tensor-core GEMMs. The default aborts
+  // (a backend without it is a bug at the call site, not a condition to recover from).
+  virtual void matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b,
+                           const float* bias, int64_t M, int64_t N, int64_t K, bool trans_a,
+                           bool trans_b, bool accumulate);
   // dbias (N) += sum over rows of dout (M,N)
   virtual void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) = 0;
   // out (N,C), mean (N), rstd (N) <- inp (N,C), weight (C), bias (C); eps = 1e-5
@@ -171,11 +184,25 @@ class Device {
   virtual void convert_bf16_to_f32(Stream& s, float* out, const bf16_t* inp, int64_t n) = 0;
   // out[0] = sum of x[i]^2, accumulated in double in a fixed order
   virtual void sum_squares(Stream& s, double* out, const float* x, int64_t n) = 0;
+
+  // ---- optimizer (optional) -------------------------------------------------------------------
+  // AdamW on device-resident state, bit-identical to adamw_step_ref (optim/adamw.h, Note [AdamW
+  // operation order]): param, m, v (n) updated in place, grad (n) read, param_bf16 (n) written
+  // when not null. Enqueued on s like any op; the Status only says whether the backend has it
+  // (default: unavailable, and the CPU device leaves it so: it steps on the host with adamw_step).
+  virtual Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
+                            const float* grad, int64_t n, const AdamWHyper& h);
 };
 
 struct CpuDeviceOptions {
   int64_t device_budget_bytes = 0;  // 0: unlimited. The arena that stands for GPU memory.
 };
 std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options = {});
+
+// The CUDA device on GPU `ordinal`. device_budget_bytes caps the device memory Strata holds
+// (0: what the GPU has). unavailable, with a one-line reason, when Strata was built without CUDA
+// or no usable GPU is present (the CUDA runtime's words: no device, driver too old, ...).
+Result<std::unique_ptr<Device>> create_cuda_device(int ordinal = 0,
+                                                   int64_t device_budget_bytes = 0);
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_stream.h"
@@ -67,6 +68,18 @@ class CpuDevice final : public Device {
   void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias, int64_t M,
               int64_t N, int64_t K, bool trans_a, bool trans_b, bool accumulate) override {
     enqueue(s, [=] { cpu::matmul(out, a, b, bias, M, N, K, trans_a, trans_b, accumulate); });
+  }
+  void matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b, const float* bias,
+                   int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                   bool accumulate) override {
+    // Widening is exact, so this is the f32 matmul of the bf16 values: the reference the CUDA
+    // tensor-core path is held to.
+    enqueue(s, [=] {
+      std::vector<float> a32(static_cast<size_t>(M * K)), b32(static_cast<size_t>(K * N));
+      cpu::convert_bf16_to_f32(a32.data(), a, M * K);
+      cpu::convert_bf16_to_f32(b32.data(), b, K * N);
+      cpu::matmul(out, a32.data(), b32.data(), bias, M, N, K, trans_a, trans_b, accumulate);
+    });
   }
   void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) override {
     enqueue(s, [=] { cpu::bias_backward(dbias, dout, M, N); });

@@ -1,0 +1,133 @@
+// Elementwise kernels: GELU, residual adds, dtype conversions. Grid-stride loops over n with
+// int64_t indices; every element is computed independently, so the grid size never changes a
+// result. add, scaled_add and the conversions round exactly as the CPU reference (bit for bit);
+// GELU uses CUDA's tanhf, so it agrees with the CPU to a few ulp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/kernels_common.cuh"
+
+namespace strata {
+
+namespace {
+
+using kernels_detail::elementwise_blocks;
+using kernels_detail::kElementwiseThreads;
+
+// GELU tanh approximation constants, as cpu::kGeluScale / kGeluCubic (cpu/kernels.h).
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ __forceinline__ int64_t grid_start() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)   (the reference formula)
+__global__ void gelu_forward_kernel(float* __restrict__ out,        // (n)
+                                    const float* __restrict__ inp,  // (n)
+                                    int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanhf(u));
+  }
+}
+
+// gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx
+__global__ void gelu_backward_kernel(float* __restrict__ dinp,        // (n) +=
+                                     const float* __restrict__ inp,   // (n)
+                                     const float* __restrict__ dout,  // (n)
+                                     int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    const float th = tanhf(u);
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// No __restrict__: out may alias a or b (the residual stream updated in place).
+__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
+// y + alpha * x rounded twice, as the reference: the explicit _rn intrinsics stop nvcc from
+// contracting the pair into one fma, which would round once and differ from the CPU.
+__global__ void scaled_add_kernel(float* __restrict__ y, const float* __restrict__ x, float alpha,
+                                  int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride())
+    y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+}
+
+// Bit manipulation identical to f32_to_bf16 in core/dtype.h: round to nearest, ties to even;
+// a NaN keeps its sign and top payload bits and is made quiet (0x40), never rounded to inf.
+__device__ __forceinline__ bf16_t f32_to_bf16_device(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((u >> 16) | 0x40u);
+  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<bf16_t>((u + rounding_bias) >> 16);
+}
+
+__global__ void convert_f32_to_bf16_kernel(bf16_t* __restrict__ out,       // (n)
+                                           const float* __restrict__ inp,  // (n)
+                                           int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = f32_to_bf16_device(inp[i]);
+}
+
+__global__ void convert_bf16_to_f32_kernel(float* __restrict__ out,         // (n)
+                                           const bf16_t* __restrict__ inp,  // (n)
+                                           int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride())
+    out[i] = __uint_as_float(static_cast<uint32_t>(inp[i]) << 16);
+}
+
+}  // namespace
+
+void cuda_gelu_forward(cudaStream_t stream, float* out, const float* inp, int64_t n) {
+  if (n <= 0) return;
+  gelu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, inp, n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_gelu_backward(cudaStream_t stream, float* dinp, const float* inp, const float* dout,
+                        int64_t n) {
+  if (n <= 0) return;
+  gelu_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dinp, inp, dout,
+                                                                                  n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_add(cudaStream_t stream, float* out, const float* a, const float* b, int64_t n) {
+  if (n <= 0) return;
+  add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, a, b, n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_scaled_add(cudaStream_t stream, float* y, const float* x, float alpha, int64_t n) {
+  if (n <= 0) return;
+  scaled_add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(y, x, alpha, n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_convert_f32_to_bf16(cudaStream_t stream, bf16_t* out, const float* inp, int64_t n) {
+  if (n <= 0) return;
+  convert_f32_to_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, inp,
+                                                                                        n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_convert_bf16_to_f32(cudaStream_t stream, float* out, const bf16_t* inp, int64_t n) {
+  if (n <= 0) return;
+  convert_bf16_to_f32_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, inp,
+                                                                                        n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace strata
