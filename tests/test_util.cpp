@@ -3,22 +3,15 @@
 #include <cmath>
 #include <filesystem>
 
-namespace strata::test {
+#include "core/rng.h"
 
-namespace {
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
+namespace strata::test {
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float lo, float hi) {
   std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed;
+  Rng r(seed);
   for (auto& x : v) {
-    double u = static_cast<double>(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+    double u = static_cast<double>(r.next_u64() >> 11) * (1.0 / 9007199254740992.0);
     x = static_cast<float>(lo + (hi - lo) * u);
   }
   return v;
@@ -26,8 +19,8 @@ std::vector<float> random_floats(int64_t n, uint64_t seed, float lo, float hi) {
 
 std::vector<int32_t> random_ints(int64_t n, uint64_t seed, int32_t lo, int32_t hi) {
   std::vector<int32_t> v(static_cast<size_t>(n));
-  uint64_t s = seed;
-  for (auto& x : v) x = lo + static_cast<int32_t>(splitmix64(s) % static_cast<uint64_t>(hi - lo));
+  Rng r(seed);
+  for (auto& x : v) x = lo + static_cast<int32_t>(r.next_u64() % static_cast<uint64_t>(hi - lo));
   return v;
 }
 

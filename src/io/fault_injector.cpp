@@ -7,17 +7,11 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/rng.h"
 
 namespace strata {
 
 namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 bool op_matches(FaultOp op, IoOp actual) {
   return op == FaultOp::any || (op == FaultOp::read) == (actual == IoOp::read);
@@ -116,10 +110,7 @@ std::string fault_rule_to_string(const FaultRule& rule) {
 FaultInjector::FaultInjector(std::vector<FaultRule> rules, uint64_t seed)
     : rules_(std::move(rules)), state_(rules_.size()) {
   // Each rule draws from its own stream so that adding a rule does not shift the others' draws.
-  for (size_t i = 0; i < state_.size(); i++) {
-    uint64_t s = seed + 0x632BE59BD9B4E019ull * (i + 1);
-    state_[i].rng = splitmix64(s);
-  }
+  for (size_t i = 0; i < state_.size(); i++) state_[i].rng = Rng(derive_seed(seed, i));
 }
 
 int64_t FaultInjector::on_result(const IoRequest& request, uint64_t done, int attempt,
@@ -146,7 +137,7 @@ int64_t FaultInjector::on_result(const IoRequest& request, uint64_t done, int at
         case FaultWhich::probability:
           // 53 random bits -> [0, 1); drawn for every matching request so the sequence of
           // decisions depends only on the seed and the order of requests.
-          hit = static_cast<double>(splitmix64(st.rng) >> 11) * 0x1.0p-53 < rule.probability;
+          hit = static_cast<double>(st.rng.next_u64() >> 11) * 0x1.0p-53 < rule.probability;
           break;
       }
       if (!hit) continue;

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/status.h"
 #include "io/io_engine.h"
 
@@ -72,7 +73,7 @@ class FaultInjector : public IoFaultHook {
   struct RuleState {
     uint64_t matched = 0;
     uint64_t fired = 0;
-    uint64_t rng = 0;  // splitmix64 state
+    Rng rng{0};
   };
 
   const std::vector<FaultRule> rules_;
