@@ -11,18 +11,13 @@
 #include "backend/cpu/cpu_stream.h"
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
+#include "core/format.h"
 
 namespace strata {
 
 namespace {
 
 constexpr int64_t kAlignment = 4096;  // page-aligned: usable as O_DIRECT I/O buffers
-
-std::string format_bytes(int64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
 
 class CpuDevice final : public Device {
  public:

@@ -1,0 +1,126 @@
+// A plan: one training iteration (or any piece of one) as data. An ordered list of tasks per
+// resource, with explicit dependencies and explicit buffer slots (DESIGN.md §5).
+//
+// Who reads a plan:
+//  - the schedule generators (in-memory, horizontal, vertical) write it;
+//  - the checker (plan_checker.h) proves, without running anything, that every read sees a
+//    write, that no slot is overwritten while in use, and that the slots fit the tier budgets;
+//  - the executor runs it: one queue per resource, a task starts when the tasks before it in its
+//    queue and all its deps have finished; it never reorders a queue;
+//  - the simulator replays it with a cost model (bytes, flops) to predict iteration time.
+//
+// What a plan that passes check_plan guarantees to the executor: if it honours queue order and
+// deps and nothing else, every run sees the same data in every slot at every read, whatever the
+// timing. It needs no other locks or events.
+//
+// Note [Happens-before in plans]
+// A task A happens before a task B (A -> B) when B cannot start until A has finished. Exactly two
+// things create that ordering, and the relation is their transitive closure:
+//   1. deps: B lists A in B.deps;
+//   2. queue order: A and B run on the same resource and A comes first in `tasks`. Each resource
+//      is one in-order queue (a CUDA stream, one I/O submission queue, the optimizer worker
+//      pool seen as one queue), so a task starts only after its queue predecessor has finished.
+// Nothing else orders tasks: not their index across resources, not their kind, not timing. A
+// plan is correct when, for every slot, any two uses of which at least one writes are ordered
+// (no race), and every read is preceded by a write (or the slot is `initialized`). Two reads
+// may overlap. A task that reads and writes the same slot (accumulate into a gradient buffer)
+// lists it twice; its own uses never conflict with each other.
+// Deps may point forward in `tasks` (to a later index) as long as the whole relation stays
+// acyclic; deps that contradict queue order (A before B in a queue, A depends on B) are a
+// cycle. A plan runs once, start to finish; data that outlives it (parameters on storage,
+// optimizer state) sits in `initialized` slots, and the executor runs successive plans with a
+// full barrier between them.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// One in-order queue of the executor.
+enum class Resource : uint8_t {
+  compute,        // the device's compute stream
+  h2d,            // host -> device copy stream
+  d2h,            // device -> host copy stream
+  storage_read,   // storage -> host reads (the storage engine's read queue)
+  storage_write,  // host -> storage writes
+  cpu_optim,      // CPU optimizer workers (AdamW over host buffers)
+};
+inline constexpr int kResourceCount = 6;
+const char* resource_name(Resource r);  // "compute", "h2d", ...
+
+enum class Tier : uint8_t { device, host, storage };
+inline constexpr int kTierCount = 3;
+const char* tier_name(Tier t);  // "device", "host", "storage"
+
+// A fixed buffer (or storage extent) that the plan reuses, e.g. "params.buf0" on device,
+// "ckpt.blk3.mb2" on host. Slots are static: all of them exist for the whole plan, so a tier's
+// peak is the sum of its slots' bytes.
+struct Slot {
+  std::string name;
+  Tier tier = Tier::device;
+  int64_t bytes = 0;
+  // Holds data before the plan starts (parameters on storage, the batch on host): reads need no
+  // earlier write in the plan. Writes to it must still be ordered with every read.
+  bool initialized = false;
+};
+
+// What the executor does for a task. The checker only looks at resources, deps and slot uses.
+enum class TaskKind : uint8_t {
+  fetch,      // copy into a slot nearer the device (storage -> host, host -> device)
+  store,      // copy into a slot farther from the device (device -> host, host -> storage)
+  forward,    // forward of one block (or the embedding) for one micro-batch
+  backward,   // backward of one block for one micro-batch (recompute included)
+  loss,       // head + loss (+ its backward) for one micro-batch
+  optimizer,  // optimizer step over one block's (part of) parameters
+  zero,       // clear a slot (gradient accumulator)
+  other,      // anything else (norms, barriers); the label says what
+};
+const char* task_kind_name(TaskKind k);
+
+struct SlotUse {
+  int32_t slot = -1;
+  bool write = false;
+};
+inline SlotUse slot_read(int32_t slot) {
+  return {slot, false};
+}
+inline SlotUse slot_write(int32_t slot) {
+  return {slot, true};
+}
+
+struct Task {
+  TaskKind kind = TaskKind::other;
+  Resource resource = Resource::compute;
+  std::string label{};  // "fwd blk.3 mb.2": shows in traces and checker errors
+  int32_t block = -1, micro_batch = -1;
+  std::vector<int32_t> deps{};  // indices of tasks that must finish before this one starts
+  std::vector<SlotUse> uses{};  // slots read / written
+  int64_t bytes = 0;            // bytes moved (transfers), for the cost model
+  double flops = 0;             // for compute tasks, for the cost model
+};
+
+struct Plan {
+  std::vector<Slot> slots;
+  // Tasks on one resource run in the order they appear here (one queue per resource, like a
+  // stream); see Note [Happens-before in plans].
+  std::vector<Task> tasks;
+
+  // Builders: append and return the new index. They do not validate; check_plan does.
+  int32_t add_slot(std::string name, Tier tier, int64_t bytes, bool initialized = false);
+  int32_t add_task(Task task);
+
+  // "'fwd blk.3 mb.2' (compute)", or "task #12 (out of range)": for error messages.
+  std::string describe(int32_t task) const;
+  // "'params.buf0' (device)", or "slot #3 (out of range)".
+  std::string describe_slot(int32_t slot) const;
+};
+
+// For debugging and for the simulator: {"slots": [{name, tier, bytes, initialized}],
+// "tasks": [{index, kind, resource, label, block, micro_batch, deps, reads, writes, bytes,
+// flops}]}. Slot references are indices into "slots".
+nlohmann::json plan_to_json(const Plan& plan);
+
+}  // namespace strata
