@@ -62,7 +62,7 @@ class Buffer {
   int64_t bytes_ = 0;
 };
 
-// In-order work queue.
+// In-order work queue. Destroying a stream waits for the work already enqueued on it.
 class Stream {
  public:
   virtual ~Stream() = default;
@@ -72,7 +72,8 @@ class Stream {
 
 // A point in a stream's work. record() marks "everything enqueued on s so far"; wait() makes
 // another stream hold until that point has run; query()/synchronize() ask from the host.
-// An event never recorded counts as complete.
+// An event never recorded counts as complete. An event (like a buffer) must outlive the stream
+// work that records or waits on it: destroy it only after synchronising those streams.
 class Event {
  public:
   virtual ~Event() = default;
