@@ -1,0 +1,192 @@
+// Plan generator tests (CTest names plan_schedules.*): every horizontal and vertical plan over a
+// grid of shapes and placements passes check_plan, and the plans have the structure that makes
+// the schedules what they are (fetch counts, storage traffic, snake order, pinned checkpoints,
+// gradient traffic).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sched/plan_checker.h"
+#include "sched/schedule_horizontal.h"
+#include "sched/schedule_spec.h"
+#include "sched/schedule_vertical.h"
+
+namespace strata {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+ScheduleSpec spec(int L, int M, Placement params, Placement optim, Placement ckpt) {
+  ScheduleSpec s;
+  s.blocks = L;
+  s.micro_batches = M;
+  s.block_param_bytes = 8 * kMiB;
+  s.block_grad_bytes = 16 * kMiB;
+  s.block_optim_bytes = 48 * kMiB;
+  s.checkpoint_bytes = kMiB;
+  s.embed_param_bytes = 4 * kMiB;
+  s.block_fwd_flops = 1e9;
+  s.block_bwd_flops = 2e9;
+  s.params = params;
+  s.optim = optim;
+  s.checkpoints = ckpt;
+  return s;
+}
+
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.rfind(p, 0) == 0;
+}
+
+// Tasks whose label starts with `prefix`, per block.
+std::map<int, int> count_per_block(const Plan& p, const std::string& prefix) {
+  std::map<int, int> n;
+  for (const Task& t : p.tasks) {
+    if (starts_with(t.label, prefix)) ++n[t.block];
+  }
+  return n;
+}
+
+int64_t bytes_of(const Plan& p, Resource r, const std::string& prefix) {
+  int64_t n = 0;
+  for (const Task& t : p.tasks) {
+    if (t.resource == r && starts_with(t.label, prefix)) n += t.bytes;
+  }
+  return n;
+}
+
+const std::vector<int> kBlocks = {1, 2, 3, 5}, kMicro = {1, 2, 3, 4, 8};
+const std::vector<Placement> kOff = {Placement::host, Placement::storage};
+
+TEST(plan_schedules, GridPassesChecker) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      for (Placement pp : kOff) {
+        for (Placement op : kOff) {
+          for (Placement cp : kOff) {
+            const ScheduleSpec s = spec(L, M, pp, op, cp);
+            const std::string what = "L=" + std::to_string(L) + " M=" + std::to_string(M) +
+                                     " params=" + std::to_string(int(pp)) +
+                                     " optim=" + std::to_string(int(op)) +
+                                     " ckpt=" + std::to_string(int(cp));
+            Status h = check_plan(make_horizontal_plan(s), {});
+            EXPECT_TRUE(h.ok()) << "horizontal " << what << ": " << h.to_string();
+            Status v = check_plan(make_vertical_plan(s), {});
+            EXPECT_TRUE(v.ok()) << "vertical " << what << ": " << v.to_string();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(plan_schedules, ParamFetchCounts) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      const ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::host);
+      const auto v = count_per_block(make_vertical_plan(s), "fetch.params ");
+      const auto h = count_per_block(make_horizontal_plan(s), "fetch.params ");
+      for (int l = 0; l < L; ++l) {
+        // The fused last block keeps its params on the device for its backward: one fetch.
+        EXPECT_EQ(v.at(l), l == L - 1 ? 1 : 2) << "vertical L=" << L << " M=" << M << " l=" << l;
+        EXPECT_EQ(h.at(l), 2 * M) << "horizontal L=" << L << " M=" << M << " l=" << l;
+      }
+    }
+  }
+}
+
+TEST(plan_schedules, ParamStorageReadBytes) {
+  for (int L : kBlocks) {
+    const auto at = [&](int M, bool vertical) {
+      const ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::host);
+      const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
+      return bytes_of(p, Resource::storage_read, "read.params ");
+    };
+    const int64_t v1 = at(1, true), h1 = at(1, false);
+    EXPECT_GT(v1, 0);
+    for (int M : kMicro) {
+      EXPECT_EQ(at(M, true), v1) << "L=" << L << " M=" << M;
+      EXPECT_EQ(at(M, false), M * h1) << "L=" << L << " M=" << M;
+    }
+  }
+}
+
+TEST(plan_schedules, SnakeOrderInForward) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      const Plan p =
+          make_vertical_plan(spec(L, M, Placement::host, Placement::host, Placement::host));
+      std::map<int, std::vector<int>> order;
+      for (const Task& t : p.tasks) {
+        if (t.kind == TaskKind::forward && t.block >= 0) order[t.block].push_back(t.micro_batch);
+      }
+      for (int l = 0; l < L; ++l) {
+        std::vector<int> want;
+        for (int i = 0; i < M; ++i) want.push_back(l % 2 == 0 ? i : M - 1 - i);
+        EXPECT_EQ(order[l], want) << "L=" << L << " M=" << M << " l=" << l;
+      }
+    }
+  }
+}
+
+TEST(plan_schedules, PinnedCheckpointsStayOnHost) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      const Plan p = make_vertical_plan(
+          spec(L, M, Placement::storage, Placement::storage, Placement::storage));
+      int storage_ckpt = 0;
+      for (const Task& t : p.tasks) {
+        if (!starts_with(t.label, "ckpt.")) continue;
+        const bool storage =
+            t.resource == Resource::storage_read || t.resource == Resource::storage_write;
+        int pos = -1;
+        for (int i = 0; i < M; ++i) {
+          if (vertical_micro_batch(t.block, i, M) == t.micro_batch) pos = i;
+        }
+        ASSERT_GE(pos, 0) << t.label;
+        if (storage) ++storage_ckpt;
+        if (pos < 2 || pos >= M - 2) {
+          EXPECT_FALSE(storage) << t.label << " M=" << M;
+        }
+      }
+      // With M > 4 the middle micro-batches do go through storage, written and read back.
+      if (M > 4 && L > 1) {
+        EXPECT_GT(storage_ckpt, 0) << "L=" << L << " M=" << M;
+      }
+    }
+  }
+}
+
+TEST(plan_schedules, GradientLeavesDevice) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      const ScheduleSpec s = spec(L, M, Placement::host, Placement::storage, Placement::host);
+      const auto count_d2h = [&](const Plan& p) {
+        std::map<int, int> n;
+        for (const Task& t : p.tasks) {
+          if (t.resource == Resource::d2h && starts_with(t.label, "grad.out ")) ++n[t.block];
+        }
+        return n;
+      };
+      const auto v = count_d2h(make_vertical_plan(s)), h = count_d2h(make_horizontal_plan(s));
+      for (int l = 0; l < L; ++l) {
+        EXPECT_EQ(v.at(l), 1) << "vertical L=" << L << " M=" << M << " l=" << l;
+        EXPECT_EQ(h.at(l), M) << "horizontal L=" << L << " M=" << M << " l=" << l;
+      }
+    }
+  }
+}
+
+TEST(plan_schedules, VerticalRefusedUnderDeviceBudget) {
+  const ScheduleSpec s = spec(3, 4, Placement::storage, Placement::storage, Placement::storage);
+  const Plan p = make_vertical_plan(s);
+  ASSERT_TRUE(check_plan(p, {}).ok());
+  // Less than the two parameter buffers alone.
+  Status st = check_plan(p, {.device = 2 * s.block_param_bytes - 1});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.to_string().find("device"), std::string::npos) << st.to_string();
+}
+
+}  // namespace
+}  // namespace strata
