@@ -55,18 +55,12 @@ void InMemoryTrainer::zero_grads() {
   dev_.fill_zero(*stream_, grads_.data(), layout_.total_elems * 4);
 }
 
-void InMemoryTrainer::upload_tokens(const int32_t* inputs, const int32_t* targets) {
-  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
-  // The host arrays may be reused by the caller as soon as we return: synchronise.
-  dev_.copy(*stream_, tokens_.i32(), inputs, BT * 4);
-  dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
-  stream_->synchronize();
-}
-
 double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* targets,
                                          float dloss) {
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
-  upload_tokens(inputs, targets);
+  // The copies read the caller's arrays; the synchronize below, before we return, covers them.
+  dev_.copy(*stream_, tokens_.i32(), inputs, BT * 4);
+  dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
   const int32_t* tok = tokens_.i32();
   const int32_t* tgt = tokens_.i32() + BT;
   gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tok, tgt);

@@ -52,7 +52,6 @@ class InMemoryTrainer {
 
  private:
   InMemoryTrainer(Device& dev, const TrainConfig& cfg);
-  void upload_tokens(const int32_t* inputs, const int32_t* targets);
   double global_grad_sum_squares();
   void apply_adamw(float lr, float grad_scale);
 
