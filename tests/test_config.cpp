@@ -36,7 +36,9 @@ Status parse_with(const std::string& assignment) {
 
 TEST(Config, DefaultParsesToTheStructDefaults) {
   json j = default_config_json();
-  for (const char* section : {"model", "train", "optim", "data"}) EXPECT_TRUE(j.contains(section));
+  for (const char* section : {"model", "train", "optim", "data", "io", "memory", "offload"}) {
+    EXPECT_TRUE(j.contains(section)) << section;
+  }
   auto c = parse_config(j);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   TrainConfig d;
@@ -49,6 +51,24 @@ TEST(Config, DefaultParsesToTheStructDefaults) {
   EXPECT_EQ(c->schedule, "in_memory");
   // Floats are written as their shortest decimal, not as the double nearest the float.
   EXPECT_EQ(j["optim"]["lr"].dump(), "0.003");
+  // The keys added with the offloaded schedules, with their defaults.
+  EXPECT_EQ(j["optim"]["alpha"], 1.0);
+  EXPECT_EQ(j["memory"]["device_bytes"], 0);
+  EXPECT_EQ(j["memory"]["host_bytes"], 0);
+  EXPECT_EQ(j["offload"]["params_on_host"], 0.0);
+  EXPECT_EQ(j["offload"]["optim_on_host"], 0.0);
+  EXPECT_EQ(j["offload"]["checkpoints_on_host"], 1.0);
+  EXPECT_TRUE(j["memory"]["device_bytes"].is_number_integer());
+  EXPECT_TRUE(j["optim"]["alpha"].is_number_float());
+  for (const char* key : {"params_on_host", "optim_on_host", "checkpoints_on_host"}) {
+    EXPECT_TRUE(j["offload"][key].is_number_float()) << key;
+  }
+  EXPECT_EQ(c->optim.alpha, d.optim.alpha);
+  EXPECT_EQ(c->memory.device_bytes, 0);
+  EXPECT_EQ(c->memory.host_bytes, 0);
+  EXPECT_EQ(c->offload.params_on_host, 0.0);
+  EXPECT_EQ(c->offload.optim_on_host, 0.0);
+  EXPECT_EQ(c->offload.checkpoints_on_host, 1.0);
 }
 
 TEST(Config, RoundTripsThroughJson) {
@@ -65,9 +85,30 @@ TEST(Config, RoundTripsThroughJson) {
   c.optim.grad_clip = 0.0f;
   c.data_train = "some/dir/train.bin";
   c.data_format = "llmc";
+  c.schedule = "vertical";
+  c.optim.alpha = 0.1;  // not exactly representable: must still come back bit-exact
+  c.memory.device_bytes = 80'000'000'000;
+  c.memory.host_bytes = (int64_t{1} << 40) + 7;
+  c.offload.params_on_host = 0.3;
+  c.offload.optim_on_host = 1.0 / 3.0;
+  c.offload.checkpoints_on_host = 0.75;
+  c.io.dirs = {"/mnt/nvme0", "/mnt/nvme1"};
   auto back = parse_config(config_to_json(c));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(config_to_json(*back), config_to_json(c));
+  EXPECT_EQ(back->schedule, "vertical");
+  EXPECT_EQ(back->optim.alpha, 0.1);
+  EXPECT_EQ(back->memory.device_bytes, 80'000'000'000);
+  EXPECT_EQ(back->memory.host_bytes, (int64_t{1} << 40) + 7);
+  EXPECT_EQ(back->offload.params_on_host, 0.3);
+  EXPECT_EQ(back->offload.optim_on_host, 1.0 / 3.0);
+  EXPECT_EQ(back->offload.checkpoints_on_host, 0.75);
+  EXPECT_EQ(back->io.dirs, c.io.dirs);
+  // Through text too, as a config file written by config_to_json would be read.
+  auto text = parse_config(json::parse(config_to_json(c).dump()));
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(config_to_json(*text), config_to_json(c));
+  EXPECT_EQ(text->offload.optim_on_host, 1.0 / 3.0);
   EXPECT_EQ(back->model.vocab_size, 50257);
   EXPECT_EQ(back->seed, -3);
   EXPECT_EQ(back->optim.lr, 6e-4f);  // bit-exact, not approximately
@@ -218,8 +259,8 @@ TEST(Config, ValidationErrors) {
   expect_error(parse_with("data.format=bin"), ErrorCode::invalid_argument,
                {"data.format", "'bin'"});
   expect_error(parse_with("data.train=\"\""), ErrorCode::invalid_argument, {"data.train"});
-  expect_error(parse_with("train.schedule=vertical"), ErrorCode::invalid_argument,
-               {"train.schedule", "'vertical'"});
+  expect_error(parse_with("train.schedule=diagonal"), ErrorCode::invalid_argument,
+               {"train.schedule", "'diagonal'", "in_memory, horizontal, vertical"});
   // Boundaries that are allowed.
   EXPECT_TRUE(parse_with("train.seq_len=128").ok());
   EXPECT_TRUE(parse_with("train.steps=0").ok());
@@ -264,6 +305,152 @@ TEST(Config, IoSectionParsesAndRefusesBadValues) {
   expect_error(parse_with("io.dirs=\"/mnt\""), ErrorCode::invalid_argument, {"io.dirs"});
   expect_error(parse_with("io.write_bytes_per_s=-5"), ErrorCode::invalid_argument,
                {"io.write_bytes_per_s"});
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(Config, ScheduleAcceptsTheThreeSchedules) {
+  for (const char* name : {"in_memory", "horizontal", "vertical"}) {
+    json j = default_config_json();
+    ASSERT_TRUE(apply_set(j, std::string("train.schedule=") + name).ok()) << name;
+    // The default placement puts state on storage, which the offloaded schedules need dirs for.
+    ASSERT_TRUE(apply_set(j, "io.dirs=[\"/mnt/nvme0\"]").ok());
+    auto c = parse_config(j);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().to_string();
+    EXPECT_EQ(c->schedule, name);
+  }
+  expect_error(parse_with("train.schedule=diagonal"), ErrorCode::invalid_argument,
+               {"train.schedule 'diagonal'"});
+}
+
+TEST(Config, SetMemoryOffloadAndAlpha) {
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "memory.device_bytes=8000000000").ok());
+  ASSERT_TRUE(apply_set(j, "memory.host_bytes=1e10").ok());  // an integer written as a float
+  ASSERT_TRUE(apply_set(j, "offload.params_on_host=0.5").ok());
+  ASSERT_TRUE(apply_set(j, "offload.optim_on_host=0.25").ok());
+  ASSERT_TRUE(apply_set(j, "offload.checkpoints_on_host=0").ok());
+  ASSERT_TRUE(apply_set(j, "optim.grad_clip=0").ok());
+  ASSERT_TRUE(apply_set(j, "optim.alpha=0.5").ok());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->memory.device_bytes, 8000000000);
+  EXPECT_EQ(c->memory.host_bytes, 10000000000);
+  EXPECT_EQ(c->offload.params_on_host, 0.5);
+  EXPECT_EQ(c->offload.optim_on_host, 0.25);
+  EXPECT_EQ(c->offload.checkpoints_on_host, 0.0);
+  EXPECT_EQ(c->optim.alpha, 0.5);
+  // Byte budgets are integers.
+  expect_error(apply_set(j, "memory.host_bytes=1.5"), ErrorCode::invalid_argument,
+               {"memory.host_bytes must be an integer"});
+  expect_error(apply_set(j, "offload.params_on_host=half"), ErrorCode::invalid_argument,
+               {"offload.params_on_host must be a number"});
+}
+
+// The fractions default to 0.0 (a JSON float), and 0 or 1 written as integers must still merge,
+// both from --set and from a file; a fractional value may follow an integer one.
+TEST(Config, FractionsTakeIntegers) {
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "offload.params_on_host=1").ok());
+  ASSERT_TRUE(apply_set(j, "offload.optim_on_host=1").ok());
+  ASSERT_TRUE(apply_set(j, "offload.checkpoints_on_host=0").ok());
+  ASSERT_TRUE(apply_set(j, "optim.alpha=1").ok());
+  EXPECT_TRUE(j["offload"]["params_on_host"].is_number_float());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->offload.params_on_host, 1.0);
+  EXPECT_EQ(c->offload.optim_on_host, 1.0);
+  EXPECT_EQ(c->offload.checkpoints_on_host, 0.0);
+  ASSERT_TRUE(apply_set(j, "offload.params_on_host=0.5").ok());
+  EXPECT_EQ(parse_config(j)->offload.params_on_host, 0.5);
+
+  std::string dir = test::make_temp_dir("config_fractions");
+  std::string path = write_file(dir, "run.json",
+                                R"({"train": {"schedule": "vertical"},
+                                    "offload": {"params_on_host": 1, "optim_on_host": 1,
+                                                "checkpoints_on_host": 1},
+                                    "optim": {"grad_clip": 0, "alpha": 0}})");
+  auto file = read_json_file(path);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  json base = default_config_json();
+  ASSERT_TRUE(merge_config(base, *file, path).ok());
+  auto f = parse_config(base);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();  // all on host: no io.dirs needed
+  EXPECT_EQ(f->offload.params_on_host, 1.0);
+  EXPECT_EQ(f->offload.optim_on_host, 1.0);
+  EXPECT_EQ(f->offload.checkpoints_on_host, 1.0);
+  EXPECT_EQ(f->optim.alpha, 0.0);
+  // parse_config merges a partial JSON the same way.
+  auto partial = parse_config(json::parse(R"({"offload": {"optim_on_host": 1}})"));
+  ASSERT_TRUE(partial.ok()) << partial.status().to_string();
+  EXPECT_EQ(partial->offload.optim_on_host, 1.0);
+}
+
+TEST(Config, MemoryOffloadAndAlphaErrors) {
+  expect_error(parse_with("memory.device_bytes=-1"), ErrorCode::invalid_argument,
+               {"memory.device_bytes must be >= 0, got -1"});
+  expect_error(parse_with("memory.host_bytes=-4096"), ErrorCode::invalid_argument,
+               {"memory.host_bytes must be >= 0, got -4096"});
+  expect_error(parse_with("offload.params_on_host=-0.25"), ErrorCode::invalid_argument,
+               {"offload.params_on_host must be in [0, 1], got -0.25"});
+  expect_error(parse_with("offload.optim_on_host=1.5"), ErrorCode::invalid_argument,
+               {"offload.optim_on_host must be in [0, 1], got 1.5"});
+  expect_error(parse_with("offload.checkpoints_on_host=2"), ErrorCode::invalid_argument,
+               {"offload.checkpoints_on_host must be in [0, 1], got 2"});
+  expect_error(parse_with("optim.alpha=1.5"), ErrorCode::invalid_argument,
+               {"optim.alpha must be in [0, 1], got 1.5"});
+  expect_error(parse_with("optim.alpha=-0.5"), ErrorCode::invalid_argument,
+               {"optim.alpha must be in [0, 1], got -0.5"});
+  // alpha < 1 with clipping on (the default grad_clip is 1).
+  expect_error(parse_with("optim.alpha=0.5"), ErrorCode::invalid_argument,
+               {"optim.alpha 0.5 needs optim.grad_clip = 0: with clipping on, no step may run "
+                "before the global gradient norm is known"});
+  // Boundaries that are allowed.
+  EXPECT_TRUE(parse_with("memory.device_bytes=0").ok());
+  EXPECT_TRUE(parse_with("offload.optim_on_host=1").ok());
+  EXPECT_TRUE(parse_with("offload.checkpoints_on_host=0").ok());
+  EXPECT_TRUE(parse_with("optim.alpha=1").ok());  // with clipping on
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "optim.grad_clip=0").ok());
+  ASSERT_TRUE(apply_set(j, "optim.alpha=0").ok());
+  EXPECT_TRUE(parse_config(j).ok());
+}
+
+// Fractions below 1 put state on storage; an offloaded schedule then needs io.dirs.
+TEST(Config, OffloadToStorageNeedsDirs) {
+  const std::string message =
+      "io.dirs is empty but the offload placement puts state on storage (set io.dirs, or "
+      "offload.*_on_host = 1)";
+  auto parse = [](std::initializer_list<const char*> sets) {
+    json j = default_config_json();
+    for (const char* s : sets) {
+      Status st = apply_set(j, s);
+      if (!st.ok()) return st;
+    }
+    return parse_config(j).status();
+  };
+  // The defaults (params and optimizer state on storage) under an offloaded schedule.
+  expect_error(parse({"train.schedule=vertical", "offload.params_on_host=0"}),
+               ErrorCode::invalid_argument, {message});
+  expect_error(parse({"train.schedule=horizontal"}), ErrorCode::invalid_argument, {message});
+  // Everything on host but a fraction of the checkpoints: still storage.
+  expect_error(parse({"train.schedule=vertical", "offload.params_on_host=1",
+                      "offload.optim_on_host=1", "offload.checkpoints_on_host=0.5"}),
+               ErrorCode::invalid_argument, {message});
+  // The in-memory schedule ignores the placement.
+  EXPECT_TRUE(parse({"train.schedule=in_memory", "offload.params_on_host=0"}).ok());
+  // With a directory.
+  EXPECT_TRUE(
+      parse({"train.schedule=vertical", "offload.params_on_host=0", "io.dirs=[\"/mnt/nvme0\"]"})
+          .ok());
+  // Everything on host: no directory needed.
+  EXPECT_TRUE(parse({"train.schedule=vertical", "offload.params_on_host=1",
+                     "offload.optim_on_host=1", "offload.checkpoints_on_host=1"})
+                  .ok());
 }
 
 }  // namespace

@@ -62,6 +62,14 @@ std::string float_text(float f) {
   return std::string(buf, r.ptr);
 }
 
+// Shortest decimal that reads back as the same double, for the fields kept as double.
+std::string double_text(double d) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, d);
+  STRATA_CHECK(r.ec == std::errc());
+  return std::string(buf, r.ptr);
+}
+
 // The double nearest to float_text(f). Parsing it back as double then rounding to float gives f
 // again: double has more than 2*24+2 bits, so the second rounding cannot change the result.
 json float_json(float f) {
@@ -224,6 +232,18 @@ Status check_range(const char* key, float v, float lo, bool lo_open, float hi, b
   return invalid_argument(std::string(key) + " must be in " + interval + ", got " + float_text(v));
 }
 
+// Reads a double field that is a fraction, in [0, 1]. Kept as double, not float: the value is
+// used as given, and config_to_json writes it back exactly.
+Status read_fraction(const json& j, const char* section, const char* name, double* out) {
+  double d = j.at(section).at(name).get<double>();
+  if (!(d >= 0 && d <= 1)) {  // also refuses NaN
+    return invalid_argument(std::string(section) + "." + name + " must be in [0, 1], got " +
+                            double_text(d));
+  }
+  *out = d;
+  return Status::ok_status();
+}
+
 Status check_one_of(const char* key, const std::string& v, const std::vector<std::string>& allowed,
                     const char* why) {
   for (const auto& a : allowed) {
@@ -357,8 +377,8 @@ Result<TrainConfig> parse_config(const json& j) {
                             " exceeds model.context_length " +
                             std::to_string(c.model.context_length));
   }
-  STRATA_RETURN_IF_ERROR(
-      check_one_of("train.schedule", c.schedule, {"in_memory"}, "a supported schedule"));
+  STRATA_RETURN_IF_ERROR(check_one_of("train.schedule", c.schedule,
+                                      {"in_memory", "horizontal", "vertical"}, "a schedule"));
 
   constexpr float kInf = std::numeric_limits<float>::infinity();
   OptimConfig& op = c.optim;
@@ -378,6 +398,13 @@ Result<TrainConfig> parse_config(const json& j) {
   STRATA_RETURN_IF_ERROR(check_range("optim.weight_decay", op.weight_decay, 0, false, kInf, true));
   STRATA_RETURN_IF_ERROR(check_range("optim.grad_clip", op.grad_clip, 0, false, kInf, true));
   STRATA_RETURN_IF_ERROR(check_non_negative("optim.warmup_steps", op.warmup_steps));
+  STRATA_RETURN_IF_ERROR(read_fraction(full, "optim", "alpha", &op.alpha));
+  // A clipped step needs the global gradient norm, known only after the whole backward.
+  if (op.alpha < 1 && op.grad_clip != 0) {
+    return invalid_argument("optim.alpha " + double_text(op.alpha) +
+                            " needs optim.grad_clip = 0: with clipping on, no step may run "
+                            "before the global gradient norm is known");
+  }
 
   c.data_train = d.at("train").get<std::string>();
   c.data_format = d.at("format").get<std::string>();
@@ -417,6 +444,27 @@ Result<TrainConfig> parse_config(const json& j) {
                               std::to_string(v));
     }
   }
+
+  const json& mem = full.at("memory");
+  c.memory.device_bytes = mem.at("device_bytes").get<int64_t>();
+  c.memory.host_bytes = mem.at("host_bytes").get<int64_t>();
+  STRATA_RETURN_IF_ERROR(check_non_negative("memory.device_bytes", c.memory.device_bytes));
+  STRATA_RETURN_IF_ERROR(check_non_negative("memory.host_bytes", c.memory.host_bytes));
+
+  OffloadConfig& off = c.offload;
+  STRATA_RETURN_IF_ERROR(read_fraction(full, "offload", "params_on_host", &off.params_on_host));
+  STRATA_RETURN_IF_ERROR(read_fraction(full, "offload", "optim_on_host", &off.optim_on_host));
+  STRATA_RETURN_IF_ERROR(
+      read_fraction(full, "offload", "checkpoints_on_host", &off.checkpoints_on_host));
+  // The in-memory schedule ignores the placement; the offloaded ones put every fraction below 1
+  // on storage, which has nowhere to go without a directory.
+  bool offloaded = c.schedule == "horizontal" || c.schedule == "vertical";
+  bool on_storage = off.params_on_host < 1 || off.optim_on_host < 1 || off.checkpoints_on_host < 1;
+  if (offloaded && on_storage && i.dirs.empty()) {
+    return invalid_argument(
+        "io.dirs is empty but the offload placement puts state on storage (set io.dirs, or "
+        "offload.*_on_host = 1)");
+  }
   return c;
 }
 
@@ -447,6 +495,7 @@ json config_to_json(const TrainConfig& c) {
   o["weight_decay"] = float_json(c.optim.weight_decay);
   o["grad_clip"] = float_json(c.optim.grad_clip);
   o["warmup_steps"] = c.optim.warmup_steps;
+  o["alpha"] = c.optim.alpha;
 
   json& d = j["data"];
   d["train"] = c.data_train;
@@ -463,6 +512,18 @@ json config_to_json(const TrainConfig& c) {
   io["dirs"] = c.io.dirs;
   io["stripe_unit"] = c.io.stripe_unit;
   io["checksums"] = c.io.checksums;
+
+  // Doubles go in as they are (a dump prints the shortest text that reads back exactly). They stay
+  // JSON floats when integral (0.0, 1.0), so the default types these keys as numbers and
+  // merge_value takes 1 and 0.25 alike.
+  json& mem = j["memory"];
+  mem["device_bytes"] = c.memory.device_bytes;
+  mem["host_bytes"] = c.memory.host_bytes;
+
+  json& off = j["offload"];
+  off["params_on_host"] = c.offload.params_on_host;
+  off["optim_on_host"] = c.offload.optim_on_host;
+  off["checkpoints_on_host"] = c.offload.checkpoints_on_host;
   return j;
 }
 

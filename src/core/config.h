@@ -9,8 +9,12 @@
 // JSON layout:
 //   {"model": {vocab_size, context_length, n_layer, n_head, n_embd},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule},
-//    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps},
-//    "data":  {train, format}}
+//    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
+//    "data":  {train, format},
+//    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
+//              faults, dirs, stripe_unit, checksums},
+//    "memory":  {device_bytes, host_bytes},
+//    "offload": {params_on_host, optim_on_host, checkpoints_on_host}}
 #pragma once
 
 #include <cstdint>
@@ -39,6 +43,12 @@ struct OptimConfig {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // max global gradient norm; 0 turns clipping off
   int64_t warmup_steps = 40;
+  // GreedySnake's α split (DESIGN §5), in [0, 1]: the fraction of each block's parameters whose
+  // optimizer step runs during the next iteration's forward, just before the block is fetched
+  // (vertical schedule); the rest (1 - α) runs during backward, overlapped with the backward of
+  // earlier blocks. Below 1 it needs grad_clip = 0: a clipped step cannot run before every
+  // gradient, hence the global norm, is known (Note [Optimizer split] in sched/schedule_spec.h).
+  double alpha = 1.0;
 };
 
 // The storage engine and the striped store (DESIGN §4). Used by `strata bench-io` now and by
@@ -56,10 +66,28 @@ struct IoConfig {
   bool checksums = false;         // CRC32C per stripe-unit chunk, verified on read
 };
 
+// Tier budgets (DESIGN §3), in bytes; 0 means no budget (the machine's memory). A run whose plan
+// does not fit them is refused before step 1.
+struct MemoryConfig {
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+};
+
+// Placement of the offloaded schedules: the fraction of blocks, each in [0, 1], whose state of
+// that kind is kept in host memory between uses; the rest lives on storage (io.dirs), so any
+// fraction below 1 needs io.dirs.
+struct OffloadConfig {
+  double params_on_host = 0.0;       // working parameters
+  double optim_on_host = 0.0;        // optimizer state (master weights, m, v)
+  double checkpoints_on_host = 1.0;  // block-input checkpoints
+};
+
 struct TrainConfig {
   ModelConfig model;
   OptimConfig optim;
   IoConfig io;
+  MemoryConfig memory;
+  OffloadConfig offload;
   int64_t batch_size = 8;  // B, sequences per micro-batch
   int64_t seq_len = 128;   // T, at most model.context_length
   int64_t grad_accum = 1;  // micro-batches per optimizer step
@@ -68,7 +96,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
   std::string data_format = "auto";     // "auto" | "llmc" | "raw_u16"
-  std::string schedule = "in_memory";   // only "in_memory" accepted for now
+  std::string schedule = "in_memory";   // "in_memory" | "horizontal" | "vertical" (DESIGN §5)
 };
 
 // The embedded default, with every key (it is config_to_json(TrainConfig{})).

@@ -86,27 +86,58 @@ int64_t ParamLayout::find(const std::string& name) const {
   return -1;
 }
 
-EmbedView embed_view(const ParamLayout& layout, float* base) {
-  const Slab& s = layout.slabs[static_cast<size_t>(layout.embed_slab())];
-  const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
-  return EmbedView{base + t[0].offset, base + t[1].offset};
+// The views below read tensor t at base + t.offset - origin: origin 0 for a pointer to the whole
+// parameter space, the slab's offset for a pointer to the slab alone.
+namespace {
+const ParamTensor* slab_tensors(const ParamLayout& layout, int64_t slab) {
+  const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+  return &layout.tensors[static_cast<size_t>(s.first_tensor)];
 }
 
-BlockView block_view(const ParamLayout& layout, float* base, int64_t layer) {
+EmbedView embed_view_from(const ParamLayout& layout, float* base, int64_t origin) {
+  const ParamTensor* t = slab_tensors(layout, layout.embed_slab());
+  return EmbedView{base + (t[0].offset - origin), base + (t[1].offset - origin)};
+}
+
+BlockView block_view_from(const ParamLayout& layout, float* base, int64_t layer, int64_t origin) {
   STRATA_CHECK(layer >= 0 && layer < layout.config.n_layer);
   const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(layer))];
   STRATA_CHECK(s.tensor_count == kBlockTensorCount);
-  const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
-  auto at = [&](BlockTensor k) { return base + t[k].offset; };
+  const ParamTensor* t = slab_tensors(layout, layout.block_slab(layer));
+  auto at = [&](BlockTensor k) { return base + (t[k].offset - origin); };
   return BlockView{at(kLn1Weight),      at(kLn1Bias),      at(kAttnQkvWeight), at(kAttnQkvBias),
                    at(kAttnProjWeight), at(kAttnProjBias), at(kLn2Weight),     at(kLn2Bias),
                    at(kMlpFcWeight),    at(kMlpFcBias),    at(kMlpProjWeight), at(kMlpProjBias)};
 }
 
+FinalView final_view_from(const ParamLayout& layout, float* base, int64_t origin) {
+  const ParamTensor* t = slab_tensors(layout, layout.final_slab());
+  return FinalView{base + (t[0].offset - origin), base + (t[1].offset - origin)};
+}
+
+int64_t slab_origin(const ParamLayout& layout, int64_t slab) {
+  return layout.slabs[static_cast<size_t>(slab)].offset;
+}
+}  // namespace
+
+EmbedView embed_view(const ParamLayout& layout, float* base) {
+  return embed_view_from(layout, base, 0);
+}
+BlockView block_view(const ParamLayout& layout, float* base, int64_t layer) {
+  return block_view_from(layout, base, layer, 0);
+}
 FinalView final_view(const ParamLayout& layout, float* base) {
-  const Slab& s = layout.slabs[static_cast<size_t>(layout.final_slab())];
-  const ParamTensor* t = &layout.tensors[static_cast<size_t>(s.first_tensor)];
-  return FinalView{base + t[0].offset, base + t[1].offset};
+  return final_view_from(layout, base, 0);
+}
+
+EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base) {
+  return embed_view_from(layout, slab_base, slab_origin(layout, layout.embed_slab()));
+}
+BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer) {
+  return block_view_from(layout, slab_base, layer, slab_origin(layout, layout.block_slab(layer)));
+}
+FinalView final_slab_view(const ParamLayout& layout, float* slab_base) {
+  return final_view_from(layout, slab_base, slab_origin(layout, layout.final_slab()));
 }
 
 }  // namespace strata

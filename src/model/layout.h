@@ -98,5 +98,10 @@ struct FinalView {
 EmbedView embed_view(const ParamLayout& layout, float* base);
 BlockView block_view(const ParamLayout& layout, float* base, int64_t layer);
 FinalView final_view(const ParamLayout& layout, float* base);
+// The same views over a buffer that holds one slab alone (slab_base points at its first
+// element), as the offloaded schedules keep them.
+EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base);
+BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer);
+FinalView final_slab_view(const ParamLayout& layout, float* slab_base);
 
 }  // namespace strata

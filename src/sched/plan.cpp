@@ -106,7 +106,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
                      {"reads", reads},
                      {"writes", writes},
                      {"bytes", t.bytes},
-                     {"flops", t.flops}});
+                     {"flops", t.flops},
+                     {"src_offset", t.src_offset},
+                     {"dst_offset", t.dst_offset},
+                     {"part", t.part},
+                     {"fused", t.fused}});
   }
   return {{"slots", slots}, {"tasks", tasks}};
 }

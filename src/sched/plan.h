@@ -100,6 +100,15 @@ struct Task {
   std::vector<SlotUse> uses{};  // slots read / written
   int64_t bytes = 0;            // bytes moved (transfers), for the cost model
   double flops = 0;             // for compute tasks, for the cost model
+  // Transfers (fetch, store): bytes [src_offset, src_offset + bytes) of the slot read go to
+  // [dst_offset, dst_offset + bytes) of the slot written, so a task may move part of a slot.
+  int64_t src_offset = 0, dst_offset = 0;
+  // Optimizer steps: which part of the block's parameters (Note [Optimizer split] in
+  // schedule_spec.h); -1 is the whole block.
+  int32_t part = -1;
+  // Backward: the block's forward ran just before on the same queue and its activations are
+  // still in the compute workspace, so nothing is recomputed.
+  bool fused = false;
 };
 
 struct Plan {
@@ -120,7 +129,7 @@ struct Plan {
 
 // For debugging and for the simulator: {"slots": [{name, tier, bytes, initialized}],
 // "tasks": [{index, kind, resource, label, block, micro_batch, deps, reads, writes, bytes,
-// flops}]}. Slot references are indices into "slots".
+// flops, src_offset, dst_offset, part, fused}]}. Slot references are indices into "slots".
 nlohmann::json plan_to_json(const Plan& plan);
 
 }  // namespace strata

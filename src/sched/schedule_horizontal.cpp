@@ -11,23 +11,31 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
   const int L = s.blocks, M = s.micro_batches;
   const int64_t P = s.block_param_bytes, G = s.block_grad_bytes, O = s.block_optim_bytes,
                 C = s.checkpoint_bytes;
-  const Tier ptier = offload_tier(s.params), otier = offload_tier(s.optim),
-             ctier = offload_tier(s.checkpoints);
+  auto ptier = [&](int l) { return offload_tier(placement_of(s.params_at, s.params, l)); };
+  auto otier = [&](int l) { return offload_tier(placement_of(s.optim_at, s.optim, l)); };
+  auto ctier = [&](int l) {
+    return offload_tier(placement_of(s.checkpoints_at, s.checkpoints, l));
+  };
+  bool p_on_storage = false, o_on_storage = false, c_on_storage = false;
+  for (int l = 0; l < L; ++l) {
+    p_on_storage |= ptier(l) == Tier::storage;
+    o_on_storage |= otier(l) == Tier::storage;
+    c_on_storage |= ctier(l) == Tier::storage;
+  }
 
   // ---- Slots ----------------------------------------------------------------------------------
+  const CommonSlots c = add_common_slots(b, s);
   std::vector<int32_t> pstore, ostore, gacc, ckpt;
   for (int l = 0; l < L; ++l) {
     const std::string n = std::to_string(l);
-    pstore.push_back(b.slot("params.store.blk" + n, ptier, P, true));
-    ostore.push_back(b.slot("optim.store.blk" + n, otier, O, true));
+    pstore.push_back(b.slot("params.store.blk" + n, ptier(l), P, true));
+    ostore.push_back(b.slot("optim.store.blk" + n, otier(l), O, true));
     gacc.push_back(b.slot("grad.host.blk" + n, Tier::host, G));
-    ckpt.push_back(b.slot("ckpt.blk" + n, ctier, C));  // reused by every micro-batch
+    ckpt.push_back(b.slot("ckpt.blk" + n, ctier(l), C));  // reused by every micro-batch
   }
-  const int32_t embed = b.slot("embed.params", Tier::device, s.embed_param_bytes, true);
-  const int32_t embed_grad = b.slot("embed.grad", Tier::device, s.embed_param_bytes);
   const int32_t act = b.slot("act", Tier::device, C);    // forward activation, updated in place
   const int32_t dact = b.slot("dact", Tier::device, C);  // gradient w.r.t. the current activation
-  // Double buffers; the ones that only staging for storage exist only when something is there.
+  // Double buffers; the ones that only stage for storage exist only when something is there.
   std::vector<int32_t> pbuf, pstage, gbuf, gstage, bin, cstage, ostage, pwstage;
   for (int k = 0; k < 2; ++k) {
     const std::string n = std::to_string(k);
@@ -35,12 +43,12 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
     gbuf.push_back(b.slot("grad.buf" + n, Tier::device, G));
     gstage.push_back(b.slot("grad.stage" + n, Tier::host, G));
     bin.push_back(b.slot("bwd.in.buf" + n, Tier::device, C));
-    if (ptier == Tier::storage) {
+    if (p_on_storage) {
       pstage.push_back(b.slot("params.stage" + n, Tier::host, P));
       pwstage.push_back(b.slot("params.wstage" + n, Tier::host, P));
     }
-    if (ctier == Tier::storage) cstage.push_back(b.slot("ckpt.stage" + n, Tier::host, C));
-    if (otier == Tier::storage) ostage.push_back(b.slot("optim.stage" + n, Tier::host, O));
+    if (c_on_storage) cstage.push_back(b.slot("ckpt.stage" + n, Tier::host, C));
+    if (o_on_storage) ostage.push_back(b.slot("optim.stage" + n, Tier::host, O));
   }
 
   // ---- Helpers --------------------------------------------------------------------------------
@@ -49,7 +57,7 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
   auto fetch_params = [&](int l) {
     const int k = fetches++ % 2;
     int32_t src = pstore[l];
-    if (ptier == Tier::storage) {
+    if (ptier(l) == Tier::storage) {
       b.task(TaskKind::fetch, Resource::storage_read, "read.params " + blk_tag(l), l, -1,
              {slot_read(pstore[l]), slot_write(pstage[k])}, P);
       src = pstage[k];
@@ -60,13 +68,15 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
   };
 
   // ---- Forward and backward, one micro-batch at a time ----------------------------------------
+  add_iteration_start(b, c, s);
   for (int m = 0; m < M; ++m) {
-    b.task(TaskKind::forward, Resource::compute, "embed.fwd mb." + std::to_string(m), -1, m,
-           {slot_read(embed), slot_write(act)});
+    const std::string mb = "mb." + std::to_string(m);
+    b.task(TaskKind::forward, Resource::compute, "embed.fwd " + mb, -1, m,
+           {slot_read(c.embed), slot_read(c.tokens_device), slot_write(act)});
     for (int l = 0; l < L; ++l) {
       const int32_t params = fetch_params(l);
       // The block's input leaves the device before the forward overwrites it in place.
-      if (ctier == Tier::storage) {
+      if (ctier(l) == Tier::storage) {
         const int32_t st = cstage[cstages++ % 2];
         b.task(TaskKind::store, Resource::d2h, "ckpt.write " + blk_tag(l, m), l, m,
                {slot_read(act), slot_write(st)}, C);
@@ -79,13 +89,15 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
       b.task(TaskKind::forward, Resource::compute, "fwd " + blk_tag(l, m), l, m,
              {slot_read(params), slot_read(act), slot_write(act)}, 0, s.block_fwd_flops);
     }
-    b.task(TaskKind::loss, Resource::compute, "loss mb." + std::to_string(m), L - 1, m,
-           {slot_read(act), slot_write(dact)});
+    b.task(TaskKind::loss, Resource::compute, "loss " + mb, L - 1, m,
+           {slot_read(act), slot_read(c.embed), slot_read(c.tokens_device), slot_write(dact),
+            slot_read(c.embed_grad), slot_write(c.embed_grad)},
+           0, s.head_flops);
     for (int l = L - 1; l >= 0; --l) {
       const int32_t params = fetch_params(l);
       const int32_t in = bin[loads++ % 2];
       int32_t src = ckpt[l];
-      if (ctier == Tier::storage) {
+      if (ctier(l) == Tier::storage) {
         src = cstage[cstages++ % 2];
         b.task(TaskKind::fetch, Resource::storage_read, "ckpt.read " + blk_tag(l, m), l, m,
                {slot_read(ckpt[l]), slot_write(src)}, C);
@@ -103,19 +115,22 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
       std::vector<SlotUse> acc = {slot_read(gstage[j]), slot_write(gacc[l])};
       if (m > 0) acc.push_back(slot_read(gacc[l]));
       b.task(TaskKind::other, Resource::cpu_optim, "acc " + blk_tag(l, m), l, m, acc, G);
+      if (m == M - 1) add_grad_sumsq(b, l, gacc[l], G, c.sums);
     }
-    std::vector<SlotUse> eb = {slot_read(dact), slot_write(embed_grad)};
-    if (m > 0) eb.push_back(slot_read(embed_grad));
-    b.task(TaskKind::backward, Resource::compute, "embed.bwd mb." + std::to_string(m), -1, m, eb);
+    b.task(TaskKind::backward, Resource::compute, "embed.bwd " + mb, -1, m,
+           {slot_read(dact), slot_read(c.tokens_device), slot_read(c.embed_grad),
+            slot_write(c.embed_grad)});
   }
 
-  // ---- Optimizer step after the last backward, pipelined over blocks --------------------------
-  for (int l = L - 1, k = 0; l >= 0; --l, k ^= 1) {
-    add_optimizer_step(b, l,
-                       {gacc[l], ostore[l], otier == Tier::storage ? ostage[k] : -1, pstore[l],
-                        ptier == Tier::storage ? pwstage[k] : -1},
-                       O, P);
-  }
+  // ---- Norm, then the optimizer step after the last backward, pipelined over blocks ------------
+  add_iteration_end(b, c, s, [&] {
+    for (int l = L - 1, k = 0; l >= 0; --l, k ^= 1) {
+      const bool pst = ptier(l) == Tier::storage;
+      add_optimizer_step(b, s, l, -1,
+                         {gacc[l], c.clip, ostore[l], otier(l) == Tier::storage ? ostage[k] : -1,
+                          pst ? pwstage[k] : pstore[l], pstore[l]});
+    }
+  });
   return b.take();
 }
 

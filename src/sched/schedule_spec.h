@@ -15,6 +15,18 @@ namespace strata {
 // Where one kind of state lives between its uses.
 enum class Placement : uint8_t { device, host, storage };
 
+// Note [Optimizer split]
+// A block's optimizer step may run in two parts over disjoint element ranges of its slab:
+// part 0 is [0, split_elems), part 1 is [split_elems, block_elems). AdamW is elementwise, so the
+// two parts give the same bits as one step over the whole slab. The vertical schedule steps
+// part 0 in backward, as soon as the block's gradient is on host, and part 1 in the next
+// iteration's forward, just before the block's parameters are fetched (GreedySnake's alpha
+// split; alpha = split_elems / block_elems). Part 0 cannot see the global gradient norm, so it
+// is only allowed with clipping off (config.h, optim.alpha); with clipping on every step is
+// part 1 (split_elems = 0): exact, and deferred until the norm is known. Optimizer state is
+// stored per part ("optim.store.blkL.p0/.p1": master, m, v of that range) so each part is one
+// contiguous extent; working parameters stay one slab and parts write their range of it.
+
 struct ScheduleSpec {
   int32_t blocks = 1;
   int32_t micro_batches = 1;
@@ -22,13 +34,40 @@ struct ScheduleSpec {
   int64_t block_grad_bytes = 0;   // f32 gradient accumulator per block
   int64_t block_optim_bytes = 0;  // master + m + v per block
   int64_t checkpoint_bytes = 0;   // one block input, one micro-batch
-  int64_t embed_param_bytes = 0;  // embedding + head, kept on the device (see the generators)
+  int64_t embed_param_bytes = 0;  // embedding + final norm, kept on the device (f32)
+  int64_t embed_optim_bytes = 0;  // their master + m + v, kept on host
+  int64_t tokens_bytes = 0;       // inputs and targets of every micro-batch (host, uploaded once)
+  int64_t workspace_bytes = 0;    // device scratch of the compute tasks (activations, head)
   double block_fwd_flops = 0;     // per micro-batch
   double block_bwd_flops = 0;     // per micro-batch, recompute not included
-  // Checkpoints: host or storage (device is treated as host). For the vertical schedule the
-  // first and last two micro-batches of each block stay on host whatever this says.
+  double head_flops = 0;          // per micro-batch: final norm, LM head, loss and their backward
+  // Placement per kind of state, for every block; the per-block vectors, when not empty (size
+  // `blocks`), override the single value. Checkpoints: host or storage (device is treated as
+  // host). For the vertical schedule the first and last two micro-batches of each block stay on
+  // host whatever this says.
   Placement params = Placement::storage, optim = Placement::storage, checkpoints = Placement::host;
+  std::vector<Placement> params_at{}, optim_at{}, checkpoints_at{};
+  // Note [Optimizer split] (vertical only): part 0 has split_elems of block_elems elements.
+  int64_t block_elems = 0;
+  int64_t split_elems = 0;
+  // Vertical only: the previous iteration left its part-1 steps for this plan to run, before
+  // each block's first fetch; `iteration` false makes a plan that runs only those (the flush
+  // after the last step).
+  bool pending_steps = false;
+  bool iteration = true;
 };
+
+// Block l's placement of one kind of state.
+inline Placement placement_of(const std::vector<Placement>& at, Placement all, int l) {
+  return at.empty() ? all : at[static_cast<size_t>(l)];
+}
+
+// Blocks 0 .. round(fraction * blocks) - 1 on host, the rest on storage (config's offload.*).
+std::vector<Placement> placement_by_fraction(int32_t blocks, double fraction_on_host);
+
+// Bytes of a part of a per-block quantity of `bytes` (Note [Optimizer split]): part 0 is
+// bytes * split / elems, part 1 the rest; part -1 is all of it. Exact for bytes = elems * width.
+int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part);
 
 inline Tier placement_tier(Placement p) {
   switch (p) {
@@ -109,15 +148,66 @@ inline Tier offload_tier(Placement p) {
   return p == Placement::storage ? Tier::storage : Tier::host;
 }
 
-// One block's CPU optimizer step after its gradient reached host slot `grad`: the optimizer
-// state is read through `state_stage` when it lives on storage (-1 otherwise), AdamW runs on
-// cpu_optim, then state and the new working params are written back (params through
-// `params_stage` when they live on storage, -1 otherwise). Shared by both schedules.
+// One block's CPU optimizer step (or one part of it, Note [Optimizer split]) once its gradient
+// is in host slot `grad` and the clip factor in slot `clip` (-1: the step does not need it):
+// the optimizer state of the part is read from `state_store` through `state_stage` when it lives
+// on storage (-1 otherwise); AdamW runs on cpu_optim and writes the part's range of the new
+// working params into `params_out`, at the part's offset; when `params_store` is not
+// params_out (params on storage) that range is then written to the store. Shared by both
+// schedules.
 struct OptimizerStepSlots {
-  int32_t grad, state_store, state_stage, params_store, params_stage;
+  int32_t grad, clip, state_store, state_stage, params_out, params_store;
 };
-void add_optimizer_step(SlotDepBuilder& b, int32_t block, const OptimizerStepSlots& s,
-                        int64_t optim_bytes, int64_t param_bytes);
+void add_optimizer_step(SlotDepBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
+                        const OptimizerStepSlots& slots);
+
+// The embedding and final-norm parameters (the "embed" group: both slabs, contiguous) live on
+// the device; their master copy and AdamW state on host.
+struct EmbedStepSlots {
+  int32_t grad_device, grad_host, clip, state, params_host, params_device;
+};
+// Before the norm: their gradient leaves the device and its sums of squares are taken.
+void add_embed_grad_out(SlotDepBuilder& b, const ScheduleSpec& s, const EmbedStepSlots& slots,
+                        int32_t sums);
+// After the norm: AdamW on host, and the new parameters go back to the device.
+void add_embed_step(SlotDepBuilder& b, const ScheduleSpec& s, const EmbedStepSlots& slots);
+
+// The sums of squares of one block's host gradient (block -1: the embed group) into its entries
+// of slot `sums` (one double per slab), as soon as the gradient is complete on host.
+int32_t add_grad_sumsq(SlotDepBuilder& b, int32_t block, int32_t grad_host, int64_t grad_bytes,
+                       int32_t sums);
+// Once every sum is in: the global norm, and from it slot `clip` (the clip factor, or "skip"
+// for a non-finite norm), which every step that must see the norm reads.
+void add_grad_norm(SlotDepBuilder& b, int32_t sums, int32_t clip);
+
+// Slots every offloaded plan has, beside the per-block ones.
+struct CommonSlots {
+  int32_t tokens_host;        // host (M, 2, B, T) int32, initialized: inputs then targets
+  int32_t tokens_device;      // device copy, uploaded by the first task
+  int32_t workspace;          // device scratch of compute tasks (no uses: only its bytes count)
+  int32_t embed;              // device embed group params, initialized
+  int32_t embed_grad;         // device, accumulated by the loss and embed.bwd tasks
+  int32_t embed_grad_host;    // host
+  int32_t embed_state;        // host master + m + v, initialized
+  int32_t embed_params_host;  // host, the new working params on their way to the device
+  int32_t sums;               // host, one double per slab
+  int32_t clip;               // host, the clip factor; initialized when steps are pending
+};
+CommonSlots add_common_slots(SlotDepBuilder& b, const ScheduleSpec& s);
+// First tasks of an iteration: upload the tokens, zero the embed gradient.
+void add_iteration_start(SlotDepBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
+// Last tasks of an iteration: embed gradient out, the norm, then `steps` (the block steps that
+// must see the norm), then the embed step.
+template <typename Steps>
+void add_iteration_end(SlotDepBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
+                       Steps&& steps) {
+  const EmbedStepSlots e{c.embed_grad,  c.embed_grad_host,   c.clip,
+                         c.embed_state, c.embed_params_host, c.embed};
+  add_embed_grad_out(b, s, e, c.sums);
+  add_grad_norm(b, c.sums, c.clip);
+  steps();
+  add_embed_step(b, s, e);
+}
 
 // "blk.3", "blk.3 mb.2"
 inline std::string blk_tag(int l, int m = -1) {

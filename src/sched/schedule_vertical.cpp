@@ -1,6 +1,7 @@
 // The vertical (GreedySnake) plan generator; see schedule_vertical.h.
 #include "sched/schedule_vertical.h"
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -19,57 +20,108 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   const int L = s.blocks, M = s.micro_batches;
   const int64_t P = s.block_param_bytes, G = s.block_grad_bytes, O = s.block_optim_bytes,
                 C = s.checkpoint_bytes;
-  const Tier ptier = offload_tier(s.params), otier = offload_tier(s.optim),
-             ctier = offload_tier(s.checkpoints);
+  const int64_t n = s.block_elems, a = s.split_elems;
+  const bool has_part0 = a > 0, has_part1 = n <= 0 || a < n;
+  const int64_t part1_offset = part_bytes(P, n, a, 0);  // where part 1 starts in the params
+  auto ptier = [&](int l) { return offload_tier(placement_of(s.params_at, s.params, l)); };
+  auto otier = [&](int l) { return offload_tier(placement_of(s.optim_at, s.optim, l)); };
+  auto ctier = [&](int l) {
+    return offload_tier(placement_of(s.checkpoints_at, s.checkpoints, l));
+  };
+  bool p_on_storage = false, o_on_storage = false, c_on_storage = false;
+  for (int l = 0; l < L; ++l) {
+    p_on_storage |= ptier(l) == Tier::storage;
+    o_on_storage |= otier(l) == Tier::storage;
+    c_on_storage |= ctier(l) == Tier::storage;
+  }
 
   // ---- Slots ----------------------------------------------------------------------------------
-  std::vector<int32_t> pstore, ostore, dact;
+  const CommonSlots c = add_common_slots(b, s);
+  std::vector<int32_t> pstore, ghost;
+  std::vector<std::array<int32_t, 2>> ostore;                              // [block][part]
   std::vector<std::vector<int32_t>> ckpt(L, std::vector<int32_t>(M, -1));  // [block][mb]
   for (int l = 0; l < L; ++l) {
-    pstore.push_back(b.slot("params.store.blk" + std::to_string(l), ptier, P, true));
-    ostore.push_back(b.slot("optim.store.blk" + std::to_string(l), otier, O, true));
+    const std::string n_l = std::to_string(l);
+    pstore.push_back(b.slot("params.store.blk" + n_l, ptier(l), P, true));
+    std::array<int32_t, 2> parts{-1, -1};
+    for (int part = 0; part < 2; ++part) {
+      if (part == 0 ? has_part0 : has_part1) {
+        parts[part] = b.slot("optim.store.blk" + n_l + ".p" + std::to_string(part), otier(l),
+                             part_bytes(O, n, a, part), true);
+      }
+    }
+    ostore.push_back(parts);
+    // Read by the pending part-1 steps before this iteration's backward writes it again.
+    ghost.push_back(b.slot("grad.host.blk" + n_l, Tier::host, G, s.pending_steps));
+    if (!s.iteration) continue;
     for (int i = 0; i < M; ++i) {
       const int m = vertical_micro_batch(l, i, M);
-      const Tier t = vertical_checkpoint_pinned(i, M) ? Tier::host : ctier;
-      ckpt[l][m] = b.slot("ckpt.blk" + std::to_string(l) + ".mb" + std::to_string(m), t, C);
+      const Tier t = vertical_checkpoint_pinned(i, M) ? Tier::host : ctier(l);
+      ckpt[l][m] = b.slot("ckpt.blk" + n_l + ".mb" + std::to_string(m), t, C);
     }
   }
-  for (int m = 0; m < M; ++m) {
+  std::vector<int32_t> dact;
+  for (int m = 0; s.iteration && m < M; ++m) {
     dact.push_back(b.slot("dact.mb" + std::to_string(m), Tier::device, C));
   }
-  const int32_t embed = b.slot("embed.params", Tier::device, s.embed_param_bytes, true);
-  const int32_t embed_grad = b.slot("embed.grad", Tier::device, s.embed_param_bytes);
   const int32_t last_out = b.slot("last.out", Tier::device, C);  // the last block's output
-  std::vector<int32_t> pbuf, pstage, abuf, bin, gacc, ghost, cwstage, crstage, ostage, pwstage;
+  std::vector<int32_t> pbuf, pstage, abuf, bin, gacc, cwstage, crstage, ostage, pwstage;
   for (int k = 0; k < 2; ++k) {
-    const std::string n = std::to_string(k);
-    pbuf.push_back(b.slot("params.buf" + n, Tier::device, P));
-    abuf.push_back(b.slot("act.buf" + n, Tier::device, C));
-    bin.push_back(b.slot("bwd.in.buf" + n, Tier::device, C));
-    gacc.push_back(b.slot("grad.acc.buf" + n, Tier::device, G));
-    ghost.push_back(b.slot("grad.host.buf" + n, Tier::host, G));
-    if (ptier == Tier::storage) {
-      pstage.push_back(b.slot("params.stage" + n, Tier::host, P));
-      pwstage.push_back(b.slot("params.wstage" + n, Tier::host, P));
+    const std::string n_k = std::to_string(k);
+    pbuf.push_back(b.slot("params.buf" + n_k, Tier::device, P));
+    abuf.push_back(b.slot("act.buf" + n_k, Tier::device, C));
+    bin.push_back(b.slot("bwd.in.buf" + n_k, Tier::device, C));
+    gacc.push_back(b.slot("grad.acc.buf" + n_k, Tier::device, G));
+    if (p_on_storage) {
+      pstage.push_back(b.slot("params.stage" + n_k, Tier::host, P));
+      pwstage.push_back(b.slot("params.wstage" + n_k, Tier::host, P));
     }
-    if (ctier == Tier::storage) {
-      cwstage.push_back(b.slot("ckpt.wstage" + n, Tier::host, C));
-      crstage.push_back(b.slot("ckpt.rstage" + n, Tier::host, C));
+    if (c_on_storage) {
+      cwstage.push_back(b.slot("ckpt.wstage" + n_k, Tier::host, C));
+      crstage.push_back(b.slot("ckpt.rstage" + n_k, Tier::host, C));
     }
-    if (otier == Tier::storage) ostage.push_back(b.slot("optim.stage" + n, Tier::host, O));
+    if (o_on_storage) ostage.push_back(b.slot("optim.stage" + n_k, Tier::host, O));
   }
 
   // ---- Helpers --------------------------------------------------------------------------------
-  int fetches = 0, cwrites = 0, creads = 0;
+  int fetches = 0, cwrites = 0, creads = 0, steps = 0;
+  std::vector<bool> pending(L, s.pending_steps && has_part1);
   std::vector<int32_t> params_slot(L, -1);
-  auto fetch_params = [&](int l) {
+  // One part of block l's step; new params go to `params_out` (a host slot).
+  auto step = [&](int l, int part, int32_t params_out, bool needs_norm) {
+    const int k = steps++ % 2;
+    add_optimizer_step(b, s, l, part,
+                       {ghost[l], needs_norm ? c.clip : -1, ostore[l][part],
+                        otier(l) == Tier::storage ? ostage[k] : -1, params_out, pstore[l]});
+  };
+  // The pending part-1 step of block l (previous iteration's gradient), then, when `fetch`, the
+  // block's params to the device. On storage, part 1's new params land in the fetch's stage
+  // and only part 0's range is read from storage.
+  auto fetch_params = [&](int l, bool fetch) {
     const int k = fetches++ % 2;
+    const bool on_storage = ptier(l) == Tier::storage;
     int32_t src = pstore[l];
-    if (ptier == Tier::storage) {
+    if (pending[l]) {
+      pending[l] = false;
+      if (on_storage) {
+        src = pstage[k];
+        if (fetch && part1_offset > 0) {
+          Task t{.kind = TaskKind::fetch,
+                 .resource = Resource::storage_read,
+                 .label = "read.params " + blk_tag(l) + " p0"};
+          t.block = l;
+          t.uses = {slot_read(pstore[l]), slot_write(src)};
+          t.bytes = part1_offset;
+          b.task(std::move(t));
+        }
+      }
+      step(l, 1, src, true);
+    } else if (on_storage && fetch) {
       b.task(TaskKind::fetch, Resource::storage_read, "read.params " + blk_tag(l), l, -1,
              {slot_read(pstore[l]), slot_write(pstage[k])}, P);
       src = pstage[k];
     }
+    if (!fetch) return;
     b.task(TaskKind::fetch, Resource::h2d, "fetch.params " + blk_tag(l), l, -1,
            {slot_read(src), slot_write(pbuf[k])}, P);
     params_slot[l] = pbuf[k];
@@ -99,28 +151,33 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     b.task(TaskKind::fetch, Resource::h2d, "ckpt.load " + blk_tag(l, m), l, m,
            {slot_read(src), slot_write(to)}, C);
   };
-  // The gradient leaves the device once, then the block's optimizer pipeline is queued; it
-  // runs on cpu_optim and the storage queues while compute goes on with earlier blocks.
+  // The gradient leaves the device once; its sum of squares, then part 0's step (clipping
+  // off), run on cpu_optim while compute goes on with earlier blocks.
   auto finish_block = [&](int l) {
-    const int g = l % 2;
     b.task(TaskKind::store, Resource::d2h, "grad.out " + blk_tag(l), l, -1,
-           {slot_read(gacc[g]), slot_write(ghost[g])}, G);
-    add_optimizer_step(b, l,
-                       {ghost[g], ostore[l], otier == Tier::storage ? ostage[g] : -1, pstore[l],
-                        ptier == Tier::storage ? pwstage[g] : -1},
-                       O, P);
+           {slot_read(gacc[l % 2]), slot_write(ghost[l])}, G);
+    add_grad_sumsq(b, l, ghost[l], G, c.sums);
+    if (has_part0) {
+      step(l, 0, ptier(l) == Tier::storage ? pwstage[l % 2] : pstore[l], false);
+    }
   };
   auto zero_grad = [&](int l) {
     b.task(TaskKind::zero, Resource::compute, "grad.zero " + blk_tag(l), l, -1,
            {slot_write(gacc[l % 2])});
   };
 
+  if (!s.iteration) {  // the flush: only the pending steps
+    for (int l = 0; l < L; ++l) fetch_params(l, false);
+    return b.take();
+  }
+
   // ---- Forward (the last block: forward, loss and backward together) --------------------------
-  fetch_params(0);
+  add_iteration_start(b, c, s);
+  fetch_params(0, true);
   int k = 0;  // act.buf holding the current micro-batch's input
   for (int l = 0; l < L; ++l) {
     // Queued now so that the h2d/storage queues fetch block l+1 while block l computes.
-    if (l + 1 < L) fetch_params(l + 1);
+    if (l + 1 < L) fetch_params(l + 1, true);
     const bool last = l == L - 1;
     if (last) zero_grad(l);
     // Brings the input of the micro-batch at position i into act.buf[kk].
@@ -128,7 +185,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
       const int m = vertical_micro_batch(l, i, M);
       if (l == 0) {
         b.task(TaskKind::forward, Resource::compute, "embed.fwd mb." + std::to_string(m), -1, m,
-               {slot_read(embed), slot_write(abuf[kk])});
+               {slot_read(c.embed), slot_read(c.tokens_device), slot_write(abuf[kk])});
         write_ckpt(0, m, abuf[kk]);
       } else {
         load_ckpt(l, m, abuf[kk]);
@@ -150,11 +207,17 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
                {slot_read(params_slot[l]), slot_read(in), slot_write(last_out)}, 0,
                s.block_fwd_flops);
         b.task(TaskKind::loss, Resource::compute, "loss mb." + std::to_string(m), l, m,
-               {slot_read(last_out), slot_write(dact[m])});
-        b.task(TaskKind::backward, Resource::compute, "bwd " + t, l, m,
-               {slot_read(params_slot[l]), slot_read(in), slot_read(dact[m]), slot_write(dact[m]),
-                slot_read(gacc[l % 2]), slot_write(gacc[l % 2])},
-               0, s.block_bwd_flops);
+               {slot_read(last_out), slot_read(c.embed), slot_read(c.tokens_device),
+                slot_write(dact[m]), slot_read(c.embed_grad), slot_write(c.embed_grad)},
+               0, s.head_flops);
+        Task bwd{.kind = TaskKind::backward, .resource = Resource::compute, .label = "bwd " + t};
+        bwd.block = l;
+        bwd.micro_batch = m;
+        bwd.uses = {slot_read(params_slot[l]), slot_read(in),          slot_read(dact[m]),
+                    slot_write(dact[m]),       slot_read(gacc[l % 2]), slot_write(gacc[l % 2])};
+        bwd.flops = s.block_bwd_flops;
+        bwd.fused = true;
+        b.task(std::move(bwd));
       }
       if (i + 1 < M) k = 1 - k;
     }
@@ -162,10 +225,10 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   finish_block(L - 1);
 
   // ---- Backward, blocks L-2..0, each in its forward order (continuing the snake) --------------
-  if (L >= 2) fetch_params(L - 2);
+  if (L >= 2) fetch_params(L - 2, true);
   int j = 0;
   for (int l = L - 2; l >= 0; --l) {
-    if (l >= 1) fetch_params(l - 1);
+    if (l >= 1) fetch_params(l - 1, true);
     zero_grad(l);
     load_ckpt(l, vertical_micro_batch(l, 0, M), bin[j]);
     for (int i = 0; i < M; ++i) {
@@ -180,10 +243,11 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     finish_block(l);
   }
   for (int m = 0; m < M; ++m) {
-    std::vector<SlotUse> eb = {slot_read(dact[m]), slot_write(embed_grad)};
-    if (m > 0) eb.push_back(slot_read(embed_grad));
-    b.task(TaskKind::backward, Resource::compute, "embed.bwd mb." + std::to_string(m), -1, m, eb);
+    b.task(TaskKind::backward, Resource::compute, "embed.bwd mb." + std::to_string(m), -1, m,
+           {slot_read(dact[m]), slot_read(c.tokens_device), slot_read(c.embed_grad),
+            slot_write(c.embed_grad)});
   }
+  add_iteration_end(b, c, s, [] {});  // block steps: part 0 above, part 1 in the next plan
   return b.take();
 }
 

@@ -20,13 +20,19 @@ namespace strata {
 //  - backward, blocks L-2..0, each in its forward order (which continues the snake): params
 //    fetched once, per micro-batch the checkpoint loaded (double buffer), the block recomputed
 //    and back-propagated, its gradient accumulated in a device slot; the gradient leaves the
-//    device once per block, then that block's optimizer step (state read, AdamW on cpu_optim,
-//    state and new working params written back) runs while earlier blocks' backward computes.
-// Not in scope yet: the α split of the optimizer step (part stepped during the next forward)
-// and deferral of steps for global-norm clipping; here every block steps after its backward,
-// which is exact only with clipping off. Gradients w.r.t. block outputs ("dact.mb<m>") stay on
-// the device between blocks (M slots). Placement::device for params or optim is treated as host;
-// the embedding/head stays on the device and its optimizer step is not part of this plan.
+//    device once per block into its own host slot ("grad.host.blkL") and its sum of squares is
+//    taken on cpu_optim.
+//  - optimizer (Note [Optimizer split]): part 0 of a block (split_elems elements; only with
+//    clipping off) is stepped right after its gradient reached host, while earlier blocks'
+//    backward computes; part 1 is left pending and this plan's successor (pending_steps) steps
+//    it just before the block's first fetch, in forward, reading the state ahead and writing
+//    the new params straight into the stage the fetch copies from (part 0's range is read from
+//    storage into the same stage), so no block is ever computed with stale weights. The flush
+//    plan (iteration = false) runs only the pending steps, after the last iteration.
+//  - the embedding group steps after the global norm at the end of the iteration (its state is
+//    on host; it is needed first thing in the next forward).
+// Gradients w.r.t. block outputs ("dact.mb<m>") stay on the device between blocks (M slots).
+// Placement::device for params or optim is treated as host.
 // Requires blocks >= 1, micro_batches >= 1. Deps are derived from slot uses (SlotDepBuilder).
 Plan make_vertical_plan(const ScheduleSpec& spec);
 

@@ -1,0 +1,407 @@
+// The offloaded trainer: plans, slot memory, initial state, and the step loop. The task actions
+// are in offload_actions.cpp.
+#include "sched/offload_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/format.h"
+#include "core/log.h"
+#include "io/configured_engine.h"
+#include "model/init.h"
+#include "sched/offload_internal.h"
+#include "sched/plan_checker.h"
+#include "sched/schedule_horizontal.h"
+#include "sched/schedule_vertical.h"
+
+namespace strata {
+
+namespace {
+
+constexpr int64_t kIoAlign = 4096;
+
+int64_t round_up(int64_t x, int64_t a) {
+  return (x + a - 1) / a * a;
+}
+
+// Elements of the embed group: the embedding slab then the final-norm slab.
+int64_t embed_group_elems(const ParamLayout& layout) {
+  return layout.slabs[static_cast<size_t>(layout.embed_slab())].numel +
+         layout.slabs[static_cast<size_t>(layout.final_slab())].numel;
+}
+
+// Part 0 of each block's step (run in backward) holds (1 - alpha) of its elements, rounded to
+// whole I/O blocks (whole checksum chunks when checksums are on, since parts are written
+// separately). Note [Optimizer split].
+int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
+  if (cfg.schedule != "vertical" || cfg.optim.alpha >= 1.0) return 0;
+  if (cfg.optim.alpha <= 0.0) return n;
+  const int64_t align = cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit / 4, 1024) : 1024;
+  const auto a = static_cast<int64_t>(std::llround((1.0 - cfg.optim.alpha) * n / align)) * align;
+  return std::clamp<int64_t>(a, 0, n);
+}
+
+}  // namespace
+
+ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bool pending_steps,
+                                   bool iteration) {
+  const ParamLayout layout = make_param_layout(cfg.model);
+  const int64_t B = cfg.batch_size, T = cfg.seq_len, C = cfg.model.n_embd, V = cfg.model.vocab_size,
+                M = cfg.grad_accum, BT = B * T;
+  const int64_t n = layout.slabs[static_cast<size_t>(layout.block_slab(0))].numel;
+  const int64_t E = embed_group_elems(layout);
+  ScheduleSpec s;
+  s.blocks = static_cast<int32_t>(cfg.model.n_layer);
+  s.micro_batches = static_cast<int32_t>(M);
+  s.block_param_bytes = n * 4;
+  s.block_grad_bytes = n * 4;
+  s.block_optim_bytes = n * 12;
+  s.checkpoint_bytes = BT * C * 4;
+  s.embed_param_bytes = E * 4;
+  s.embed_optim_bytes = E * 12;
+  s.tokens_bytes = M * 2 * BT * 4;
+  const BlockDims d = block_dims(dev, B, T, C, cfg.model.n_head);
+  FloatCarver counter(nullptr);
+  carve_offload_workspace(counter, d, V);
+  s.workspace_bytes = counter.used() * 4;
+  // Matmul FLOPs (2 per multiply-add) and the causal half of attention's two T x T products.
+  const double bt = static_cast<double>(BT), c = static_cast<double>(C);
+  s.block_fwd_flops = 2.0 * bt * 12.0 * c * c + 2.0 * bt * static_cast<double>(T) * c;
+  s.block_bwd_flops = 2.0 * s.block_fwd_flops;
+  s.head_flops = 6.0 * bt * static_cast<double>(V) * c;
+  s.params_at = placement_by_fraction(s.blocks, cfg.offload.params_on_host);
+  s.optim_at = placement_by_fraction(s.blocks, cfg.offload.optim_on_host);
+  s.checkpoints_at = placement_by_fraction(s.blocks, cfg.offload.checkpoints_on_host);
+  s.block_elems = n;
+  s.split_elems = split_elems_for(cfg, n);
+  s.pending_steps = pending_steps;
+  s.iteration = iteration;
+  return s;
+}
+
+Plan make_offload_plan(const ScheduleSpec& spec, const std::string& schedule) {
+  return schedule == "vertical" ? make_vertical_plan(spec) : make_horizontal_plan(spec);
+}
+
+OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
+    : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
+  schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
+  dims_ = block_dims(dev, cfg.batch_size, cfg.seq_len, cfg.model.n_embd, cfg.model.n_head);
+  vertical_ = cfg.schedule == "vertical";
+  block_elems_ = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
+  split_elems_ = split_elems_for(cfg, block_elems_);
+  embed_elems_ = embed_group_elems(layout_);
+  slab_sumsq_.assign(layout_.slabs.size(), 0.0);
+  dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum);
+}
+
+OffloadTrainer::~OffloadTrainer() {
+  // No stream work may outlive the buffers; the store's files are the run's scratch space.
+  for (Stream* s : {compute_.get(), h2d_.get(), d2h_.get()}) {
+    if (s != nullptr) s->synchronize();
+  }
+  std::vector<std::string> files;
+  if (store_) {
+    for (const std::string& dir : store_->options().dirs) {
+      files.push_back((std::filesystem::path(dir) / store_->options().file_name).string());
+    }
+  }
+  store_.reset();
+  engine_.reset();
+  for (const std::string& f : files) {
+    std::error_code ec;
+    std::filesystem::remove(f, ec);
+  }
+}
+
+Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
+                                                               const TrainConfig& cfg) {
+  if (cfg.schedule != "horizontal" && cfg.schedule != "vertical") {
+    return invalid_argument("train.schedule '" + cfg.schedule +
+                            "' is not an offloaded schedule (horizontal, vertical)");
+  }
+  if (dev.kind() != DeviceKind::cpu) {
+    // The optimizer tasks and the loss read host memory that only the CPU device shares.
+    return unavailable("the offloaded schedules run on the CPU device only for now");
+  }
+  std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg));
+  // Vertical: the first iteration, the steady one (part-1 steps pending from the previous), and
+  // the flush. Horizontal: one plan.
+  const std::vector<std::pair<bool, bool>> kinds =
+      t->vertical_ ? std::vector<std::pair<bool, bool>>{{false, true}, {true, true}, {true, false}}
+                   : std::vector<std::pair<bool, bool>>{{false, true}};
+  for (auto [pending, iteration] : kinds) {
+    t->plans_.push_back(std::make_unique<BoundPlan>());
+    STRATA_RETURN_IF_ERROR(t->build(pending, iteration, *t->plans_.back()));
+  }
+  STRATA_RETURN_IF_ERROR(t->allocate_slots());
+  for (auto& bp : t->plans_) {
+    bp->slots.clear();
+    for (const Slot& s : bp->plan.slots) bp->slots.push_back(t->memory_.at(s.name).get());
+    bp->actions.clear();
+    for (int32_t i = 0; i < static_cast<int32_t>(bp->plan.tasks.size()); ++i) {
+      bp->actions.push_back(t->bind(*bp, i));
+    }
+  }
+  t->compute_ = dev.create_stream("compute");
+  t->h2d_ = dev.create_stream("h2d");
+  t->d2h_ = dev.create_stream("d2h");
+  STRATA_RETURN_IF_ERROR(t->initialize_state());
+  return t;
+}
+
+Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out) {
+  out.pending_steps = pending_steps;
+  out.iteration = iteration;
+  out.plan =
+      make_offload_plan(offload_schedule_spec(dev_, cfg_, pending_steps, iteration), cfg_.schedule);
+  const TierBudgets budgets{cfg_.memory.device_bytes, cfg_.memory.host_bytes, 0};
+  Status st = check_plan(out.plan, budgets);
+  if (!st.ok()) {
+    return Status(st.code(),
+                  "the " + cfg_.schedule + " plan does not fit: " + st.message() +
+                      " (lower train.batch_size or train.grad_accum, keep less on host with "
+                      "offload.*_on_host, or raise memory.device_bytes / memory.host_bytes)");
+  }
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::allocate_slots() {
+  // Slots with one name are one piece of memory in every plan (state that outlives a plan).
+  std::vector<ExtentSpec> extents;
+  for (auto& bp : plans_) {
+    for (const Slot& s : bp->plan.slots) {
+      auto it = memory_.find(s.name);
+      if (it != memory_.end()) {
+        if (it->second->tier != s.tier || it->second->bytes != s.bytes) {
+          return Status(ErrorCode::internal, "slot '" + s.name + "' differs between plans");
+        }
+        continue;
+      }
+      auto m = std::make_unique<SlotMemory>();
+      m->name = s.name;
+      m->tier = s.tier;
+      m->bytes = s.bytes;
+      if (s.tier == Tier::storage) {
+        m->extent = extents.size();
+        extents.push_back(ExtentSpec{s.name, static_cast<uint64_t>(s.bytes)});
+      } else if (s.tier == Tier::host) {
+        // Rounded so that direct I/O may move whole 4 KiB blocks (Note [Direct ranges]).
+        STRATA_ASSIGN_OR_RETURN(m->buf,
+                                dev_.alloc_host(round_up(std::max<int64_t>(s.bytes, 1), kIoAlign)));
+        std::memset(m->buf.data(), 0, static_cast<size_t>(m->buf.bytes()));
+      } else {
+        STRATA_ASSIGN_OR_RETURN(m->buf, dev_.alloc(std::max<int64_t>(s.bytes, 1)));
+      }
+      planned_bytes_[static_cast<size_t>(s.tier)] += s.bytes;
+      memory_.emplace(s.name, std::move(m));
+    }
+  }
+
+  // The compute workspace is a slot too, so the device budget covers it.
+  SlotMemory& ws = *memory_.at("compute.workspace");
+  FloatCarver carver(ws.buf.f32());
+  OffloadWorkspace w = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size);
+  acts_ = w.acts;
+  scratch_ = w.scratch;
+  recompute_out_ = w.recompute_out;
+  dinp_ = w.dinp;
+  lnf_ = w.lnf;
+  lnf_mean_ = w.lnf_mean;
+  lnf_rstd_ = w.lnf_rstd;
+  logits_ = w.logits;
+  probs_ = w.probs;
+  dlogits_ = w.dlogits;
+  dlnf_ = w.dlnf;
+  losses_dev_ = w.losses;
+  STRATA_ASSIGN_OR_RETURN(losses_host_,
+                          dev_.alloc_host(cfg_.grad_accum * cfg_.batch_size * cfg_.seq_len * 4));
+
+  if (extents.empty()) return Status::ok_status();
+  if (cfg_.io.dirs.empty()) {
+    return invalid_argument("io.dirs is empty but the offload placement puts state on storage");
+  }
+  STRATA_ASSIGN_OR_RETURN(engine_, create_configured_engine(cfg_.io, cfg_.io.dirs.front()));
+  StoreOptions o;
+  o.dirs = cfg_.io.dirs;
+  o.stripe_unit = static_cast<uint64_t>(cfg_.io.stripe_unit);
+  o.checksums = cfg_.io.checksums;
+  o.direct = true;
+  auto store = TensorStore::create(*engine_, o, extents);
+  if (!store.ok() && store.status().code() == ErrorCode::unavailable) {
+    log_warn(store.status().message() + "; using buffered I/O");
+    o.direct = false;
+    store = TensorStore::create(*engine_, o, extents);
+  }
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::write_slot(const std::string& name, int64_t offset, const void* src,
+                                  int64_t bytes) {
+  SlotMemory& m = *memory_.at(name);
+  if (m.tier != Tier::storage) {
+    if (m.tier == Tier::device) {
+      dev_.copy(*h2d_, static_cast<char*>(m.buf.data()) + offset, src, bytes);
+      h2d_->synchronize();
+    } else {
+      std::memcpy(static_cast<char*>(m.buf.data()) + offset, src, static_cast<size_t>(bytes));
+    }
+    return Status::ok_status();
+  }
+  return store_io(m, IoOp::write, offset, const_cast<void*>(src), bytes);
+}
+
+Status OffloadTrainer::read_slot(const std::string& name, int64_t offset, void* dst,
+                                 int64_t bytes) {
+  SlotMemory& m = *memory_.at(name);
+  if (m.tier != Tier::storage) {
+    if (m.tier == Tier::device) {
+      dev_.copy(*d2h_, dst, static_cast<const char*>(m.buf.data()) + offset, bytes);
+      d2h_->synchronize();
+    } else {
+      std::memcpy(dst, static_cast<const char*>(m.buf.data()) + offset, static_cast<size_t>(bytes));
+    }
+    return Status::ok_status();
+  }
+  return store_io(m, IoOp::read, offset, dst, bytes);
+}
+
+Status OffloadTrainer::initialize_state() {
+  const int64_t n = block_elems_;
+  // Aligned scratch for storage transfers (direct I/O): one block's params, then its state.
+  STRATA_ASSIGN_OR_RETURN(Buffer scratch, dev_.alloc_host(round_up(n * 16, kIoAlign)));
+  float* slab = scratch.f32();
+  float* state = slab + n;
+  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    std::memset(scratch.data(), 0, static_cast<size_t>(scratch.bytes()));
+    init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
+    const std::string blk = "blk" + std::to_string(l);
+    STRATA_RETURN_IF_ERROR(write_slot("params.store." + blk, 0, slab, n * 4));
+    for (int32_t part : {-1, 0, 1}) {
+      const std::string name =
+          "optim.store." + blk + (part >= 0 ? ".p" + std::to_string(part) : std::string());
+      if (memory_.count(name) == 0) continue;
+      const auto [lo, hi] = part_range(part);
+      const int64_t pe = hi - lo;
+      std::memset(state, 0, static_cast<size_t>(pe * 12));
+      std::memcpy(state, slab + lo, static_cast<size_t>(pe * 4));  // master; m = v = 0
+      STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
+    }
+  }
+  // The embed group: params on the device, master copy and zeroed moments on host.
+  const int64_t E = embed_elems_;
+  const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
+  std::vector<float> group(static_cast<size_t>(E), 0.0f);
+  init_gpt2_slab(layout_, layout_.embed_slab(), group.data(), static_cast<uint64_t>(cfg_.seed));
+  init_gpt2_slab(layout_, layout_.final_slab(), group.data() + ne,
+                 static_cast<uint64_t>(cfg_.seed));
+  STRATA_RETURN_IF_ERROR(write_slot("embed.params", 0, group.data(), E * 4));
+  float* es = memory_.at("embed.optim")->buf.f32();
+  std::memset(es, 0, static_cast<size_t>(E * 12));
+  std::memcpy(es, group.data(), static_cast<size_t>(E * 4));
+  return Status::ok_status();
+}
+
+std::pair<int64_t, int64_t> OffloadTrainer::part_range(int32_t part) const {
+  if (part < 0) return {0, block_elems_};
+  if (part == 0) return {0, split_elems_};
+  return {split_elems_, block_elems_};
+}
+
+Status OffloadTrainer::run(BoundPlan& bp) {
+  ExecutorOptions o;
+  o.record_trace = record_trace_;
+  for (auto& b : bytes_) b.store(0);
+  auto report = execute_plan(bp.plan, bp.actions, o);
+  traffic_.storage_read_bytes += bytes_[static_cast<int>(Resource::storage_read)].load();
+  traffic_.storage_write_bytes += bytes_[static_cast<int>(Resource::storage_write)].load();
+  traffic_.h2d_bytes += bytes_[static_cast<int>(Resource::h2d)].load();
+  traffic_.d2h_bytes += bytes_[static_cast<int>(Resource::d2h)].load();
+  if (!report.ok()) return report.status();
+  last_report_ = std::move(*report);
+  last_ = &bp;
+  return Status::ok_status();
+}
+
+Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  int32_t* tok = memory_.at("tokens.host")->buf.i32();
+  for (int64_t k = 0; k < cfg_.grad_accum; ++k) {
+    std::memcpy(tok + k * 2 * BT, inputs + k * BT, static_cast<size_t>(BT * 4));
+    std::memcpy(tok + k * 2 * BT + BT, targets + k * BT, static_cast<size_t>(BT * 4));
+  }
+  BoundPlan& bp = vertical_ ? *plans_[pending_ ? 1 : 0] : *plans_[0];
+  Status st = run(bp);
+  if (!st.ok()) {
+    return Status(st.code(), "step " + std::to_string(steps_done_) + ": " + st.message());
+  }
+  pending_ = vertical_ && split_elems_ < block_elems_;
+
+  StepStats s;
+  s.step = steps_done_;
+  double loss_sum = 0;  // as the in-memory trainer: per micro-batch in order, then the mean
+  const float* losses = losses_host_.f32();
+  for (int64_t k = 0; k < cfg_.grad_accum; ++k) {
+    double sum = 0;
+    for (int64_t i = 0; i < BT; ++i) sum += losses[k * BT + i];
+    loss_sum += sum / static_cast<double>(BT);
+  }
+  s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
+  s.grad_norm = std::sqrt(last_norm_sumsq_);
+  s.lr = state_.lr;
+  s.skipped = state_.skip;
+  if (s.skipped) {
+    log_warn("step " + std::to_string(steps_done_) + ": non-finite gradient norm, update skipped");
+  }
+  steps_done_++;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+Status OffloadTrainer::finish() {
+  if (!pending_) return Status::ok_status();
+  Status st = run(*plans_[2]);
+  if (!st.ok()) return Status(st.code(), "final optimizer steps: " + st.message());
+  pending_ = false;
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::read_params(float* host) {
+  STRATA_RETURN_IF_ERROR(finish());
+  const int64_t n = block_elems_;
+  STRATA_ASSIGN_OR_RETURN(Buffer tmp, dev_.alloc_host(round_up(n * 4, kIoAlign)));
+  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    STRATA_RETURN_IF_ERROR(read_slot("params.store.blk" + std::to_string(l), 0, tmp.data(), n * 4));
+    const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
+    std::memcpy(host + s.offset, tmp.data(), static_cast<size_t>(n * 4));
+  }
+  const float* master = memory_.at("embed.optim")->buf.f32();
+  const Slab& e = layout_.slabs[static_cast<size_t>(layout_.embed_slab())];
+  const Slab& f = layout_.slabs[static_cast<size_t>(layout_.final_slab())];
+  std::memcpy(host + e.offset, master, static_cast<size_t>(e.numel * 4));
+  std::memcpy(host + f.offset, master + e.numel, static_cast<size_t>(f.numel * 4));
+  return Status::ok_status();
+}
+
+const Plan& OffloadTrainer::last_plan() const {
+  return last_ != nullptr ? last_->plan : plans_.front()->plan;
+}
+
+std::string OffloadTrainer::store_description() const {
+  if (!store_) return "";
+  std::string d;
+  for (const std::string& dir : store_->options().dirs) {
+    if (!d.empty()) d += ", ";
+    d += (std::filesystem::path(dir) / store_->options().file_name).string();
+  }
+  return d + " (" + format_bytes(static_cast<int64_t>(store_->logical_bytes())) + ", " +
+         (store_->options().direct ? "O_DIRECT" : "buffered") + ")";
+}
+
+}  // namespace strata

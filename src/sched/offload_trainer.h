@@ -1,0 +1,170 @@
+// The offloaded schedules (horizontal: ZeRO-Infinity's order; vertical: GreedySnake) trained for
+// real: a plan from schedule_horizontal.h / schedule_vertical.h, checked against the tier budgets
+// before step 1, its slots given memory (device buffers, pinned host buffers, extents of one
+// striped store over io.dirs), each task bound to an action, and the executor running it.
+// DESIGN.md §2-§5, §8, §9.
+//
+// What lives where
+//  - each block's working params (f32: on the CPU backend compute is f32, so working copy and
+//    master weights hold the same values), and its AdamW state (master, m, v per optimizer part,
+//    Note [Optimizer split]) on host or storage, by the offload.* fractions;
+//  - block-input checkpoints on host or storage (vertical: first and last two micro-batches of a
+//    block always on host);
+//  - the embedding group (wte, wpe, final LayerNorm) on the device, its AdamW state on host;
+//  - gradients: accumulated on the device per block (vertical) or on host per micro-batch
+//    (horizontal), then kept on host per block until stepped.
+//
+// Exactness: every step sees the global gradient norm (clipping and skipping exactly as the
+// in-memory trainer); with optim.alpha < 1 (clipping off) the backward part of a step runs before
+// the norm is known, so a non-finite gradient then stops training with an error instead of being
+// skipped inexactly. Placement never changes a bit: the same plan shape runs the same kernels in
+// the same order whatever tier a slot is on.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/config.h"
+#include "io/io_engine.h"
+#include "io/tensor_store.h"
+#include "model/block.h"
+#include "model/layout.h"
+#include "optim/lr_schedule.h"
+#include "sched/executor.h"
+#include "sched/in_memory_trainer.h"
+#include "sched/plan.h"
+#include "sched/schedule_spec.h"
+
+namespace strata {
+
+// Bytes moved, cumulative over the run.
+struct OffloadTraffic {
+  int64_t storage_read_bytes = 0, storage_write_bytes = 0, h2d_bytes = 0, d2h_bytes = 0;
+};
+
+// The plan inputs for a config (exposed for tests, the planner and the fit check).
+ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bool pending_steps,
+                                   bool iteration);
+// Makes the plan of cfg.train.schedule ("horizontal" or "vertical").
+Plan make_offload_plan(const ScheduleSpec& spec, const std::string& schedule);
+
+class OffloadTrainer {
+ public:
+  // Builds and checks the plans (a plan that does not fit the memory.* budgets is refused here,
+  // invalid_argument with the numbers and what to change), allocates every slot, creates the
+  // store in io.dirs (no_space naming the directory when it cannot hold the state) and writes
+  // the initial parameters and zeroed optimizer state.
+  static Result<std::unique_ptr<OffloadTrainer>> create(Device& dev, const TrainConfig& cfg);
+  ~OffloadTrainer();
+  OffloadTrainer(const OffloadTrainer&) = delete;
+  OffloadTrainer& operator=(const OffloadTrainer&) = delete;
+
+  // inputs, targets: (grad_accum, B, T) host int32. One optimizer step (the vertical schedule may
+  // leave part of it pending until the next call or finish()). A storage error or a failed task
+  // stops the run: the Status names the task, the tensor and the file.
+  Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets);
+  // Applies the steps still pending (vertical). Idempotent.
+  Status finish();
+  // All parameters, laid out as ParamLayout (layout.total_elems floats); finish()es first.
+  Status read_params(float* host);
+
+  const ParamLayout& layout() const { return layout_; }
+  int64_t tokens_per_step() const { return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum; }
+  const OffloadTraffic& traffic() const { return traffic_; }
+  // The plan of the last step, and its execution report (timings when tracing is on).
+  const Plan& last_plan() const;
+  const ExecutionReport& last_report() const { return last_report_; }
+  void set_record_trace(bool on) { record_trace_ = on; }
+  // Bytes of each tier the plans hold (device, host, storage): the fit the budgets were checked
+  // against.
+  std::array<int64_t, kTierCount> planned_bytes() const { return planned_bytes_; }
+  // Where the store lives ("" when nothing is on storage).
+  std::string store_description() const;
+
+ private:
+  struct SlotMemory;
+  struct BoundPlan;
+  struct StepState {
+    float lr = 0;
+    int64_t adam_step = 0;  // 1-based AdamW step count of the update being applied
+    float grad_scale = 1;   // clip factor
+    bool skip = false;      // non-finite norm: no update
+  };
+
+  OffloadTrainer(Device& dev, const TrainConfig& cfg);
+  Status build(bool pending_steps, bool iteration, BoundPlan& out);
+  Status allocate_slots();
+  Status initialize_state();
+  Status run(BoundPlan& bp);
+  TaskAction bind(const BoundPlan& bp, int32_t task);
+  // Actions, by what the task does (task_binding in offload_actions.cpp).
+  Status do_transfer(const BoundPlan& bp, const Task& t);
+  Status do_compute(const BoundPlan& bp, const Task& t);
+  Status do_optimizer(const BoundPlan& bp, const Task& t);
+  Status do_host_other(const BoundPlan& bp, const Task& t);
+  Status step_block_part(const BoundPlan& bp, const Task& t, const StepState& st);
+  Status step_embed(const BoundPlan& bp, const Task& t);
+  void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
+  StepState early_step_state() const;
+  // Element range [first, second) of a block covered by an optimizer part (-1: all of it).
+  std::pair<int64_t, int64_t> part_range(int32_t part) const;
+  // Whole-slot access by name outside plans (initial state, read_params).
+  Status write_slot(const std::string& name, int64_t offset, const void* src, int64_t bytes);
+  Status read_slot(const std::string& name, int64_t offset, void* dst, int64_t bytes);
+  // One storage transfer, waited; errors name the tensor and the file.
+  Status store_io(const SlotMemory& m, IoOp op, int64_t offset, void* host, int64_t bytes);
+
+  Device& dev_;
+  TrainConfig cfg_;
+  ParamLayout layout_;
+  LrSchedule schedule_;
+  BlockDims dims_{};
+  bool vertical_ = false;
+  int64_t block_elems_ = 0, split_elems_ = 0, embed_elems_ = 0;
+
+  std::unique_ptr<Stream> compute_, h2d_, d2h_;
+  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<TensorStore> store_;
+  std::unordered_map<std::string, std::unique_ptr<SlotMemory>> memory_;  // by slot name
+  std::vector<std::unique_ptr<BoundPlan>> plans_;  // first, steady, flush (vertical) / one
+  BoundPlan* last_ = nullptr;
+  std::array<int64_t, kTierCount> planned_bytes_{};
+
+  // Compute workspace (device): activations of one block for one micro-batch, backward scratch,
+  // the head's buffers.
+  Buffer workspace_;
+  BlockActs acts_{};
+  BlockGradScratch scratch_{};
+  float* recompute_out_ = nullptr;  // (B, T, C)
+  float* dinp_ = nullptr;           // (B, T, C)
+  float* lnf_ = nullptr;            // (B, T, C)
+  float* lnf_mean_ = nullptr;       // (B, T)
+  float* lnf_rstd_ = nullptr;       // (B, T)
+  float* logits_ = nullptr;         // (B, T, V)
+  float* probs_ = nullptr;          // (B, T, V)
+  float* dlogits_ = nullptr;        // (B, T, V)
+  float* dlnf_ = nullptr;           // (B, T, C)
+  float* losses_dev_ = nullptr;     // (B, T)
+  Buffer losses_host_;              // (M, B, T) f32, pinned
+
+  std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
+  StepState state_;                 // of the last norm: what pending and post-norm steps apply
+  int64_t steps_done_ = 0;
+  int64_t adam_steps_ = 0;  // updates applied
+  double last_norm_sumsq_ = 0;
+  bool pending_ = false;  // vertical: part-1 steps of the last iteration not applied yet
+  bool record_trace_ = false;
+  float dloss_ = 0;
+  OffloadTraffic traffic_;
+  std::atomic<int64_t> bytes_[kResourceCount] = {};
+  ExecutionReport last_report_;
+};
+
+}  // namespace strata
