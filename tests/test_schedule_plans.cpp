@@ -4,8 +4,10 @@
 // gradient traffic).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sched/plan_checker.h"
@@ -22,9 +24,10 @@ ScheduleSpec spec(int L, int M, Placement params, Placement optim, Placement ckp
   ScheduleSpec s;
   s.blocks = L;
   s.micro_batches = M;
+  s.block_elems = 2 * kMiB;  // f32 params: 4 bytes per element
   s.block_param_bytes = 8 * kMiB;
-  s.block_grad_bytes = 16 * kMiB;
-  s.block_optim_bytes = 48 * kMiB;
+  s.block_grad_bytes = 8 * kMiB;
+  s.block_optim_bytes = 24 * kMiB;
   s.checkpoint_bytes = kMiB;
   s.embed_param_bytes = 4 * kMiB;
   s.block_fwd_flops = 1e9;
@@ -79,6 +82,131 @@ TEST(plan_schedules, GridPassesChecker) {
       }
     }
   }
+}
+
+// The vertical plan's variants (Note [Optimizer split]): the split (all deferred, half, none),
+// the first iteration, the steady one with pending part-1 steps, and the flush; over the grid
+// with per-block mixed placements too.
+TEST(plan_schedules, VerticalVariantsPassChecker) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::storage);
+      s.params_at = placement_by_fraction(L, 0.5);
+      s.optim_at = placement_by_fraction(L, 0.34);
+      s.checkpoints_at = placement_by_fraction(L, 0.67);
+      for (int64_t split : {int64_t{0}, s.block_elems / 2, s.block_elems}) {
+        for (auto [pending, iteration] : {std::pair{false, true}, {true, true}, {true, false}}) {
+          s.split_elems = split;
+          s.pending_steps = pending;
+          s.iteration = iteration;
+          Status v = check_plan(make_vertical_plan(s), {});
+          EXPECT_TRUE(v.ok()) << "L=" << L << " M=" << M << " split=" << split
+                              << " pending=" << pending << " iteration=" << iteration << ": "
+                              << v.to_string();
+        }
+      }
+      Status h = check_plan(make_horizontal_plan(s), {});
+      EXPECT_TRUE(h.ok()) << "horizontal mixed L=" << L << " M=" << M << ": " << h.to_string();
+    }
+  }
+}
+
+// Happens-before (Note [Happens-before in plans]): deps and queue order, transitively.
+bool happens_before(const Plan& p, int32_t a, int32_t b) {
+  const auto n = static_cast<int32_t>(p.tasks.size());
+  std::vector<std::vector<int32_t>> next(static_cast<size_t>(n));
+  std::array<int32_t, kResourceCount> last{};
+  last.fill(-1);
+  for (int32_t i = 0; i < n; ++i) {
+    const Task& t = p.tasks[static_cast<size_t>(i)];
+    for (int32_t d : t.deps) next[static_cast<size_t>(d)].push_back(i);
+    int32_t& prev = last[static_cast<size_t>(t.resource)];
+    if (prev >= 0) next[static_cast<size_t>(prev)].push_back(i);
+    prev = i;
+  }
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  std::vector<int32_t> stack = {a};
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    for (int32_t y : next[static_cast<size_t>(x)]) {
+      if (y == b) return true;
+      if (!seen[static_cast<size_t>(y)]) {
+        seen[static_cast<size_t>(y)] = true;
+        stack.push_back(y);
+      }
+    }
+  }
+  return false;
+}
+
+int32_t find_task(const Plan& p, const std::string& label) {
+  for (size_t i = 0; i < p.tasks.size(); ++i) {
+    if (p.tasks[i].label == label) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+// No stale weights: in the steady vertical plan every forward of block l happens after the
+// pending step of block l (part 1), and every part-0 step after the block's last backward; the
+// horizontal plan steps only after the global norm; the deferred steps read the norm too.
+TEST(plan_schedules, NoStaleWeightsAndStepsSeeTheNorm) {
+  for (int L : {2, 3, 5}) {
+    for (int M : {1, 3, 4}) {
+      for (Placement pp : kOff) {
+        ScheduleSpec s = spec(L, M, pp, Placement::storage, Placement::host);
+        s.split_elems = s.block_elems / 2;
+        s.pending_steps = true;
+        const Plan v = make_vertical_plan(s);
+        const int32_t norm = find_task(v, "grad.norm");
+        ASSERT_GE(norm, 0);
+        for (int l = 0; l < L; ++l) {
+          const int32_t p1 = find_task(v, "adamw " + blk_tag(l) + " p1");
+          const int32_t p0 = find_task(v, "adamw " + blk_tag(l) + " p0");
+          ASSERT_GE(p1, 0);
+          ASSERT_GE(p0, 0);
+          for (int m = 0; m < M; ++m) {
+            const int32_t fwd = find_task(v, "fwd " + blk_tag(l, m));
+            const int32_t bwd = find_task(v, "bwd " + blk_tag(l, m));
+            EXPECT_TRUE(happens_before(v, p1, fwd)) << "stale weights: " << blk_tag(l, m);
+            EXPECT_TRUE(happens_before(v, bwd, p0)) << "step before its gradient: " << blk_tag(l);
+          }
+          // Part 1 steps last iteration's gradient: before this iteration's norm overwrites the
+          // clip factor it reads.
+          EXPECT_TRUE(happens_before(v, p1, norm)) << blk_tag(l);
+        }
+        const Plan h = make_horizontal_plan(s);
+        const int32_t hnorm = find_task(h, "grad.norm");
+        for (int l = 0; l < L; ++l) {
+          EXPECT_TRUE(happens_before(h, hnorm, find_task(h, "adamw " + blk_tag(l))));
+        }
+        EXPECT_TRUE(happens_before(h, hnorm, find_task(h, "adamw embed")));
+      }
+    }
+  }
+}
+
+// With a pending part-1 step the forward fetch reads only part 0's range of the params from
+// storage (part 1 comes straight from the optimizer); the part-1 step reads alpha of the state.
+TEST(plan_schedules, PendingStepForwardsParamsToTheFetch) {
+  ScheduleSpec s = spec(3, 2, Placement::storage, Placement::storage, Placement::host);
+  s.split_elems = s.block_elems / 4;  // part 0: a quarter, stepped in backward
+  s.pending_steps = true;
+  const Plan v = make_vertical_plan(s);
+  for (int l = 0; l < 3; ++l) {
+    const Task& r = v.tasks[static_cast<size_t>(find_task(v, "read.params " + blk_tag(l) + " p0"))];
+    EXPECT_EQ(r.bytes, s.block_param_bytes / 4);
+    const Task& o = v.tasks[static_cast<size_t>(find_task(v, "read.optim " + blk_tag(l) + " p1"))];
+    EXPECT_EQ(o.bytes, s.block_optim_bytes / 4 * 3);
+    const Task& w =
+        v.tasks[static_cast<size_t>(find_task(v, "write.params " + blk_tag(l) + " p1"))];
+    EXPECT_EQ(w.src_offset, s.block_param_bytes / 4);
+    EXPECT_EQ(w.dst_offset, s.block_param_bytes / 4);
+    EXPECT_EQ(w.bytes, s.block_param_bytes / 4 * 3);
+  }
+  // All storage traffic of the optimizer state adds up to one read and one write of it.
+  EXPECT_EQ(bytes_of(v, Resource::storage_read, "read.optim "), 3 * s.block_optim_bytes);
+  EXPECT_EQ(bytes_of(v, Resource::storage_write, "write.optim "), 3 * s.block_optim_bytes);
 }
 
 TEST(plan_schedules, ParamFetchCounts) {

@@ -1,4 +1,5 @@
 // strata train: config -> data -> trainer -> steps, with progress and per-step metrics.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -10,13 +11,16 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/config.h"
+#include "core/format.h"
 #include "core/log.h"
 #include "data/byte_tokenizer.h"
 #include "data/dataloader.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
 #include "model/gpt.h"
+#include "sched/executor.h"
 #include "sched/in_memory_trainer.h"
+#include "sched/offload_trainer.h"
 
 namespace strata::cli {
 
@@ -71,6 +75,66 @@ std::string human_count(double n) {
   return buf;
 }
 
+// One of the two trainers, behind the calls the loop makes.
+struct Trainer {
+  std::unique_ptr<InMemoryTrainer> in_memory;
+  std::unique_ptr<OffloadTrainer> offload;
+
+  const ParamLayout& layout() const { return offload ? offload->layout() : in_memory->layout(); }
+  int64_t tokens_per_step() const {
+    return offload ? offload->tokens_per_step() : in_memory->tokens_per_step();
+  }
+  Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) {
+    if (offload) return offload->train_step(inputs, targets);
+    return in_memory->train_step(inputs, targets);
+  }
+};
+
+// A plan that does not fit, a bad placement, a full disk: the user's to fix (2); the rest 1.
+int exit_code_for(const Status& s) {
+  return s.code() == ErrorCode::invalid_argument || s.code() == ErrorCode::no_space ? 2 : 1;
+}
+
+void log_offload_plan(const TrainConfig& cfg, const OffloadTrainer& t) {
+  const auto bytes = t.planned_bytes();
+  std::string line = "schedule " + cfg.schedule + ": plan holds " +
+                     format_bytes(bytes[static_cast<size_t>(Tier::device)]) + " device, " +
+                     format_bytes(bytes[static_cast<size_t>(Tier::host)]) + " host, " +
+                     format_bytes(bytes[static_cast<size_t>(Tier::storage)]) + " storage";
+  if (cfg.schedule == "vertical") {
+    char alpha[64];
+    std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g", cfg.optim.alpha);
+    line += alpha;
+  }
+  log_info(line);
+  if (!t.store_description().empty()) log_info("store: " + t.store_description());
+}
+
+// DESIGN §9: per-step bytes per direction, busy seconds per resource, and the roofline (the
+// busiest resource, compute and the CPU optimizer counted as one since they share the cores).
+void add_offload_metrics(nlohmann::json& line, const OffloadTrainer& t,
+                         const OffloadTraffic& before, double iter_s) {
+  const OffloadTraffic& now = t.traffic();
+  line["storage_read_bytes"] = now.storage_read_bytes - before.storage_read_bytes;
+  line["storage_write_bytes"] = now.storage_write_bytes - before.storage_write_bytes;
+  line["h2d_bytes"] = now.h2d_bytes - before.h2d_bytes;
+  line["d2h_bytes"] = now.d2h_bytes - before.d2h_bytes;
+  nlohmann::json busy = nlohmann::json::object();
+  const auto& b = t.last_report().busy_s;
+  double roofline = 0;
+  for (int r = 0; r < kResourceCount; ++r) {
+    busy[resource_name(static_cast<Resource>(r))] = b[static_cast<size_t>(r)];
+    if (static_cast<Resource>(r) != Resource::cpu_optim) {
+      roofline = std::max(roofline, b[static_cast<size_t>(r)]);
+    }
+  }
+  const double cores =
+      b[static_cast<size_t>(Resource::compute)] + b[static_cast<size_t>(Resource::cpu_optim)];
+  line["busy_s"] = busy;
+  line["roofline_s"] = std::max(roofline, cores);
+  line["over_roofline"] = iter_s / std::max(std::max(roofline, cores), 1e-12);
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& args) {
@@ -78,6 +142,7 @@ int cmd_train(const std::vector<std::string>& args) {
                            {{"config", true, false},
                             {"set", true, true},
                             {"metrics", true, false},
+                            {"trace", true, false},
                             {"quiet", false, false}},
                            "train");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
@@ -99,10 +164,23 @@ int cmd_train(const std::vector<std::string>& args) {
     if (!metrics) return fail("cannot open metrics file " + a.get("metrics") + " for writing", 2);
   }
 
-  auto device = create_cpu_device();
-  auto trainer_or = InMemoryTrainer::create(*device, cfg);
-  if (!trainer_or.ok()) return fail(trainer_or.status().message(), 1);
-  InMemoryTrainer& trainer = *trainer_or.value();
+  if (a.has("trace") && cfg.schedule == "in_memory") {
+    return fail("--trace needs an offloaded schedule (train.schedule horizontal or vertical)", 2);
+  }
+
+  CpuDeviceOptions device_options;
+  device_options.device_budget_bytes = cfg.memory.device_bytes;
+  auto device = create_cpu_device(device_options);
+  Trainer trainer;
+  if (cfg.schedule == "in_memory") {
+    auto t = InMemoryTrainer::create(*device, cfg);
+    if (!t.ok()) return fail(t.status().message(), exit_code_for(t.status()));
+    trainer.in_memory = std::move(*t);
+  } else {
+    auto t = OffloadTrainer::create(*device, cfg);
+    if (!t.ok()) return fail(t.status().message(), exit_code_for(t.status()));
+    trainer.offload = std::move(*t);
+  }
 
   const ModelConfig& m = cfg.model;
   log_info("model: " + std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) +
@@ -113,6 +191,7 @@ int cmd_train(const std::vector<std::string>& args) {
            " tokens; batch " + std::to_string(cfg.batch_size) + " x " +
            std::to_string(cfg.seq_len) + " x " + std::to_string(cfg.grad_accum) +
            " micro-batches = " + std::to_string(trainer.tokens_per_step()) + " tokens/step");
+  if (trainer.offload) log_offload_plan(cfg, *trainer.offload);
 
   const int64_t BT = cfg.batch_size * cfg.seq_len;
   std::vector<int32_t> inputs(static_cast<size_t>(BT * cfg.grad_accum));
@@ -121,12 +200,20 @@ int cmd_train(const std::vector<std::string>& args) {
   Progress progress(cfg.steps, cfg.log_every, a.has("quiet"));
   double first_loss = 0, last_loss = 0;
   const auto t_start = std::chrono::steady_clock::now();
+  OffloadTraffic traffic_before;
 
   for (int64_t step = 0; step < cfg.steps; step++) {
     for (int64_t k = 0; k < cfg.grad_accum; k++) {
       loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
     }
-    const StepStats st = trainer.train_step(inputs.data(), targets.data());
+    // The trace shows the last step: steady state, with the previous step's pending work.
+    if (trainer.offload && a.has("trace")) trainer.offload->set_record_trace(step == cfg.steps - 1);
+    auto st_or = trainer.train_step(inputs.data(), targets.data());
+    if (!st_or.ok()) {
+      progress.finish();
+      return fail("training stopped: " + st_or.status().to_string(), 1);
+    }
+    const StepStats& st = *st_or;
     const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / st.seconds;
     if (step == 0) first_loss = st.loss;
     last_loss = st.loss;
@@ -144,9 +231,28 @@ int cmd_train(const std::vector<std::string>& args) {
           {"peak_device_bytes", device->memory_stats().device_peak},
           {"peak_host_bytes", device->memory_stats().host_peak},
       };
+      if (trainer.offload) {
+        add_offload_metrics(line, *trainer.offload, traffic_before, st.seconds);
+        traffic_before = trainer.offload->traffic();
+      }
       metrics << line.dump() << '\n';
       metrics.flush();
       if (!metrics) return fail("writing metrics file " + a.get("metrics") + " failed", 1);
+    }
+  }
+  if (trainer.offload) {
+    Status fin = trainer.offload->finish();
+    if (!fin.ok()) {
+      progress.finish();
+      return fail("training stopped: " + fin.to_string(), 1);
+    }
+    if (a.has("trace")) {
+      const nlohmann::json trace =
+          execution_trace_json(trainer.offload->last_plan(), trainer.offload->last_report());
+      std::ofstream out(a.get("trace"), std::ios::out | std::ios::trunc);
+      out << trace.dump() << '\n';
+      out.flush();
+      if (!out) return fail("cannot write trace file " + a.get("trace"), 1);
     }
   }
   progress.finish();

@@ -63,6 +63,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.embed_param_bytes = E * 4;
   s.embed_optim_bytes = E * 12;
   s.tokens_bytes = M * 2 * BT * 4;
+  s.losses_bytes = M * BT * 4;
   const BlockDims d = block_dims(dev, B, T, C, cfg.model.n_head);
   FloatCarver counter(nullptr);
   carve_offload_workspace(counter, d, V);
@@ -217,8 +218,6 @@ Status OffloadTrainer::allocate_slots() {
   dlogits_ = w.dlogits;
   dlnf_ = w.dlnf;
   losses_dev_ = w.losses;
-  STRATA_ASSIGN_OR_RETURN(losses_host_,
-                          dev_.alloc_host(cfg_.grad_accum * cfg_.batch_size * cfg_.seq_len * 4));
 
   if (extents.empty()) return Status::ok_status();
   if (cfg_.io.dirs.empty()) {
@@ -273,26 +272,32 @@ Status OffloadTrainer::read_slot(const std::string& name, int64_t offset, void* 
 
 Status OffloadTrainer::initialize_state() {
   const int64_t n = block_elems_;
-  // Aligned scratch for storage transfers (direct I/O): one block's params, then its state.
-  STRATA_ASSIGN_OR_RETURN(Buffer scratch, dev_.alloc_host(round_up(n * 16, kIoAlign)));
-  float* slab = scratch.f32();
-  float* state = slab + n;
+  // Staging for storage writes comes from slots that are idle before step 1 (block 0's host
+  // gradient, an optimizer stage), so the host peak stays what the plan says.
+  float* slab = memory_.at("grad.host.blk0")->buf.f32();  // (n)
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    std::memset(scratch.data(), 0, static_cast<size_t>(scratch.bytes()));
+    std::memset(slab, 0, static_cast<size_t>(n * 4));
     init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
     const std::string blk = "blk" + std::to_string(l);
     STRATA_RETURN_IF_ERROR(write_slot("params.store." + blk, 0, slab, n * 4));
     for (int32_t part : {-1, 0, 1}) {
       const std::string name =
           "optim.store." + blk + (part >= 0 ? ".p" + std::to_string(part) : std::string());
-      if (memory_.count(name) == 0) continue;
+      auto it = memory_.find(name);
+      if (it == memory_.end()) continue;
       const auto [lo, hi] = part_range(part);
       const int64_t pe = hi - lo;
+      // (3, pe): master, m, v of the part.
+      float* state = it->second->tier == Tier::storage ? memory_.at("optim.stage0")->buf.f32()
+                                                       : it->second->buf.f32();
       std::memset(state, 0, static_cast<size_t>(pe * 12));
       std::memcpy(state, slab + lo, static_cast<size_t>(pe * 4));  // master; m = v = 0
-      STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
+      if (it->second->tier == Tier::storage) {
+        STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
+      }
     }
   }
+  std::memset(slab, 0, static_cast<size_t>(n * 4));
   // The embed group: params on the device, master copy and zeroed moments on host.
   const int64_t E = embed_elems_;
   const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
@@ -346,7 +351,7 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
   StepStats s;
   s.step = steps_done_;
   double loss_sum = 0;  // as the in-memory trainer: per micro-batch in order, then the mean
-  const float* losses = losses_host_.f32();
+  const float* losses = memory_.at("losses.host")->buf.f32();
   for (int64_t k = 0; k < cfg_.grad_accum; ++k) {
     double sum = 0;
     for (int64_t i = 0; i < BT; ++i) sum += losses[k * BT + i];
@@ -366,7 +371,12 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
 
 Status OffloadTrainer::finish() {
   if (!pending_) return Status::ok_status();
+  // The flush is not a step: the last step's report (and trace) stays what last_report shows.
+  ExecutionReport step_report = last_report_;
+  BoundPlan* step_plan = last_;
   Status st = run(*plans_[2]);
+  last_report_ = std::move(step_report);
+  last_ = step_plan;
   if (!st.ok()) return Status(st.code(), "final optimizer steps: " + st.message());
   pending_ = false;
   return Status::ok_status();
@@ -375,11 +385,12 @@ Status OffloadTrainer::finish() {
 Status OffloadTrainer::read_params(float* host) {
   STRATA_RETURN_IF_ERROR(finish());
   const int64_t n = block_elems_;
-  STRATA_ASSIGN_OR_RETURN(Buffer tmp, dev_.alloc_host(round_up(n * 4, kIoAlign)));
+  // Block 0's host gradient is idle once no step is pending: the staging for storage reads.
+  float* tmp = memory_.at("grad.host.blk0")->buf.f32();
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    STRATA_RETURN_IF_ERROR(read_slot("params.store.blk" + std::to_string(l), 0, tmp.data(), n * 4));
+    STRATA_RETURN_IF_ERROR(read_slot("params.store.blk" + std::to_string(l), 0, tmp, n * 4));
     const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
-    std::memcpy(host + s.offset, tmp.data(), static_cast<size_t>(n * 4));
+    std::memcpy(host + s.offset, tmp, static_cast<size_t>(n * 4));
   }
   const float* master = memory_.at("embed.optim")->buf.f32();
   const Slab& e = layout_.slabs[static_cast<size_t>(layout_.embed_slab())];

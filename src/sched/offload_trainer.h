@@ -152,7 +152,6 @@ class OffloadTrainer {
   float* dlogits_ = nullptr;        // (B, T, V)
   float* dlnf_ = nullptr;           // (B, T, C)
   float* losses_dev_ = nullptr;     // (B, T)
-  Buffer losses_host_;              // (M, B, T) f32, pinned
 
   std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
   StepState state_;                 // of the last norm: what pending and post-norm steps apply

@@ -91,7 +91,7 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
     }
     b.task(TaskKind::loss, Resource::compute, "loss " + mb, L - 1, m,
            {slot_read(act), slot_read(c.embed), slot_read(c.tokens_device), slot_write(dact),
-            slot_read(c.embed_grad), slot_write(c.embed_grad)},
+            slot_read(c.embed_grad), slot_write(c.embed_grad), slot_write(c.losses)},
            0, s.head_flops);
     for (int l = L - 1; l >= 0; --l) {
       const int32_t params = fetch_params(l);

@@ -104,6 +104,7 @@ CommonSlots add_common_slots(SlotDepBuilder& b, const ScheduleSpec& s) {
   c.embed_params_host = b.slot("embed.params.host", Tier::host, s.embed_param_bytes);
   c.sums = b.slot("grad.sums", Tier::host, int64_t{8} * (s.blocks + 2));
   c.clip = b.slot("grad.clip", Tier::host, 8, s.pending_steps);
+  c.losses = b.slot("losses.host", Tier::host, s.losses_bytes);
   return c;
 }
 

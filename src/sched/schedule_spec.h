@@ -37,6 +37,7 @@ struct ScheduleSpec {
   int64_t embed_param_bytes = 0;  // embedding + final norm, kept on the device (f32)
   int64_t embed_optim_bytes = 0;  // their master + m + v, kept on host
   int64_t tokens_bytes = 0;       // inputs and targets of every micro-batch (host, uploaded once)
+  int64_t losses_bytes = 0;       // per-position losses of every micro-batch (host)
   int64_t workspace_bytes = 0;    // device scratch of the compute tasks (activations, head)
   double block_fwd_flops = 0;     // per micro-batch
   double block_bwd_flops = 0;     // per micro-batch, recompute not included
@@ -192,6 +193,7 @@ struct CommonSlots {
   int32_t embed_params_host;  // host, the new working params on their way to the device
   int32_t sums;               // host, one double per slab
   int32_t clip;               // host, the clip factor; initialized when steps are pending
+  int32_t losses;             // host (M, B, T) f32, per-position losses written by the loss tasks
 };
 CommonSlots add_common_slots(SlotDepBuilder& b, const ScheduleSpec& s);
 // First tasks of an iteration: upload the tokens, zero the embed gradient.

@@ -208,7 +208,8 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
                s.block_fwd_flops);
         b.task(TaskKind::loss, Resource::compute, "loss mb." + std::to_string(m), l, m,
                {slot_read(last_out), slot_read(c.embed), slot_read(c.tokens_device),
-                slot_write(dact[m]), slot_read(c.embed_grad), slot_write(c.embed_grad)},
+                slot_write(dact[m]), slot_read(c.embed_grad), slot_write(c.embed_grad),
+                slot_write(c.losses)},
                0, s.head_flops);
         Task bwd{.kind = TaskKind::backward, .resource = Resource::compute, .label = "bwd " + t};
         bwd.block = l;
