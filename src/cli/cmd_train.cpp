@@ -1,7 +1,10 @@
 // strata train: config -> data -> trainer -> steps, with progress and per-step metrics.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +20,8 @@
 #include "data/dataloader.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
+#include "io/checkpoint.h"
+#include "io/configured_engine.h"
 #include "model/gpt.h"
 #include "sched/executor.h"
 #include "sched/in_memory_trainer.h"
@@ -88,11 +93,68 @@ struct Trainer {
     if (offload) return offload->train_step(inputs, targets);
     return in_memory->train_step(inputs, targets);
   }
+  Status read_slab_state(int64_t slab, float* master, float* m, float* v) {
+    return offload ? offload->read_slab_state(slab, master, m, v)
+                   : in_memory->read_slab_state(slab, master, m, v);
+  }
+  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v) {
+    return offload ? offload->write_slab_state(slab, master, m, v)
+                   : in_memory->write_slab_state(slab, master, m, v);
+  }
+  int64_t adam_steps() const { return offload ? offload->adam_steps() : in_memory->adam_steps(); }
+  void set_progress(int64_t steps, int64_t adam_steps) {
+    if (offload) {
+      offload->set_progress(steps, adam_steps);
+    } else {
+      in_memory->set_progress(steps, adam_steps);
+    }
+  }
 };
+
+// A positive (or, with allow_zero, non-negative) integer flag.
+Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allow_zero) {
+  const std::string text = a.get(flag);
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < (allow_zero ? 0 : 1)) {
+    return invalid_argument("--" + flag + " must be " +
+                            (allow_zero ? "a non-negative" : "a positive") + " integer, got '" +
+                            text + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+// The checkpoint flags: --save-every N --checkpoint-dir DIR [--keep K] [--resume DIR].
+struct CheckpointOptions {
+  int64_t save_every = 0;  // 0: no checkpoints
+  std::string dir;
+  int64_t keep = 3;
+  std::string resume;
+};
+Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
+  CheckpointOptions o;
+  if (a.has("save-every")) {
+    STRATA_ASSIGN_OR_RETURN(o.save_every, int_flag(a, "save-every", false));
+    if (!a.has("checkpoint-dir")) return invalid_argument("--save-every needs --checkpoint-dir");
+  } else if (a.has("checkpoint-dir") || a.has("keep")) {
+    return invalid_argument("--checkpoint-dir and --keep need --save-every N");
+  }
+  o.dir = a.get("checkpoint-dir");
+  if (a.has("keep")) {
+    STRATA_ASSIGN_OR_RETURN(o.keep, int_flag(a, "keep", true));
+  }
+  o.resume = a.get("resume");
+  return o;
+}
 
 // A plan that does not fit, a bad placement, a full disk: the user's to fix (2); the rest 1.
 int exit_code_for(const Status& s) {
   return s.code() == ErrorCode::invalid_argument || s.code() == ErrorCode::no_space ? 2 : 1;
+}
+// A checkpoint that is missing, corrupt or of another model is bad input (2); an I/O failure 1.
+int exit_code_for_load(const Status& s) {
+  return s.code() == ErrorCode::io_error ? 1 : 2;
 }
 
 void log_offload_plan(const TrainConfig& cfg, const OffloadTrainer& t) {
@@ -143,6 +205,10 @@ int cmd_train(const std::vector<std::string>& args) {
                             {"set", true, true},
                             {"metrics", true, false},
                             {"trace", true, false},
+                            {"save-every", true, false},
+                            {"checkpoint-dir", true, false},
+                            {"keep", true, false},
+                            {"resume", true, false},
                             {"quiet", false, false}},
                            "train");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
@@ -162,6 +228,19 @@ int cmd_train(const std::vector<std::string>& args) {
   if (a.has("metrics")) {
     metrics.open(a.get("metrics"), std::ios::out | std::ios::trunc);
     if (!metrics) return fail("cannot open metrics file " + a.get("metrics") + " for writing", 2);
+  }
+
+  auto ckpt_or = checkpoint_options(a);
+  if (!ckpt_or.ok()) return fail(ckpt_or.status().message(), 2);
+  const CheckpointOptions ckpt = *ckpt_or;
+  std::unique_ptr<IoEngine> ckpt_engine;
+  if (ckpt.save_every > 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(ckpt.dir, ec);
+    if (ec) return fail("cannot create --checkpoint-dir " + ckpt.dir + ": " + ec.message(), 2);
+    auto e = create_configured_engine(cfg.io, ckpt.dir);
+    if (!e.ok()) return fail(e.status().message(), 2);
+    ckpt_engine = std::move(*e);
   }
 
   if (a.has("trace") && cfg.schedule == "in_memory") {
@@ -202,7 +281,23 @@ int cmd_train(const std::vector<std::string>& args) {
   const auto t_start = std::chrono::steady_clock::now();
   OffloadTraffic traffic_before;
 
-  for (int64_t step = 0; step < cfg.steps; step++) {
+  int64_t start_step = 0;
+  if (!ckpt.resume.empty()) {
+    auto dir = resolve_checkpoint(ckpt.resume);
+    if (!dir.ok()) return fail(dir.status().message(), 2);
+    auto meta = load_checkpoint(*dir, cfg,
+                                [&](int64_t slab, const float* w, const float* mm, const float* v) {
+                                  return trainer.write_slab_state(slab, w, mm, v);
+                                });
+    if (!meta.ok()) return fail(meta.status().message(), exit_code_for_load(meta.status()));
+    Status pos = loader->set_position(meta->data_position);
+    if (!pos.ok()) return fail("checkpoint " + *dir + ": " + pos.message(), 2);
+    trainer.set_progress(meta->step, meta->adam_steps);
+    start_step = meta->step;
+    log_info("resumed from " + *dir + " at step " + std::to_string(start_step));
+  }
+
+  for (int64_t step = start_step; step < cfg.steps; step++) {
     for (int64_t k = 0; k < cfg.grad_accum; k++) {
       loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
     }
@@ -218,6 +313,30 @@ int cmd_train(const std::vector<std::string>& args) {
     if (step == 0) first_loss = st.loss;
     last_loss = st.loss;
     progress.on_step(st, tokens_per_s);
+    double stall_s = -1;  // a checkpoint after this step: how long training stood still
+    if (ckpt.save_every > 0 && ((step + 1) % ckpt.save_every == 0 || step + 1 == cfg.steps)) {
+      CheckpointMeta meta;
+      meta.step = step + 1;
+      meta.adam_steps = trainer.adam_steps();
+      meta.data_position = loader->position();
+      meta.seed = cfg.seed;
+      meta.schedule = cfg.schedule;
+      auto saved = save_checkpoint(
+          *ckpt_engine, ckpt.dir, cfg, meta,
+          [&](int64_t slab, float* w, float* mm, float* v) {
+            return trainer.read_slab_state(slab, w, mm, v);
+          },
+          ckpt.keep);
+      if (!saved.ok()) {
+        progress.finish();
+        return fail("training stopped: " + saved.status().to_string(), 1);
+      }
+      stall_s = saved->seconds;
+      char line[256];
+      std::snprintf(line, sizeof line, "checkpoint %s: %s in %.3f s (training stalled)",
+                    saved->dir.c_str(), format_bytes(saved->bytes).c_str(), saved->seconds);
+      progress.note(line);
+    }
     if (metrics.is_open()) {
       nlohmann::json line = {
           {"step", st.step},
@@ -231,6 +350,7 @@ int cmd_train(const std::vector<std::string>& args) {
           {"peak_device_bytes", device->memory_stats().device_peak},
           {"peak_host_bytes", device->memory_stats().host_peak},
       };
+      if (stall_s >= 0) line["checkpoint_stall_s"] = stall_s;
       if (trainer.offload) {
         add_offload_metrics(line, *trainer.offload, traffic_before, st.seconds);
         traffic_before = trainer.offload->traffic();

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "core/log.h"
+
 namespace strata::cli {
 
 Progress::Progress(int64_t total_steps, int64_t log_every, bool quiet)
@@ -36,6 +38,11 @@ void Progress::on_step(const StepStats& st, double tokens_per_s) {
     std::fprintf(stderr, "%s\n", format(st, tokens_per_s).c_str());
     std::fflush(stderr);
   }
+}
+
+void Progress::note(const std::string& line) {
+  finish();
+  log_info(line);
 }
 
 void Progress::finish() {

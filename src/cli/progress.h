@@ -14,6 +14,8 @@ class Progress {
   Progress(int64_t total_steps, int64_t log_every, bool quiet);
   void on_step(const StepStats& st, double tokens_per_s);
   void finish();
+  // A log line between steps (a checkpoint written), below any open progress line.
+  void note(const std::string& line);
 
  private:
   std::string format(const StepStats& st, double tokens_per_s) const;

@@ -154,4 +154,23 @@ void InMemoryTrainer::read_logits(float* host) const {
   stream_->synchronize();
 }
 
+Status InMemoryTrainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
+  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+  dev_.copy(*stream_, master, params_.f32() + s.offset, s.numel * 4);
+  dev_.copy(*stream_, m, adam_m_.f32() + s.offset, s.numel * 4);
+  dev_.copy(*stream_, v, adam_v_.f32() + s.offset, s.numel * 4);
+  stream_->synchronize();
+  return Status();
+}
+
+Status InMemoryTrainer::write_slab_state(int64_t slab, const float* master, const float* m,
+                                         const float* v) {
+  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+  dev_.copy(*stream_, params_.f32() + s.offset, master, s.numel * 4);
+  dev_.copy(*stream_, adam_m_.f32() + s.offset, m, s.numel * 4);
+  dev_.copy(*stream_, adam_v_.f32() + s.offset, v, s.numel * 4);
+  stream_->synchronize();
+  return Status();
+}
+
 }  // namespace strata

@@ -50,6 +50,16 @@ class InMemoryTrainer {
   void read_grads(float* host) const;
   void read_logits(float* host) const;
 
+  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
+  // floats each, and the step counters.
+  Status read_slab_state(int64_t slab, float* master, float* m, float* v);
+  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v);
+  int64_t adam_steps() const { return adam_steps_; }
+  void set_progress(int64_t steps_done, int64_t adam_steps) {
+    steps_done_ = steps_done;
+    adam_steps_ = adam_steps;
+  }
+
  private:
   InMemoryTrainer(Device& dev, const TrainConfig& cfg);
   double global_grad_sum_squares();

@@ -416,3 +416,79 @@ std::string OffloadTrainer::store_description() const {
 }
 
 }  // namespace strata
+
+namespace strata {
+
+std::vector<std::pair<std::string, int32_t>> OffloadTrainer::optim_parts(int64_t block) const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  const std::string base = "optim.store.blk" + std::to_string(block);
+  for (int32_t part : {-1, 0, 1}) {
+    const std::string name = base + (part >= 0 ? ".p" + std::to_string(part) : std::string());
+    if (memory_.count(name) != 0) out.emplace_back(name, part);
+  }
+  return out;
+}
+
+Status OffloadTrainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
+  STRATA_RETURN_IF_ERROR(finish());
+  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+  if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
+    // The embed group on host: (3, E) master, m, v; the embedding slab first, then the final.
+    const float* st = memory_.at("embed.optim")->buf.f32();
+    const int64_t E = embed_elems_;
+    const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
+    std::memcpy(master, st + at, static_cast<size_t>(s.numel * 4));
+    std::memcpy(m, st + E + at, static_cast<size_t>(s.numel * 4));
+    std::memcpy(v, st + 2 * E + at, static_cast<size_t>(s.numel * 4));
+    return Status::ok_status();
+  }
+  const int64_t block = slab - layout_.block_slab(0);
+  for (const auto& [name, part] : optim_parts(block)) {
+    const SlotMemory& sm = *memory_.at(name);
+    const auto [lo, hi] = part_range(part);
+    const int64_t pe = hi - lo;
+    const float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
+    if (sm.tier == Tier::storage) {
+      float* stage = memory_.at("optim.stage0")->buf.f32();
+      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, stage, pe * 12));
+      st = stage;
+    }
+    std::memcpy(master + lo, st, static_cast<size_t>(pe * 4));
+    std::memcpy(m + lo, st + pe, static_cast<size_t>(pe * 4));
+    std::memcpy(v + lo, st + 2 * pe, static_cast<size_t>(pe * 4));
+  }
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const float* m,
+                                        const float* v) {
+  pending_ = false;
+  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+  if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
+    float* st = memory_.at("embed.optim")->buf.f32();
+    const int64_t E = embed_elems_;
+    const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
+    std::memcpy(st + at, master, static_cast<size_t>(s.numel * 4));
+    std::memcpy(st + E + at, m, static_cast<size_t>(s.numel * 4));
+    std::memcpy(st + 2 * E + at, v, static_cast<size_t>(s.numel * 4));
+    // The device's working copy is the master (f32).
+    return write_slot("embed.params", at * 4, master, s.numel * 4);
+  }
+  const int64_t block = slab - layout_.block_slab(0);
+  for (const auto& [name, part] : optim_parts(block)) {
+    SlotMemory& sm = *memory_.at(name);
+    const auto [lo, hi] = part_range(part);
+    const int64_t pe = hi - lo;
+    float* st = sm.tier == Tier::storage ? memory_.at("optim.stage0")->buf.f32() : sm.buf.f32();
+    std::memcpy(st, master + lo, static_cast<size_t>(pe * 4));
+    std::memcpy(st + pe, m + lo, static_cast<size_t>(pe * 4));
+    std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
+    if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
+  }
+  // The working params (f32: the master itself), staged through block 0's idle host gradient.
+  float* stage = memory_.at("grad.host.blk0")->buf.f32();
+  std::memcpy(stage, master, static_cast<size_t>(s.numel * 4));
+  return write_slot("params.store.blk" + std::to_string(block), 0, stage, s.numel * 4);
+}
+
+}  // namespace strata

@@ -75,6 +75,19 @@ class OffloadTrainer {
   // All parameters, laid out as ParamLayout (layout.total_elems floats); finish()es first.
   Status read_params(float* host);
 
+  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
+  // floats each, and the step counters. Reading finish()es first, so the state is the one at
+  // the step boundary; writing leaves no step pending.
+  Status read_slab_state(int64_t slab, float* master, float* m, float* v);
+  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v);
+  int64_t steps_done() const { return steps_done_; }
+  int64_t adam_steps() const { return adam_steps_; }
+  void set_progress(int64_t steps_done, int64_t adam_steps) {
+    steps_done_ = steps_done;
+    adam_steps_ = adam_steps;
+    pending_ = false;
+  }
+
   const ParamLayout& layout() const { return layout_; }
   int64_t tokens_per_step() const { return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum; }
   const OffloadTraffic& traffic() const { return traffic_; }
@@ -118,6 +131,9 @@ class OffloadTrainer {
   // Whole-slot access by name outside plans (initial state, read_params).
   Status write_slot(const std::string& name, int64_t offset, const void* src, int64_t bytes);
   Status read_slot(const std::string& name, int64_t offset, void* dst, int64_t bytes);
+  // Block state parts: the slot names of a block's optimizer state ("optim.store.blkL" or its
+  // ".p0"/".p1"), with their part numbers.
+  std::vector<std::pair<std::string, int32_t>> optim_parts(int64_t block) const;
   // One storage transfer, waited; errors name the tensor and the file.
   Status store_io(const SlotMemory& m, IoOp op, int64_t offset, void* host, int64_t bytes);
 

@@ -1,0 +1,51 @@
+// Hugging Face GPT-2 names and layouts for Strata's parameters, so checkpoints and exports load in
+// other tools (transformers' GPT2Model state dict, without the "transformer." prefix).
+//
+// Note [Hugging Face GPT-2 layout]
+// HF's GPT-2 uses Conv1D for its four matrices per block, stored (in_features, out_features):
+// the transpose of Strata's (out_features, in_features) Linear layout. Embeddings, biases and
+// LayerNorm parameters are stored as they are. The mapping:
+//   wte.weight (V, C)                   wte.weight (V, C)
+//   wpe.weight (ctx, C)                 wpe.weight (ctx, C)
+//   blk.{l}.ln1.{weight,bias}           h.{l}.ln_1.{weight,bias}
+//   blk.{l}.attn_qkv.weight (3C, C)     h.{l}.attn.c_attn.weight (C, 3C)    transposed
+//   blk.{l}.attn_qkv.bias               h.{l}.attn.c_attn.bias
+//   blk.{l}.attn_proj.weight (C, C)     h.{l}.attn.c_proj.weight (C, C)     transposed
+//   blk.{l}.attn_proj.bias              h.{l}.attn.c_proj.bias
+//   blk.{l}.ln2.{weight,bias}           h.{l}.ln_2.{weight,bias}
+//   blk.{l}.mlp_fc.weight (4C, C)       h.{l}.mlp.c_fc.weight (C, 4C)       transposed
+//   blk.{l}.mlp_fc.bias                 h.{l}.mlp.c_fc.bias
+//   blk.{l}.mlp_proj.weight (C, 4C)     h.{l}.mlp.c_proj.weight (4C, C)     transposed
+//   blk.{l}.mlp_proj.bias               h.{l}.mlp.c_proj.bias
+//   lnf.{weight,bias}                   ln_f.{weight,bias}
+// The q|k|v column blocks of c_attn are Strata's row blocks of attn_qkv, so the transpose is the
+// whole conversion. Transposing is a permutation: converting and back gives the same bits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/layout.h"
+
+namespace strata {
+
+struct HfTensor {
+  std::string name;            // "h.3.attn.c_attn.weight"
+  std::vector<int64_t> shape;  // HF's shape
+  bool transposed = false;     // a Conv1D weight: HF holds Strata's matrix transposed
+};
+
+// The HF name and shape of layout.tensors[index].
+HfTensor hf_tensor(const ParamLayout& layout, int64_t index);
+
+// hf (numel) <- Strata's values of tensor t (numel), transposing Conv1D weights.
+void to_hf_layout(const ParamTensor& t, const float* strata, float* hf);
+// strata (numel) <- HF's values.
+void from_hf_layout(const ParamTensor& t, const float* hf, float* strata);
+
+// config.json of HF's GPT2Config for this model (n_layer, n_head, n_embd, vocab_size,
+// n_positions, n_ctx, activation "gelu_new", layer_norm_epsilon 1e-5, tied embeddings).
+std::string hf_config_json(const ModelConfig& config);
+
+}  // namespace strata
