@@ -10,6 +10,7 @@ namespace strata::cli {
 int cmd_train(const std::vector<std::string>& args);
 int cmd_prepare(const std::vector<std::string>& args);
 int cmd_bench_io(const std::vector<std::string>& args);
+int cmd_export(const std::vector<std::string>& args);
 
 // Prints "strata: error: <message>" as one line and returns `code`.
 int fail(const std::string& message, int code);

@@ -19,6 +19,8 @@ const char* kUsage =
     "            --dir DIR | --file PATH  --size 1G --block 1M --qd 32 --op read|write\n"
     "            --pattern seq|rand --engine auto|uring|posix --workers N --buffered\n"
     "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
+    "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
+    "            --checkpoint DIR (a step-* directory, or a root: its newest) --out FILE\n"
     "  help      this text\n";
 
 }  // namespace
@@ -34,5 +36,6 @@ int main(int argc, char** argv) {
   if (command == "train") return strata::cli::cmd_train(args);
   if (command == "prepare") return strata::cli::cmd_prepare(args);
   if (command == "bench-io") return strata::cli::cmd_bench_io(args);
+  if (command == "export") return strata::cli::cmd_export(args);
   return strata::cli::fail("unknown command '" + command + "' (try: strata help)", 2);
 }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# CTest `resume_kill`: SIGKILL at random moments, resume each time, end where an uninterrupted
+# run ends.
+# A small vertical run (state on storage) checkpoints every 2 steps; checkpoint writes are rate-
+# limited (io.write_bytes_per_s) so they take most of the wall time and many kills land inside
+# one (seen as a .tmp-step-* directory left behind). The harness kills the run at least 20 times
+# with `timeout -s KILL` after a random delay, restarting it with --resume whenever a complete
+# checkpoint exists; every restart must resume from the newest complete checkpoint (never from a
+# half-written one), and no run may fail on its own. The final checkpoint of the interrupted
+# run must equal the uninterrupted run's bit for bit (same CRC32C of weights and moments).
+set -euo pipefail
+: "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
+work="$STRATA_BINARY_DIR/test_tmp/resume_kill"
+rm -rf "$work" && mkdir -p "$work/store_ref" "$work/store"
+RANDOM=20261202  # a fixed sequence of delays
+steps=40
+args=(--set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
+      --set train.seq_len=64 --set train.batch_size=4 --set train.grad_accum=2
+      --set train.steps=$steps --set train.schedule=vertical
+      --set offload.params_on_host=0 --set offload.optim_on_host=0
+      --set io.write_bytes_per_s=8000000 --save-every 2 --keep 2 --quiet)
+
+"$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store_ref\"]" \
+  --checkpoint-dir "$work/ref" 2>"$work/ref.log"
+
+newest() {  # the newest complete checkpoint's step directory name, or nothing
+  ls -1 "$work/ckpt" 2>/dev/null | grep '^step-' | sort | tail -n 1 || true
+}
+
+kills=0 during_write=0 attempts=0 resumes=0
+while true; do
+  attempts=$((attempts + 1))
+  [ "$attempts" -le 200 ] || { echo "no progress after 200 attempts" >&2; exit 1; }
+  before=$(newest)
+  resume=()
+  [ -n "$before" ] && resume=(--resume "$work/ckpt")
+  # 0.15 .. 1.35 s, then SIGKILL; after 20 kills, let it finish.
+  delay=$(printf '0.%02d' $((RANDOM % 100)))
+  limit=$(python3 -c "print(0.15 + 1.2 * $delay)")
+  [ "$kills" -ge 20 ] && limit=600
+  set +e
+  timeout -s KILL "$limit" "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store\"]" \
+    --checkpoint-dir "$work/ckpt" "${resume[@]}" 2>"$work/run.log"
+  code=$?
+  set -e
+  if [ -n "$before" ] && grep -q "resumed from" "$work/run.log"; then
+    resumes=$((resumes + 1))
+    grep -q "resumed from $work/ckpt/$before at step" "$work/run.log" || {
+      echo "attempt $attempts resumed from the wrong checkpoint (newest was $before):" >&2
+      cat "$work/run.log" >&2
+      exit 1
+    }
+  fi
+  if [ "$code" -eq 137 ]; then
+    kills=$((kills + 1))
+    if ls -1a "$work/ckpt" 2>/dev/null | grep -q '^\.tmp-step-'; then
+      during_write=$((during_write + 1))
+    fi
+    continue
+  fi
+  [ "$code" -eq 0 ] || { echo "attempt $attempts failed by itself (exit $code):" >&2; cat "$work/run.log" >&2; exit 1; }
+  break
+done
+
+final="step-$(printf '%08d' $steps)"
+python3 - "$work/ref/$final/manifest.json" "$work/ckpt/$final/manifest.json" <<'PY'
+import json, sys
+ref, got = (json.load(open(p)) for p in sys.argv[1:3])
+crc = lambda m: {f["name"]: f["crc32c"] for f in m["files"]}
+for name in ("model.safetensors", "optimizer.safetensors", "trainer_state.json"):
+    assert crc(ref)[name] == crc(got)[name], f"{name} differs from the uninterrupted run"
+PY
+echo "ok: $kills kills ($during_write during a checkpoint write), $resumes resumes, $attempts runs;" \
+     "final state equals the uninterrupted run's"
+[ "$kills" -ge 20 ] || { echo "only $kills kills" >&2; exit 1; }
+[ "$during_write" -ge 1 ] || { echo "no kill landed during a checkpoint write" >&2; exit 1; }

@@ -1,0 +1,288 @@
+// Checkpoint and resume (CTest names resume_checkpoint.*):
+//  - 2N steps straight == N steps, checkpoint, a fresh trainer resumed from it, N more: the same
+//    losses and the same parameters and AdamW moments bit for bit, for the in-memory, horizontal
+//    and vertical schedules (the vertical one has steps pending at the boundary: the checkpoint
+//    applies them, the straight run applies them in the next forward; same bits);
+//  - bad input: another model shape, a missing file, a flipped byte, a full disk while saving
+//    (the previous checkpoint stays intact), incomplete directories never chosen.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/config.h"
+#include "io/checkpoint.h"
+#include "io/configured_engine.h"
+#include "sched/in_memory_trainer.h"
+#include "sched/offload_trainer.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kHalf = 4;
+
+TrainConfig small_config(const std::string& schedule, const std::string& store_dir) {
+  TrainConfig c;
+  c.model.vocab_size = 64;
+  c.model.context_length = 16;
+  c.model.n_layer = 3;
+  c.model.n_head = 2;
+  c.model.n_embd = 32;
+  c.batch_size = 2;
+  c.seq_len = 16;
+  c.grad_accum = 3;
+  c.steps = 2 * kHalf;
+  c.optim.warmup_steps = 2;
+  c.schedule = schedule;
+  c.offload.params_on_host = 0;
+  c.offload.optim_on_host = 0;
+  c.io.dirs = {store_dir};
+  return c;
+}
+
+// Either trainer behind the calls the test makes.
+struct AnyTrainer {
+  std::unique_ptr<Device> dev = create_cpu_device();
+  std::unique_ptr<InMemoryTrainer> mem;
+  std::unique_ptr<OffloadTrainer> off;
+
+  explicit AnyTrainer(const TrainConfig& c) {
+    if (c.schedule == "in_memory") {
+      auto t = InMemoryTrainer::create(*dev, c);
+      EXPECT_TRUE(t.ok()) << t.status().to_string();
+      mem = std::move(*t);
+    } else {
+      auto t = OffloadTrainer::create(*dev, c);
+      EXPECT_TRUE(t.ok()) << t.status().to_string();
+      off = std::move(*t);
+    }
+  }
+  double step(const int32_t* in, const int32_t* tgt) {
+    if (mem) return mem->train_step(in, tgt).loss;
+    auto st = off->train_step(in, tgt);
+    EXPECT_TRUE(st.ok()) << st.status().to_string();
+    return st.ok() ? st->loss : 0.0;
+  }
+  SlabReader reader() {
+    return [this](int64_t slab, float* w, float* m, float* v) {
+      return mem ? mem->read_slab_state(slab, w, m, v) : off->read_slab_state(slab, w, m, v);
+    };
+  }
+  SlabWriter writer() {
+    return [this](int64_t slab, const float* w, const float* m, const float* v) {
+      return mem ? mem->write_slab_state(slab, w, m, v) : off->write_slab_state(slab, w, m, v);
+    };
+  }
+  int64_t adam_steps() const { return mem ? mem->adam_steps() : off->adam_steps(); }
+  void set_progress(int64_t s, int64_t a) {
+    if (mem) {
+      mem->set_progress(s, a);
+    } else {
+      off->set_progress(s, a);
+    }
+  }
+  // master | m | v of every slab, in layout order.
+  std::vector<float> state(const ParamLayout& layout) {
+    std::vector<float> out;
+    for (size_t s = 0; s < layout.slabs.size(); ++s) {
+      const int64_t n = layout.slabs[s].numel;
+      std::vector<float> w(static_cast<size_t>(n)), m(w.size()), v(w.size());
+      EXPECT_TRUE(reader()(static_cast<int64_t>(s), w.data(), m.data(), v.data()).ok());
+      out.insert(out.end(), w.begin(), w.end());
+      out.insert(out.end(), m.begin(), m.end());
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+};
+
+struct Batches {
+  std::vector<int32_t> in, tgt;
+  int64_t per = 0;
+};
+Batches batches(const TrainConfig& c) {
+  Batches b;
+  b.per = c.grad_accum * c.batch_size * c.seq_len;
+  b.in = test::random_ints(2 * kHalf * b.per, 11, 0, 63);
+  b.tgt = test::random_ints(2 * kHalf * b.per, 12, 0, 63);
+  return b;
+}
+
+std::unique_ptr<IoEngine> engine_for(const TrainConfig& c, const std::string& dir) {
+  auto e = create_configured_engine(c.io, dir);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return std::move(*e);
+}
+
+class ResumeBitIdentical : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeBitIdentical, TwoNEqualsNPlusResumedN) {
+  const std::string schedule = GetParam();
+  const std::string dir = test::make_temp_dir("resume_" + schedule);
+  const std::string store = dir + "/store", root = dir + "/ckpt";
+  fs::create_directories(store);
+  const TrainConfig c = small_config(schedule, store);
+  const Batches b = batches(c);
+  const ParamLayout layout = make_param_layout(c.model);
+
+  std::vector<double> straight_losses, resumed_losses;
+  std::vector<float> straight_state;
+  {
+    AnyTrainer t(c);
+    for (int s = 0; s < 2 * kHalf; ++s) {
+      straight_losses.push_back(t.step(b.in.data() + s * b.per, b.tgt.data() + s * b.per));
+    }
+    straight_state = t.state(layout);
+  }
+  {
+    AnyTrainer t(c);
+    for (int s = 0; s < kHalf; ++s) {
+      resumed_losses.push_back(t.step(b.in.data() + s * b.per, b.tgt.data() + s * b.per));
+    }
+    auto engine = engine_for(c, dir);
+    CheckpointMeta meta{kHalf, t.adam_steps(), 0, c.seed, schedule};
+    auto saved = save_checkpoint(*engine, root, c, meta, t.reader(), 2);
+    ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+    EXPECT_GT(saved->bytes, 0);
+  }
+  {
+    AnyTrainer t(c);  // a fresh process, in effect
+    auto dir_or = resolve_checkpoint(root);
+    ASSERT_TRUE(dir_or.ok()) << dir_or.status().to_string();
+    auto meta = load_checkpoint(*dir_or, c, t.writer());
+    ASSERT_TRUE(meta.ok()) << meta.status().to_string();
+    ASSERT_EQ(meta->step, kHalf);
+    t.set_progress(meta->step, meta->adam_steps);
+    for (int s = kHalf; s < 2 * kHalf; ++s) {
+      resumed_losses.push_back(t.step(b.in.data() + s * b.per, b.tgt.data() + s * b.per));
+    }
+    const std::vector<float> resumed_state = t.state(layout);
+    ASSERT_EQ(resumed_state.size(), straight_state.size());
+    EXPECT_EQ(std::memcmp(resumed_state.data(), straight_state.data(), straight_state.size() * 4),
+              0)
+        << schedule << ": parameters or moments differ after resuming";
+  }
+  EXPECT_EQ(resumed_losses, straight_losses) << schedule;
+}
+
+INSTANTIATE_TEST_SUITE_P(resume_checkpoint, ResumeBitIdentical,
+                         ::testing::Values("in_memory", "horizontal", "vertical"));
+
+// A saved in-memory checkpoint of the small config, for the bad-input tests.
+std::string saved_checkpoint(const std::string& name, const TrainConfig& c, int64_t step) {
+  const std::string dir = test::make_temp_dir(name), root = dir + "/ckpt";
+  AnyTrainer t(c);
+  const Batches b = batches(c);
+  t.step(b.in.data(), b.tgt.data());
+  auto engine = engine_for(c, dir);
+  auto saved = save_checkpoint(*engine, root, c, {step, 1, 0, c.seed, c.schedule}, t.reader(), 0);
+  EXPECT_TRUE(saved.ok()) << saved.status().to_string();
+  return root;
+}
+
+Status load_into_fresh(const std::string& dir, const TrainConfig& c) {
+  AnyTrainer t(c);
+  auto meta = load_checkpoint(dir, c, t.writer());
+  return meta.ok() ? Status() : meta.status();
+}
+
+TEST(resume_checkpoint, OtherModelShapeIsRefused) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string root = saved_checkpoint("resume_shape", c, 1);
+  TrainConfig other = c;
+  other.model.n_layer = 4;
+  Status st = load_into_fresh(root + "/step-00000001", other);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(st.message().find("model.n_layer 3, the config asks for 4"), std::string::npos)
+      << st.message();
+}
+
+TEST(resume_checkpoint, MissingFileIsNamed) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string dir = saved_checkpoint("resume_missing", c, 1) + "/step-00000001";
+  fs::remove(dir + "/optimizer.safetensors");
+  Status st = load_into_fresh(dir, c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), ErrorCode::not_found);
+  EXPECT_NE(st.message().find("optimizer.safetensors"), std::string::npos) << st.message();
+}
+
+TEST(resume_checkpoint, FlippedByteIsACrcMismatchNamingTheFile) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string dir = saved_checkpoint("resume_flip", c, 1) + "/step-00000001";
+  {
+    std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(1000);
+    char ch = 0;
+    f.read(&ch, 1);
+    ch = static_cast<char>(ch ^ 0x10);
+    f.seekp(1000);
+    f.write(&ch, 1);
+  }
+  Status st = load_into_fresh(dir, c);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), ErrorCode::bad_format);
+  EXPECT_NE(st.message().find("model.safetensors is corrupt: CRC32C"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find('\n'), std::string::npos);
+}
+
+// A disk that fills while a checkpoint is written: the save fails naming the file, its temporary
+// directory is gone, and the previous checkpoint still verifies and stays the one resumed from.
+TEST(resume_checkpoint, FullDiskLeavesThePreviousCheckpointIntact) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string root = saved_checkpoint("resume_full", c, 1);
+  TrainConfig full = c;
+  full.io.faults = "write:*:enospc";
+  AnyTrainer t(c);
+  auto engine = engine_for(full, root);
+  auto saved = save_checkpoint(*engine, root, c, {2, 2, 0, c.seed, c.schedule}, t.reader(), 1);
+  ASSERT_FALSE(saved.ok()) << "a save on a full disk must fail";
+  EXPECT_NE(saved.status().message().find("step-00000002 not written"), std::string::npos)
+      << saved.status().message();
+  EXPECT_NE(saved.status().message().find(".safetensors"), std::string::npos)
+      << saved.status().message();
+  for (const auto& e : fs::directory_iterator(root)) {
+    EXPECT_EQ(e.path().filename().string(), "step-00000001") << "left behind: " << e.path();
+  }
+  EXPECT_TRUE(verify_checkpoint(root + "/step-00000001").ok());
+  auto resolved = resolve_checkpoint(root);
+  ASSERT_TRUE(resolved.ok());
+  EXPECT_EQ(*resolved, root + "/step-00000001");
+}
+
+// Only complete checkpoints are chosen: a crash's temporary directory and a step directory
+// without a manifest are passed over; keep-K removes the oldest.
+TEST(resume_checkpoint, ResolvePicksTheNewestCompleteAndKeepRemovesOld) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string root = saved_checkpoint("resume_resolve", c, 3);
+  fs::create_directories(root + "/.tmp-step-00000009-123");
+  fs::create_directories(root + "/step-00000007");  // no manifest: never complete
+  auto r = resolve_checkpoint(root);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, root + "/step-00000003");
+  EXPECT_FALSE(resolve_checkpoint(root + "/nothing-here").ok());
+
+  fs::remove_all(root + "/step-00000007");
+  AnyTrainer t(c);
+  auto engine = engine_for(c, root);
+  for (int64_t s : {4, 5, 6}) {
+    ASSERT_TRUE(save_checkpoint(*engine, root, c, {s, s, 0, c.seed, c.schedule}, t.reader(), 2).ok());
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000005", "step-00000006"}));
+}
+
+}  // namespace
+}  // namespace strata
