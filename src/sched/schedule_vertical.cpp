@@ -94,9 +94,22 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
                        {ghost[l], needs_norm ? c.clip : -1, ostore[l][part],
                         otier(l) == Tier::storage ? ostage[k] : -1, params_out, pstore[l]});
   };
+  // The copy of a block's params to the device is queued apart from its storage read (see
+  // emit_fetch): the h2d queue runs in order, and a params copy that waits on storage must not
+  // hold up the checkpoint loads the current block needs first.
+  struct QueuedFetch {
+    int l = -1;
+    int32_t src = -1, dst = -1;
+  } queued;
+  auto emit_fetch = [&] {
+    if (queued.l < 0) return;
+    b.task(TaskKind::fetch, Resource::h2d, "fetch.params " + blk_tag(queued.l), queued.l, -1,
+           {slot_read(queued.src), slot_write(queued.dst)}, P);
+    queued = {};
+  };
   // The pending part-1 step of block l (previous iteration's gradient), then, when `fetch`, the
-  // block's params to the device. On storage, part 1's new params land in the fetch's stage
-  // and only part 0's range is read from storage.
+  // block's params read toward the device (the h2d copy left to emit_fetch). On storage, part
+  // 1's new params land in the fetch's stage and only part 0's range is read from storage.
   auto fetch_params = [&](int l, bool fetch) {
     const int k = fetches++ % 2;
     const bool on_storage = ptier(l) == Tier::storage;
@@ -122,8 +135,8 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
       src = pstage[k];
     }
     if (!fetch) return;
-    b.task(TaskKind::fetch, Resource::h2d, "fetch.params " + blk_tag(l), l, -1,
-           {slot_read(src), slot_write(pbuf[k])}, P);
+    emit_fetch();  // at most one copy waits at a time
+    queued = {l, src, pbuf[k]};
     params_slot[l] = pbuf[k];
   };
   // Device slot `from` -> checkpoint of block l's input for micro-batch m.
@@ -174,10 +187,13 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   // ---- Forward (the last block: forward, loss and backward together) --------------------------
   add_iteration_start(b, c, s);
   fetch_params(0, true);
+  emit_fetch();
   int k = 0;  // act.buf holding the current micro-batch's input
   for (int l = 0; l < L; ++l) {
-    // Queued now so that the h2d/storage queues fetch block l+1 while block l computes.
+    // Queued now so that the storage queues fetch block l+1 while block l computes; its h2d copy
+    // goes after block l's last checkpoint load.
     if (l + 1 < L) fetch_params(l + 1, true);
+    if (M == 1) emit_fetch();
     const bool last = l == L - 1;
     if (last) zero_grad(l);
     // Brings the input of the micro-batch at position i into act.buf[kk].
@@ -196,6 +212,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     for (int i = 0; i < M; ++i) {
       const int m = vertical_micro_batch(l, i, M);
       if (i + 1 < M) prepare(i + 1, 1 - k);  // prefetch into the other buffer
+      if (i + 2 == M) emit_fetch();
       const int32_t in = abuf[k];
       const std::string t = blk_tag(l, m);
       if (!last) {
@@ -227,14 +244,17 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
 
   // ---- Backward, blocks L-2..0, each in its forward order (continuing the snake) --------------
   if (L >= 2) fetch_params(L - 2, true);
+  emit_fetch();
   int j = 0;
   for (int l = L - 2; l >= 0; --l) {
     if (l >= 1) fetch_params(l - 1, true);
     zero_grad(l);
     load_ckpt(l, vertical_micro_batch(l, 0, M), bin[j]);
+    if (M == 1) emit_fetch();
     for (int i = 0; i < M; ++i) {
       const int m = vertical_micro_batch(l, i, M);
       if (i + 1 < M) load_ckpt(l, vertical_micro_batch(l, i + 1, M), bin[1 - j]);
+      if (i + 2 == M) emit_fetch();
       b.task(TaskKind::backward, Resource::compute, "bwd " + blk_tag(l, m), l, m,
              {slot_read(params_slot[l]), slot_read(bin[j]), slot_read(dact[m]), slot_write(dact[m]),
               slot_read(gacc[l % 2]), slot_write(gacc[l % 2])},
