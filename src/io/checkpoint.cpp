@@ -154,24 +154,29 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
   STRATA_RETURN_IF_ERROR(model.append(mh.data(), static_cast<int64_t>(mh.size())));
   STRATA_RETURN_IF_ERROR(optim.append(oh.data(), static_cast<int64_t>(oh.size())));
 
-  // One slab at a time: its state, then its tensors in HF layout, appended in file order.
+  // One slab at a time: its state, then its tensors in HF layout, appended in file order. The
+  // buffers are sized once for the largest slab and reused: fresh large allocations per slab
+  // cost more in page faults than the copy itself.
+  int64_t max_numel = 0;
+  for (const Slab& s : layout.slabs) max_numel = std::max(max_numel, s.numel);
+  const auto cap = static_cast<size_t>(max_numel);
+  std::vector<float> master(cap), m(cap), v(cap);
+  std::vector<float> mbuf(cap), obuf(2 * cap);  // this slab's bytes of each file
   for (size_t si = 0; si < layout.slabs.size(); ++si) {
     const Slab& s = layout.slabs[si];
-    std::vector<float> master(static_cast<size_t>(s.numel)), m(master.size()), v(master.size());
     STRATA_RETURN_IF_ERROR(read(static_cast<int64_t>(si), master.data(), m.data(), v.data()));
-    std::vector<float> mbuf, obuf;  // this slab's bytes of each file
+    size_t mo = 0, oo = 0;
     for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
       const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
       const int64_t at = t.offset - s.offset, n = t.numel();
-      const size_t mo = mbuf.size(), oo = obuf.size();
-      mbuf.resize(mo + static_cast<size_t>(n));
-      obuf.resize(oo + static_cast<size_t>(2 * n));
       to_hf_layout(t, master.data() + at, mbuf.data() + mo);
       to_hf_layout(t, m.data() + at, obuf.data() + oo);
       to_hf_layout(t, v.data() + at, obuf.data() + oo + n);
+      mo += static_cast<size_t>(n);
+      oo += static_cast<size_t>(2 * n);
     }
-    STRATA_RETURN_IF_ERROR(model.append(mbuf.data(), static_cast<int64_t>(mbuf.size() * 4)));
-    STRATA_RETURN_IF_ERROR(optim.append(obuf.data(), static_cast<int64_t>(obuf.size() * 4)));
+    STRATA_RETURN_IF_ERROR(model.append(mbuf.data(), static_cast<int64_t>(mo * 4)));
+    STRATA_RETURN_IF_ERROR(optim.append(obuf.data(), static_cast<int64_t>(oo * 4)));
   }
   STRATA_RETURN_IF_ERROR(model.finish());
   STRATA_RETURN_IF_ERROR(optim.finish());
