@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,6 +26,7 @@
 #include "data/synthetic_corpus.h"
 #include "sched/in_memory_trainer.h"
 #include "sched/offload_trainer.h"
+#include "sched/plan_checker.h"
 #include "test_util.h"
 
 namespace strata {
@@ -193,6 +195,33 @@ TEST(equiv_offload, VerticalAlphaSplitIsExact) {
   expect_bit_identical(runs[1], runs[0], "alpha 0.5 vs 1");
   expect_bit_identical(runs[2], runs[0], "alpha 0 vs 1");
   expect_close_to_reference(runs[0], run_in_memory(base), "vertical, clipping off, vs in-memory");
+}
+
+// Saved activations (DESIGN §6): whatever the policy, the backward sees the very values a
+// recomputation would produce, so losses and parameters are bit-identical to recompute's.
+TEST(equiv_offload, ActivationPoliciesMatchRecompute) {
+  const std::string dir = test::make_temp_dir("equiv_acts");
+  const TrainConfig base = placed(small_config(), "vertical", 0.0, dir);
+  const RunResult recompute = run_offloaded(base);
+  for (const auto& [policy, tier] : std::vector<std::pair<std::string, std::string>>{
+           {"keep", "storage"}, {"offload", "host"}, {"offload", "storage"}, {"auto", "storage"}}) {
+    TrainConfig c = base;
+    c.activations.policy = policy;
+    c.activations.tier = tier;
+    expect_bit_identical(run_offloaded(c), recompute, "activations " + policy + "/" + tier);
+  }
+  // "auto" under a device budget that holds one block's saved sets beyond the all-offloaded
+  // plan: the last block before the fused one is kept, the others offloaded (storage fast
+  // enough) or recomputed (storage too slow to hide the writes).
+  TrainConfig a = base;
+  a.activations.policy = "auto";
+  auto dev = create_cpu_device();
+  const ScheduleSpec spec = offload_schedule_spec(*dev, a, false, true);
+  a.memory.device_bytes = plan_stats(make_offload_plan(spec, "vertical")).bytes_per_tier[0] +
+                          a.grad_accum * spec.acts_bytes;
+  expect_bit_identical(run_offloaded(a), recompute, "activations auto, keep 1 + offload");
+  a.io.write_bytes_per_s = 64 << 20;  // a 137 KiB set takes ~2 ms against ~0.1 ms of forward
+  expect_bit_identical(run_offloaded(a), recompute, "activations auto, keep 1 + recompute");
 }
 
 // Clipping must actually engage in the comparisons above (a max norm of 1 at these sizes), or

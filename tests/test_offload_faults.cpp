@@ -119,6 +119,25 @@ TEST_P(OffloadFaults, ShortTransfersAreRetriedExactly) {
   EXPECT_EQ(std::memcmp(shorted.params.data(), clean.params.data(), clean.params.size() * 4), 0);
 }
 
+// A failed read of offloaded activations in backward stops training with the tensor named; it
+// never turns into a silently wrong gradient.
+TEST(offload_faults, ActivationReadErrorStopsTraining) {
+  const std::string dir = test::make_temp_dir("faults_acts");
+  TrainConfig c = faulty_config("vertical", dir, "read:5:eio");
+  c.grad_accum = 6;              // middle micro-batches of the early blocks go through storage
+  c.offload.params_on_host = 1;  // so every storage read is an activation read
+  c.offload.optim_on_host = 1;
+  c.offload.checkpoints_on_host = 1;
+  c.activations.policy = "offload";
+  c.activations.tier = "storage";
+  const Outcome o = train(c);
+  ASSERT_FALSE(o.error.ok()) << "an injected activation read error must stop training";
+  EXPECT_EQ(o.steps_ok, 0);
+  const std::string m = o.error.message();
+  EXPECT_NE(m.find("task 'acts.read blk."), std::string::npos) << m;
+  EXPECT_NE(m.find("reading tensor 'acts.blk"), std::string::npos) << m;
+}
+
 INSTANTIATE_TEST_SUITE_P(offload_faults, OffloadFaults,
                          ::testing::Values("horizontal", "vertical"));
 

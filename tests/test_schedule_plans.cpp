@@ -99,6 +99,10 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
           s.split_elems = split;
           s.pending_steps = pending;
           s.iteration = iteration;
+          // Saved activations: per block keep / host / storage / recompute, cycling.
+          s.acts_at.clear();
+          for (int l = 0; l < L; ++l) s.acts_at.push_back(static_cast<ActPolicy>((l + M) % 4));
+          s.acts_bytes = 3 * kMiB;
           Status v = check_plan(make_vertical_plan(s), {});
           EXPECT_TRUE(v.ok()) << "L=" << L << " M=" << M << " split=" << split
                               << " pending=" << pending << " iteration=" << iteration << ": "

@@ -181,6 +181,9 @@ void add_offload_metrics(nlohmann::json& line, const OffloadTrainer& t,
   line["storage_write_bytes"] = now.storage_write_bytes - before.storage_write_bytes;
   line["h2d_bytes"] = now.h2d_bytes - before.h2d_bytes;
   line["d2h_bytes"] = now.d2h_bytes - before.d2h_bytes;
+  line["acts_storage_read_bytes"] = now.acts_storage_read_bytes - before.acts_storage_read_bytes;
+  line["acts_storage_write_bytes"] = now.acts_storage_write_bytes - before.acts_storage_write_bytes;
+  line["acts_forwarded_sets"] = now.acts_forwarded_sets - before.acts_forwarded_sets;
   nlohmann::json busy = nlohmann::json::object();
   const auto& b = t.last_report().busy_s;
   double roofline = 0;

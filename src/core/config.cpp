@@ -465,6 +465,25 @@ Result<TrainConfig> parse_config(const json& j) {
         "io.dirs is empty but the offload placement puts state on storage (set io.dirs, or "
         "offload.*_on_host = 1)");
   }
+
+  const json& act = full.at("activations");
+  c.activations.policy = act.at("policy").get<std::string>();
+  c.activations.tier = act.at("tier").get<std::string>();
+  STRATA_RETURN_IF_ERROR(check_one_of("activations.policy", c.activations.policy,
+                                      {"recompute", "keep", "offload", "auto"},
+                                      "an activation policy"));
+  STRATA_RETURN_IF_ERROR(check_one_of("activations.tier", c.activations.tier, {"storage", "host"},
+                                      "an activation tier"));
+  if (c.activations.policy != "recompute" && c.schedule != "vertical") {
+    return invalid_argument("activations.policy '" + c.activations.policy +
+                            "' needs train.schedule vertical (the other schedules recompute)");
+  }
+  const bool acts_on_storage = c.activations.policy == "offload" || c.activations.policy == "auto";
+  if (acts_on_storage && c.activations.tier == "storage" && i.dirs.empty()) {
+    return invalid_argument(
+        "io.dirs is empty but activations.tier is storage (set io.dirs, or "
+        "activations.tier = host)");
+  }
   return c;
 }
 
@@ -520,6 +539,9 @@ json config_to_json(const TrainConfig& c) {
   mem["device_bytes"] = c.memory.device_bytes;
   mem["host_bytes"] = c.memory.host_bytes;
 
+  json& act = j["activations"];
+  act["policy"] = c.activations.policy;
+  act["tier"] = c.activations.tier;
   json& off = j["offload"];
   off["params_on_host"] = c.offload.params_on_host;
   off["optim_on_host"] = c.offload.optim_on_host;

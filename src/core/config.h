@@ -82,12 +82,23 @@ struct OffloadConfig {
   double checkpoints_on_host = 1.0;  // block-input checkpoints
 };
 
+// Saved activations (DESIGN §6, SSDTrain), vertical schedule only. Per block the backward either
+// recomputes the block's forward from its checkpoint ("recompute", the default), or reads the
+// tensors the forward saved: kept on the device ("keep"), or offloaded to `tier` ("offload") and
+// prefetched back; "auto" keeps, offloads or recomputes each block from the memory budget and the
+// measured compute time and storage bandwidth, and says why in the log.
+struct ActivationConfig {
+  std::string policy = "recompute";  // "recompute" | "keep" | "offload" | "auto"
+  std::string tier = "storage";      // where "offload" puts them: "storage" | "host"
+};
+
 struct TrainConfig {
   ModelConfig model;
   OptimConfig optim;
   IoConfig io;
   MemoryConfig memory;
   OffloadConfig offload;
+  ActivationConfig activations;
   int64_t batch_size = 8;  // B, sequences per micro-batch
   int64_t seq_len = 128;   // T, at most model.context_length
   int64_t grad_accum = 1;  // micro-batches per optimizer step

@@ -16,13 +16,13 @@ BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   a.qkv = c.take(BT * 3 * C);
   a.atty = c.take(BT * C);
   a.att = c.take(d.att_saved);
-  a.attproj = c.take(BT * C);
   a.res2 = c.take(BT * C);
   a.ln2 = c.take(BT * C);
   a.ln2_mean = c.take(BT);
   a.ln2_rstd = c.take(BT);
   a.fch = c.take(BT * 4 * C);
   a.fch_gelu = c.take(BT * 4 * C);
+  a.attproj = c.take(BT * C);  // Note [Saved activations]: forward-only tensors last
   a.fcproj = c.take(BT * C);
   return a;
 }

@@ -36,27 +36,37 @@ class FloatCarver {
 };
 
 // What the forward saves for the backward. One set per block in the in-memory schedule.
+// Note [Saved activations]: the tensors block_backward reads come first, in one contiguous range
+// of block_saved_floats(d) floats (the "saved set" an offloaded schedule stores, each tensor once;
+// the block's input is not in it: it is the block checkpoint, stored once already); attproj and
+// fcproj, which only the forward uses, follow.
 struct BlockActs {
+  // saved set
   float* ln1;       // (B, T, C)
   float* ln1_mean;  // (B, T)
   float* ln1_rstd;  // (B, T)
   float* qkv;       // (B, T, 3C)
   float* atty;      // (B, T, C)   attention output, heads side by side
   float* att;       // (att_saved) attention state for the backward (probabilities on CPU)
-  float* attproj;   // (B, T, C)
   float* res2;      // (B, T, C)   inp + attention branch
   float* ln2;       // (B, T, C)
   float* ln2_mean;  // (B, T)
   float* ln2_rstd;  // (B, T)
   float* fch;       // (B, T, 4C)
   float* fch_gelu;  // (B, T, 4C)
-  float* fcproj;    // (B, T, C)
+  // forward-only
+  float* attproj;  // (B, T, C)
+  float* fcproj;   // (B, T, C)
 };
 BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_acts_floats(const BlockDims& d) {
   FloatCarver counter(nullptr);
   block_acts_carve(counter, d);
   return counter.used();
+}
+// The saved set's floats: block_acts_floats minus the forward-only tensors.
+inline int64_t block_saved_floats(const BlockDims& d) {
+  return block_acts_floats(d) - 2 * d.B * d.T * d.C;
 }
 
 // Gradient scratch for one block's backward, reused block after block.

@@ -3,10 +3,11 @@
 // schedule_vertical.cpp, schedule_spec.cpp):
 //   transfers     {read src, write dst}
 //   embed.fwd     {read embed params, read tokens, write out}
-//   fwd           {read params, read in, write out}
+//   fwd           {read params, read in, write out, [write saved set]}
 //   loss          {read x, read embed params, read tokens, write dact, rw embed grad,
 //                  write losses}
-//   bwd           {read params, read in, read dact, write dact, [read grad,] write grad}
+//   bwd           {read params, read in, read dact, write dact, [read grad,] write grad,
+//                  [read saved set]}
 //   embed.bwd     {read dact, read tokens, rw embed grad}
 //   adamw blk     {read grad, read state, write state, write params_out, [read clip]}
 //   adamw embed   {read grad, read clip, read state, write state, write params}
@@ -103,6 +104,10 @@ Status OffloadTrainer::do_transfer(const BoundPlan& bp, const Task& t) {
   const SlotMemory& s = *bp.slots[static_cast<size_t>(src)];
   const SlotMemory& d = *bp.slots[static_cast<size_t>(dst)];
   bytes_[static_cast<int>(t.resource)] += t.bytes;
+  if (starts_with(t.label, "acts.")) {
+    if (t.resource == Resource::storage_read) acts_read_bytes_ += t.bytes;
+    if (t.resource == Resource::storage_write) acts_write_bytes_ += t.bytes;
+  }
   if (s.tier == Tier::storage) {
     return store_io(s, IoOp::read, t.src_offset, static_cast<char*>(d.buf.data()) + t.dst_offset,
                     t.bytes);
@@ -137,9 +142,9 @@ Status OffloadTrainer::do_compute(const BoundPlan& bp, const Task& t) {
       if (t.block < 0) {  // embed.fwd {embed params, tokens, out}
         const EmbedView e = embed_slab_view(layout_, f32(0));
         dev_.embedding_forward(s, f32(2), tokens(1), e.wte, e.wpe, B, T, C);
-      } else {  // fwd {params, in, out}
-        block_forward(dev_, s, f32(2), acts_, f32(1), block_slab_view(layout_, f32(0), t.block),
-                      dims_);
+      } else {  // fwd {params, in, out, [saved set]}
+        const BlockActs a = t.uses.size() > 3 ? saved_view(f32(3)) : acts_;
+        block_forward(dev_, s, f32(2), a, f32(1), block_slab_view(layout_, f32(0), t.block), dims_);
       }
       break;
     case TaskKind::loss: {  // {x, embed params, tokens, dact, embed grad, embed grad, losses}
@@ -169,19 +174,24 @@ Status OffloadTrainer::do_compute(const BoundPlan& bp, const Task& t) {
       if (t.block < 0) {  // embed.bwd {dact, tokens, embed grad}
         const EmbedView ge = embed_slab_view(layout_, f32(2));
         dev_.embedding_backward(s, ge.wte, ge.wpe, f32(0), tokens(1), B, T, C);
-      } else {  // bwd {params, in, dact, dact, [grad,] grad}
+      } else {  // bwd {params, in, dact, dact, [grad,] grad, [saved set]}
         const BlockView w = block_slab_view(layout_, f32(0), t.block);
         const float* in = f32(1);
         float* dact = f32(2);
-        const int32_t gslot = t.uses.back().slot;
+        int32_t gslot = -1;  // the last slot written: the gradient
+        for (const SlotUse& u : t.uses) {
+          if (u.write) gslot = u.slot;
+        }
+        const bool saved = t.uses.size() == 7;
         float* grad = static_cast<float*>(slot_ptr(bp, gslot));
         if (!task_reads(t, gslot)) {  // a fresh per-micro-batch gradient (horizontal)
           dev_.fill_zero(s, grad, bp.slots[static_cast<size_t>(gslot)]->bytes);
         }
-        if (!t.fused) block_forward(dev_, s, recompute_out_, acts_, in, w, dims_);
+        if (!t.fused && !saved) block_forward(dev_, s, recompute_out_, acts_, in, w, dims_);
+        const BlockActs a = saved ? saved_view(f32(6)) : acts_;
         dev_.fill_zero(s, dinp_, BT * C * f);
         block_backward(dev_, s, dinp_, block_slab_view(layout_, grad, t.block), scratch_, dact, in,
-                       acts_, w, dims_);
+                       a, w, dims_);
         dev_.copy(s, dact, dinp_, BT * C * f);
       }
       break;
@@ -190,6 +200,16 @@ Status OffloadTrainer::do_compute(const BoundPlan& bp, const Task& t) {
   }
   s.synchronize();
   return Status::ok_status();
+}
+
+BlockActs OffloadTrainer::saved_view(float* saved) const {
+  // Note [Saved activations]: the saved set is the prefix of a BlockActs carve; the forward-only
+  // tensors stay in the workspace.
+  FloatCarver c(saved);
+  BlockActs a = block_acts_carve(c, dims_);
+  a.attproj = acts_.attproj;
+  a.fcproj = acts_.fcproj;
+  return a;
 }
 
 OffloadTrainer::StepState OffloadTrainer::early_step_state() const {

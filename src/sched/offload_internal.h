@@ -26,6 +26,7 @@ struct OffloadTrainer::BoundPlan {
   std::vector<TaskAction> actions;  // one per task
   std::vector<SlotMemory*> slots;   // one per plan slot
   bool pending_steps = false, iteration = true;
+  int64_t acts_forwarded = 0;  // saved sets per step served from host instead of storage
 };
 
 // The device scratch of the compute tasks (slot "compute.workspace").

@@ -78,6 +78,13 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.checkpoints_at = placement_by_fraction(s.blocks, cfg.offload.checkpoints_on_host);
   s.block_elems = n;
   s.split_elems = split_elems_for(cfg, n);
+  s.acts_bytes = block_saved_floats(d) * 4;
+  if (cfg.schedule == "vertical" && cfg.activations.policy != "recompute") {
+    // "auto" starts from offloading everything; OffloadTrainer decides per block.
+    const ActPolicy offload = cfg.activations.tier == "host" ? ActPolicy::host : ActPolicy::storage;
+    s.acts_at.assign(static_cast<size_t>(s.blocks),
+                     cfg.activations.policy == "keep" ? ActPolicy::keep : offload);
+  }
   s.pending_steps = pending_steps;
   s.iteration = iteration;
   return s;
@@ -129,6 +136,7 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
     return unavailable("the offloaded schedules run on the CPU device only for now");
   }
   std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg));
+  STRATA_RETURN_IF_ERROR(t->decide_activation_policy());
   // Vertical: the first iteration, the steady one (part-1 steps pending from the previous), and
   // the flush. Horizontal: one plan.
   const std::vector<std::pair<bool, bool>> kinds =
@@ -152,6 +160,85 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
   t->d2h_ = dev.create_stream("d2h");
   STRATA_RETURN_IF_ERROR(t->initialize_state());
   return t;
+}
+
+double OffloadTrainer::measure_block_forward_s() {
+  // One block's forward on one micro-batch, on this device, with real (initial) weights.
+  const int64_t n = block_elems_, BT = cfg_.batch_size * cfg_.seq_len, C = cfg_.model.n_embd;
+  FloatCarver counter(nullptr);
+  block_acts_carve(counter, dims_);
+  auto params = dev_.alloc(n * 4);
+  auto io = dev_.alloc(2 * BT * C * 4);
+  auto acts = dev_.alloc(counter.used() * 4);
+  if (!params.ok() || !io.ok() || !acts.ok()) return 0;  // no room to measure: decided by memory
+  std::vector<float> host(static_cast<size_t>(n), 0.0f);
+  init_gpt2_slab(layout_, layout_.block_slab(0), host.data(), static_cast<uint64_t>(cfg_.seed));
+  auto s = dev_.create_stream("measure");
+  dev_.copy(*s, params->data(), host.data(), n * 4);
+  dev_.fill_zero(*s, io->data(), 2 * BT * C * 4);
+  FloatCarver c(acts->f32());
+  const BlockActs a = block_acts_carve(c, dims_);
+  const BlockView w = block_slab_view(layout_, params->f32(), 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {  // the first warms caches and thread pools up
+    const auto t0 = std::chrono::steady_clock::now();
+    block_forward(dev_, *s, io->f32() + BT * C, a, io->f32(), w, dims_);
+    s->synchronize();
+    if (rep > 0) {
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  return best;
+}
+
+Status OffloadTrainer::decide_activation_policy() {
+  const ScheduleSpec base = offload_schedule_spec(dev_, cfg_, false, true);
+  acts_policy_ = base.acts_at;
+  if (cfg_.activations.policy != "auto" || acts_policy_.empty()) return Status::ok_status();
+  const int64_t L = cfg_.model.n_layer, M = cfg_.grad_accum, S = base.acts_bytes;
+  // Keep (on the device) the last blocks, whose backward comes soonest, as far as the device
+  // budget allows beyond what the plan needs with everything offloaded; no budget: keep all.
+  int64_t keep = L - 1;
+  std::string why_keep = "no device budget (memory.device_bytes = 0)";
+  if (cfg_.memory.device_bytes > 0) {
+    const int64_t base_device =
+        plan_stats(make_offload_plan(base, cfg_.schedule)).bytes_per_tier[0];
+    const int64_t room = std::max<int64_t>(cfg_.memory.device_bytes - base_device, 0);
+    keep = std::min<int64_t>(L - 1, room / std::max<int64_t>(M * S, 1));
+    why_keep = format_bytes(room) + " of the device budget left with everything offloaded, " +
+               format_bytes(M * S) + " per kept block";
+  }
+  // Offload the rest where storage hides it: one micro-batch's saved set written within one
+  // micro-batch's forward of its block (the read comes back in a backward three times longer).
+  const double f = measure_block_forward_s();
+  const double w = static_cast<double>(cfg_.io.write_bytes_per_s);
+  const bool to_storage = cfg_.activations.tier == "storage";
+  const double write_s = to_storage && w > 0 ? static_cast<double>(S) / w : 0.0;
+  const bool hidden = write_s <= f;
+  std::string kept, offloaded, recomputed;
+  for (int64_t l = 0; l < L - 1; ++l) {
+    ActPolicy& p = acts_policy_[static_cast<size_t>(l)];
+    if (l >= L - 1 - keep) {
+      p = ActPolicy::keep;
+      kept += (kept.empty() ? "" : ",") + std::to_string(l);
+    } else if (hidden) {
+      offloaded += (offloaded.empty() ? "" : ",") + std::to_string(l);
+    } else {
+      p = ActPolicy::recompute;
+      recomputed += (recomputed.empty() ? "" : ",") + std::to_string(l);
+    }
+  }
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "activations (auto): keep blocks [%s] on the device (%s); offload [%s] to %s; "
+                "recompute [%s]: a saved set is %s, its write takes %.1f ms against %.1f ms of "
+                "forward per micro-batch (%s)",
+                kept.c_str(), why_keep.c_str(), offloaded.c_str(), cfg_.activations.tier.c_str(),
+                recomputed.c_str(), format_bytes(S).c_str(), write_s * 1e3, f * 1e3,
+                hidden ? "hidden behind compute" : "not hidden: recomputing is cheaper");
+  log_info(line);
+  return Status::ok_status();
 }
 
 Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out) {
@@ -322,7 +409,12 @@ Status OffloadTrainer::run(BoundPlan& bp) {
   ExecutorOptions o;
   o.record_trace = record_trace_;
   for (auto& b : bytes_) b.store(0);
+  acts_read_bytes_ = 0;
+  acts_write_bytes_ = 0;
   auto report = execute_plan(bp.plan, bp.actions, o);
+  traffic_.acts_storage_read_bytes += acts_read_bytes_.load();
+  traffic_.acts_storage_write_bytes += acts_write_bytes_.load();
+  traffic_.acts_forwarded_sets += bp.acts_forwarded;
   traffic_.storage_read_bytes += bytes_[static_cast<int>(Resource::storage_read)].load();
   traffic_.storage_write_bytes += bytes_[static_cast<int>(Resource::storage_write)].load();
   traffic_.h2d_bytes += bytes_[static_cast<int>(Resource::h2d)].load();

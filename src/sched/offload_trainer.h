@@ -47,6 +47,9 @@ namespace strata {
 // Bytes moved, cumulative over the run.
 struct OffloadTraffic {
   int64_t storage_read_bytes = 0, storage_write_bytes = 0, h2d_bytes = 0, d2h_bytes = 0;
+  // Of those, saved activations (DESIGN §6), and the saved sets served from host memory
+  // instead of a storage round trip (forwarded).
+  int64_t acts_storage_read_bytes = 0, acts_storage_write_bytes = 0, acts_forwarded_sets = 0;
 };
 
 // The plan inputs for a config (exposed for tests, the planner and the fit check).
@@ -113,6 +116,9 @@ class OffloadTrainer {
 
   OffloadTrainer(Device& dev, const TrainConfig& cfg);
   Status build(bool pending_steps, bool iteration, BoundPlan& out);
+  // activations.policy "auto": per block keep / offload / recompute, logged with the reasons.
+  Status decide_activation_policy();
+  double measure_block_forward_s();
   Status allocate_slots();
   Status initialize_state();
   Status run(BoundPlan& bp);
@@ -126,6 +132,9 @@ class OffloadTrainer {
   Status step_embed(const BoundPlan& bp, const Task& t);
   void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
   StepState early_step_state() const;
+  // BlockActs whose saved set lives at `saved` (a plan slot), forward-only tensors in the
+  // workspace.
+  BlockActs saved_view(float* saved) const;
   // Element range [first, second) of a block covered by an optimizer part (-1: all of it).
   std::pair<int64_t, int64_t> part_range(int32_t part) const;
   // Whole-slot access by name outside plans (initial state, read_params).
@@ -152,6 +161,7 @@ class OffloadTrainer {
   std::vector<std::unique_ptr<BoundPlan>> plans_;  // first, steady, flush (vertical) / one
   BoundPlan* last_ = nullptr;
   std::array<int64_t, kTierCount> planned_bytes_{};
+  std::vector<ActPolicy> acts_policy_;  // per block (vertical with saved activations)
 
   // Compute workspace (device): activations of one block for one micro-batch, backward scratch,
   // the head's buffers.
@@ -179,6 +189,7 @@ class OffloadTrainer {
   float dloss_ = 0;
   OffloadTraffic traffic_;
   std::atomic<int64_t> bytes_[kResourceCount] = {};
+  std::atomic<int64_t> acts_read_bytes_{0}, acts_write_bytes_{0};
   ExecutionReport last_report_;
 };
 

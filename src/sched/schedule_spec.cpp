@@ -4,6 +4,20 @@
 
 namespace strata {
 
+const char* act_policy_name(ActPolicy p) {
+  switch (p) {
+    case ActPolicy::recompute:
+      return "recompute";
+    case ActPolicy::keep:
+      return "keep";
+    case ActPolicy::host:
+      return "host";
+    case ActPolicy::storage:
+      return "storage";
+  }
+  return "?";
+}
+
 std::vector<Placement> placement_by_fraction(int32_t blocks, double fraction_on_host) {
   const auto on_host = static_cast<int32_t>(std::lround(fraction_on_host * blocks));
   std::vector<Placement> at(static_cast<size_t>(blocks), Placement::storage);

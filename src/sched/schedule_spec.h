@@ -27,6 +27,11 @@ enum class Placement : uint8_t { device, host, storage };
 // stored per part ("optim.store.blkL.p0/.p1": master, m, v of that range) so each part is one
 // contiguous extent; working parameters stay one slab and parts write their range of it.
 
+// What a block's backward reads (DESIGN §6): its forward recomputed from the block checkpoint,
+// or the saved set (Note [Saved activations] in model/block.h) kept on the device or offloaded.
+enum class ActPolicy : uint8_t { recompute, keep, host, storage };
+const char* act_policy_name(ActPolicy p);  // "recompute", "keep", "host", "storage"
+
 struct ScheduleSpec {
   int32_t blocks = 1;
   int32_t micro_batches = 1;
@@ -56,6 +61,11 @@ struct ScheduleSpec {
   // after the last step).
   bool pending_steps = false;
   bool iteration = true;
+  // Vertical only: per block (size `blocks`, or empty: recompute everywhere), and the bytes of one
+  // block's saved set for one micro-batch. The last block runs forward and backward together and
+  // needs none of this.
+  std::vector<ActPolicy> acts_at{};
+  int64_t acts_bytes = 0;
 };
 
 // Block l's placement of one kind of state.

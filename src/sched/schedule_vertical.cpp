@@ -60,6 +60,41 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
       ckpt[l][m] = b.slot("ckpt.blk" + n_l + ".mb" + std::to_string(m), t, C);
     }
   }
+  // Saved activations (DESIGN §6): per block the policy, per (block, micro-batch) where its
+  // saved set lives between forward and backward.
+  auto apol = [&](int l) {
+    return s.acts_at.empty() || l == L - 1 ? ActPolicy::recompute
+                                           : s.acts_at[static_cast<size_t>(l)];
+  };
+  const int64_t A = s.acts_bytes;
+  bool a_offload = false, a_storage = false;
+  std::vector<std::vector<int32_t>> acts(L, std::vector<int32_t>(M, -1));  // [block][mb]
+  for (int l = 0; s.iteration && l < L; ++l) {
+    const ActPolicy p = apol(l);
+    if (p == ActPolicy::recompute) continue;
+    a_offload |= p == ActPolicy::host || p == ActPolicy::storage;
+    for (int i = 0; i < M; ++i) {
+      const int m = vertical_micro_batch(l, i, M);
+      // The first block after the turn needs its first two micro-batches' sets right away:
+      // they stay in host memory (forwarded) instead of a storage round trip.
+      const bool forwarded = p == ActPolicy::storage && l == L - 2 && i < 2;
+      const Tier t = p == ActPolicy::keep                ? Tier::device
+                     : p == ActPolicy::host || forwarded ? Tier::host
+                                                         : Tier::storage;
+      a_storage |= t == Tier::storage;
+      acts[l][m] = b.slot("acts.blk" + std::to_string(l) + ".mb" + std::to_string(m), t, A);
+    }
+  }
+  std::vector<int32_t> aout, ain, awstage, arstage;  // device and host double buffers
+  for (int k = 0; a_offload && k < 2; ++k) {
+    const std::string n_k = std::to_string(k);
+    aout.push_back(b.slot("acts.out.buf" + n_k, Tier::device, A));
+    ain.push_back(b.slot("acts.in.buf" + n_k, Tier::device, A));
+    if (a_storage) {
+      awstage.push_back(b.slot("acts.wstage" + n_k, Tier::host, A));
+      arstage.push_back(b.slot("acts.rstage" + n_k, Tier::host, A));
+    }
+  }
   std::vector<int32_t> dact;
   for (int m = 0; s.iteration && m < M; ++m) {
     dact.push_back(b.slot("dact.mb" + std::to_string(m), Tier::device, C));
@@ -164,6 +199,36 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     b.task(TaskKind::fetch, Resource::h2d, "ckpt.load " + blk_tag(l, m), l, m,
            {slot_read(src), slot_write(to)}, C);
   };
+  // The saved set of (l, m), just written by the forward into device slot `from`, to its place
+  // (host, or storage through a host stage), while the forward goes on.
+  int awrites = 0, areads = 0;
+  auto store_acts = [&](int l, int m, int32_t from) {
+    const int32_t dst = acts[l][m];
+    if (b.peek_tier(dst) == Tier::storage) {
+      const int32_t st = awstage[awrites++ % 2];
+      b.task(TaskKind::store, Resource::d2h, "acts.write " + blk_tag(l, m), l, m,
+             {slot_read(from), slot_write(st)}, A);
+      b.task(TaskKind::store, Resource::storage_write, "acts.flush " + blk_tag(l, m), l, m,
+             {slot_read(st), slot_write(dst)}, A);
+    } else {
+      b.task(TaskKind::store, Resource::d2h, "acts.write " + blk_tag(l, m), l, m,
+             {slot_read(from), slot_write(dst)}, A);
+    }
+  };
+  // The saved set of (l, m) back onto the device for its backward; returns the device slot.
+  auto load_acts = [&](int l, int m, int32_t to) {
+    int32_t src = acts[l][m];
+    if (b.peek_tier(src) == Tier::device) return src;  // kept
+    if (b.peek_tier(src) == Tier::storage) {
+      const int32_t st = arstage[areads++ % 2];
+      b.task(TaskKind::fetch, Resource::storage_read, "acts.read " + blk_tag(l, m), l, m,
+             {slot_read(src), slot_write(st)}, A);
+      src = st;
+    }
+    b.task(TaskKind::fetch, Resource::h2d, "acts.load " + blk_tag(l, m), l, m,
+           {slot_read(src), slot_write(to)}, A);
+    return to;
+  };
   // The gradient leaves the device once; its sum of squares, then part 0's step (clipping
   // off), run on cpu_optim while compute goes on with earlier blocks.
   auto finish_block = [&](int l) {
@@ -216,9 +281,15 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
       const int32_t in = abuf[k];
       const std::string t = blk_tag(l, m);
       if (!last) {
-        b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m,
-               {slot_read(params_slot[l]), slot_read(in), slot_write(in)}, 0, s.block_fwd_flops);
+        // The saved set goes to its kept slot, or to a device buffer it is offloaded from.
+        int32_t saved = -1;
+        if (apol(l) == ActPolicy::keep) saved = acts[l][m];
+        if (apol(l) == ActPolicy::host || apol(l) == ActPolicy::storage) saved = aout[i % 2];
+        std::vector<SlotUse> uses = {slot_read(params_slot[l]), slot_read(in), slot_write(in)};
+        if (saved >= 0) uses.push_back(slot_write(saved));
+        b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m, uses, 0, s.block_fwd_flops);
         write_ckpt(l + 1, m, in);  // the output is the next block's input
+        if (saved >= 0 && saved != acts[l][m]) store_acts(l, m, saved);
       } else {
         b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m,
                {slot_read(params_slot[l]), slot_read(in), slot_write(last_out)}, 0,
@@ -249,16 +320,26 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   for (int l = L - 2; l >= 0; --l) {
     if (l >= 1) fetch_params(l - 1, true);
     zero_grad(l);
+    const bool saved = apol(l) != ActPolicy::recompute;
+    std::vector<int32_t> acts_in(2, -1);  // device slot of the saved set, per double buffer
     load_ckpt(l, vertical_micro_batch(l, 0, M), bin[j]);
+    if (saved) acts_in[j] = load_acts(l, vertical_micro_batch(l, 0, M), ain.empty() ? -1 : ain[j]);
     if (M == 1) emit_fetch();
     for (int i = 0; i < M; ++i) {
       const int m = vertical_micro_batch(l, i, M);
-      if (i + 1 < M) load_ckpt(l, vertical_micro_batch(l, i + 1, M), bin[1 - j]);
+      if (i + 1 < M) {
+        const int next = vertical_micro_batch(l, i + 1, M);
+        load_ckpt(l, next, bin[1 - j]);
+        if (saved) acts_in[1 - j] = load_acts(l, next, ain.empty() ? -1 : ain[1 - j]);
+      }
       if (i + 2 == M) emit_fetch();
-      b.task(TaskKind::backward, Resource::compute, "bwd " + blk_tag(l, m), l, m,
-             {slot_read(params_slot[l]), slot_read(bin[j]), slot_read(dact[m]), slot_write(dact[m]),
-              slot_read(gacc[l % 2]), slot_write(gacc[l % 2])},
-             0, s.block_fwd_flops + s.block_bwd_flops);
+      std::vector<SlotUse> uses = {slot_read(params_slot[l]), slot_read(bin[j]),
+                                   slot_read(dact[m]),        slot_write(dact[m]),
+                                   slot_read(gacc[l % 2]),    slot_write(gacc[l % 2])};
+      // With the saved set there is nothing to recompute.
+      if (saved) uses.push_back(slot_read(acts_in[j]));
+      b.task(TaskKind::backward, Resource::compute, "bwd " + blk_tag(l, m), l, m, uses, 0,
+             saved ? s.block_bwd_flops : s.block_fwd_flops + s.block_bwd_flops);
       j = 1 - j;
     }
     finish_block(l);
