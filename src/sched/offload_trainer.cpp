@@ -244,8 +244,19 @@ Status OffloadTrainer::decide_activation_policy() {
 Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out) {
   out.pending_steps = pending_steps;
   out.iteration = iteration;
-  out.plan =
-      make_offload_plan(offload_schedule_spec(dev_, cfg_, pending_steps, iteration), cfg_.schedule);
+  ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, pending_steps, iteration);
+  if (!spec.acts_at.empty()) spec.acts_at = acts_policy_;  // "auto" decided per block
+  out.plan = make_offload_plan(spec, cfg_.schedule);
+  // Saved sets kept in host memory although their block offloads to storage: forwarded.
+  out.acts_forwarded = 0;
+  for (const Task& t : out.plan.tasks) {
+    if (t.resource != Resource::d2h || t.label.rfind("acts.write ", 0) != 0) continue;
+    const Slot& dst = out.plan.slots[static_cast<size_t>(t.uses.back().slot)];
+    if (dst.tier == Tier::host && dst.name.rfind("acts.blk", 0) == 0 &&
+        spec.acts_at[static_cast<size_t>(t.block)] == ActPolicy::storage) {
+      out.acts_forwarded++;
+    }
+  }
   const TierBudgets budgets{cfg_.memory.device_bytes, cfg_.memory.host_bytes, 0};
   Status st = check_plan(out.plan, budgets);
   if (!st.ok()) {
