@@ -455,3 +455,51 @@ TEST(Config, OffloadToStorageNeedsDirs) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// activations.*: the policy and tier names, vertical only, storage needs a directory.
+TEST(Config, ActivationPolicy) {
+  auto parse = [](std::initializer_list<const char*> sets) {
+    json j = default_config_json();
+    for (const char* s : sets) {
+      Status st = apply_set(j, s);
+      if (!st.ok()) return st;
+    }
+    return parse_config(j).status();
+  };
+  const json d = default_config_json();
+  EXPECT_EQ(d["activations"]["policy"], "recompute");
+  EXPECT_EQ(d["activations"]["tier"], "storage");
+  const char* on_host[] = {"offload.params_on_host=1", "offload.optim_on_host=1"};
+  EXPECT_TRUE(parse({"train.schedule=vertical", on_host[0], on_host[1], "activations.policy=keep"})
+                  .ok());
+  EXPECT_TRUE(parse({"train.schedule=vertical", on_host[0], on_host[1],
+                     "activations.policy=offload", "activations.tier=host"})
+                  .ok());
+  expect_error(parse({"activations.policy=swap"}), ErrorCode::invalid_argument,
+               {"activations.policy 'swap' is not an activation policy"});
+  expect_error(parse({"train.schedule=vertical", on_host[0], on_host[1], "activations.tier=gpu"}),
+               ErrorCode::invalid_argument, {"activations.tier 'gpu'"});
+  expect_error(parse({"train.schedule=horizontal", on_host[0], on_host[1],
+                      "activations.policy=offload", "activations.tier=host"}),
+               ErrorCode::invalid_argument,
+               {"activations.policy 'offload' needs train.schedule vertical"});
+  expect_error(parse({"train.schedule=vertical", on_host[0], on_host[1],
+                      "activations.policy=auto"}),
+               ErrorCode::invalid_argument, {"io.dirs is empty but activations.tier is storage"});
+  // Round trip.
+  TrainConfig c;
+  c.schedule = "vertical";
+  c.io.dirs = {"/mnt/nvme0"};
+  c.activations.policy = "auto";
+  c.activations.tier = "host";
+  auto back = parse_config(config_to_json(c));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->activations.policy, "auto");
+  EXPECT_EQ(back->activations.tier, "host");
+}
+
+}  // namespace
+}  // namespace strata
