@@ -103,6 +103,7 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
           s.acts_at.clear();
           for (int l = 0; l < L; ++l) s.acts_at.push_back(static_cast<ActPolicy>((l + M) % 4));
           s.acts_bytes = 3 * kMiB;
+          s.compute_reads_host = (L + M) % 2 == 0;  // both ways of moving saved sets
           Status v = check_plan(make_vertical_plan(s), {});
           EXPECT_TRUE(v.ok()) << "L=" << L << " M=" << M << " split=" << split
                               << " pending=" << pending << " iteration=" << iteration << ": "

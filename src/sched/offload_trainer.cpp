@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -79,6 +80,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.block_elems = n;
   s.split_elems = split_elems_for(cfg, n);
   s.acts_bytes = block_saved_floats(d) * 4;
+  s.compute_reads_host = dev.kind() == DeviceKind::cpu;
   if (cfg.schedule == "vertical" && cfg.activations.policy != "recompute") {
     // "auto" starts from offloading everything; OffloadTrainer decides per block.
     const ActPolicy offload = cfg.activations.tier == "host" ? ActPolicy::host : ActPolicy::storage;
@@ -249,13 +251,10 @@ Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out)
   out.plan = make_offload_plan(spec, cfg_.schedule);
   // Saved sets kept in host memory although their block offloads to storage: forwarded.
   out.acts_forwarded = 0;
-  for (const Task& t : out.plan.tasks) {
-    if (t.resource != Resource::d2h || t.label.rfind("acts.write ", 0) != 0) continue;
-    const Slot& dst = out.plan.slots[static_cast<size_t>(t.uses.back().slot)];
-    if (dst.tier == Tier::host && dst.name.rfind("acts.blk", 0) == 0 &&
-        spec.acts_at[static_cast<size_t>(t.block)] == ActPolicy::storage) {
-      out.acts_forwarded++;
-    }
+  for (const Slot& slot : out.plan.slots) {
+    if (slot.tier != Tier::host || slot.name.rfind("acts.blk", 0) != 0) continue;
+    const int64_t block = std::strtoll(slot.name.c_str() + 8, nullptr, 10);
+    if (spec.acts_at[static_cast<size_t>(block)] == ActPolicy::storage) out.acts_forwarded++;
   }
   const TierBudgets budgets{cfg_.memory.device_bytes, cfg_.memory.host_bytes, 0};
   Status st = check_plan(out.plan, budgets);

@@ -66,6 +66,10 @@ struct ScheduleSpec {
   // needs none of this.
   std::vector<ActPolicy> acts_at{};
   int64_t acts_bytes = 0;
+  // The compute stream can read and write host memory directly (the CPU device: one memory).
+  // Offloaded saved sets are then produced into, and consumed from, their host slot or stage
+  // in place, with no device buffer and no copy between them.
+  bool compute_reads_host = false;
 };
 
 // Block l's placement of one kind of state.

@@ -88,8 +88,10 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   std::vector<int32_t> aout, ain, awstage, arstage;  // device and host double buffers
   for (int k = 0; a_offload && k < 2; ++k) {
     const std::string n_k = std::to_string(k);
-    aout.push_back(b.slot("acts.out.buf" + n_k, Tier::device, A));
-    ain.push_back(b.slot("acts.in.buf" + n_k, Tier::device, A));
+    if (!s.compute_reads_host) {
+      aout.push_back(b.slot("acts.out.buf" + n_k, Tier::device, A));
+      ain.push_back(b.slot("acts.in.buf" + n_k, Tier::device, A));
+    }
     if (a_storage) {
       awstage.push_back(b.slot("acts.wstage" + n_k, Tier::host, A));
       arstage.push_back(b.slot("acts.rstage" + n_k, Tier::host, A));
@@ -204,6 +206,13 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   int awrites = 0, areads = 0;
   auto store_acts = [&](int l, int m, int32_t from) {
     const int32_t dst = acts[l][m];
+    if (s.compute_reads_host) {  // produced in place: `from` is the host slot or the stage
+      if (from != dst) {
+        b.task(TaskKind::store, Resource::storage_write, "acts.flush " + blk_tag(l, m), l, m,
+               {slot_read(from), slot_write(dst)}, A);
+      }
+      return;
+    }
     if (b.peek_tier(dst) == Tier::storage) {
       const int32_t st = awstage[awrites++ % 2];
       b.task(TaskKind::store, Resource::d2h, "acts.write " + blk_tag(l, m), l, m,
@@ -225,6 +234,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
              {slot_read(src), slot_write(st)}, A);
       src = st;
     }
+    if (s.compute_reads_host) return src;  // consumed in place
     b.task(TaskKind::fetch, Resource::h2d, "acts.load " + blk_tag(l, m), l, m,
            {slot_read(src), slot_write(to)}, A);
     return to;
@@ -284,12 +294,18 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
         // The saved set goes to its kept slot, or to a device buffer it is offloaded from.
         int32_t saved = -1;
         if (apol(l) == ActPolicy::keep) saved = acts[l][m];
-        if (apol(l) == ActPolicy::host || apol(l) == ActPolicy::storage) saved = aout[i % 2];
+        if (apol(l) == ActPolicy::host || apol(l) == ActPolicy::storage) {
+          // Straight into its host slot or storage stage when compute reaches host memory.
+          const int32_t dst = acts[l][m];
+          saved = !s.compute_reads_host            ? aout[i % 2]
+                  : b.peek_tier(dst) == Tier::host ? dst
+                                                   : awstage[awrites++ % 2];
+        }
         std::vector<SlotUse> uses = {slot_read(params_slot[l]), slot_read(in), slot_write(in)};
         if (saved >= 0) uses.push_back(slot_write(saved));
         b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m, uses, 0, s.block_fwd_flops);
         write_ckpt(l + 1, m, in);  // the output is the next block's input
-        if (saved >= 0 && saved != acts[l][m]) store_acts(l, m, saved);
+        if (saved >= 0 && apol(l) != ActPolicy::keep) store_acts(l, m, saved);
       } else {
         b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m,
                {slot_read(params_slot[l]), slot_read(in), slot_write(last_out)}, 0,
