@@ -23,6 +23,7 @@
 #include "io/checkpoint.h"
 #include "io/configured_engine.h"
 #include "model/gpt.h"
+#include "plan/planner.h"
 #include "sched/executor.h"
 #include "sched/in_memory_trainer.h"
 #include "sched/offload_trainer.h"
@@ -212,13 +213,21 @@ int cmd_train(const std::vector<std::string>& args) {
                             {"checkpoint-dir", true, false},
                             {"keep", true, false},
                             {"resume", true, false},
-                            {"quiet", false, false}},
+                            {"quiet", false, false},
+                            {"auto", false, false},
+                            {"profile", true, false}},
                            "train");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   const ParsedArgs& a = parsed.value();
 
   auto cfg_or = load_config_from_args(a);
   if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
+  // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h).
+  if (a.has("profile") && !a.has("auto")) return fail("--profile is only used with --auto", 2);
+  if (a.has("auto")) {
+    cfg_or = auto_configure(*cfg_or, a.get("profile"));
+    if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
+  }
   const TrainConfig cfg = cfg_or.value();
 
   auto data = load_train_data(cfg);

@@ -11,6 +11,8 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_prepare(const std::vector<std::string>& args);
 int cmd_bench_io(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
+int cmd_plan(const std::vector<std::string>& args);
+int cmd_profile(const std::vector<std::string>& args);
 
 // Prints "strata: error: <message>" as one line and returns `code`.
 int fail(const std::string& message, int code);

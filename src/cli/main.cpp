@@ -14,6 +14,7 @@ const char* kUsage =
     "  train     train a model (bare: a tiny byte-level GPT on a built-in corpus, ~1 minute)\n"
     "            --config FILE  --set key=value ...  --metrics FILE  --trace FILE  --quiet\n"
     "            --save-every N --checkpoint-dir DIR [--keep K]  --resume DIR\n"
+    "            --auto --profile HW.json (the planner picks schedule, B x M, placement, alpha)\n"
     "  prepare   turn a text file into byte-level tokens (llm.c .bin format)\n"
     "            --in TEXT --out FILE.bin\n"
     "  bench-io  measure the storage engine on one file\n"
@@ -22,6 +23,12 @@ const char* kUsage =
     "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
     "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
     "            --checkpoint DIR (a step-* directory, or a root: its newest) --out FILE\n"
+    "  plan      predict a run and choose its configuration (DESIGN §7, docs/planner.md)\n"
+    "            --profile HW.json  --model PRESET | --config FILE --set ...  --simulate\n"
+    "            --sequences N  --schedule S  --json  --trace FILE  --sweep N,N,...\n"
+    "            --max-micro-batch B\n"
+    "  profile   measure this machine and write a hardware profile\n"
+    "            --out HW.json  --dir DIR ...  [--config FILE --set ... | --model PRESET]\n"
     "  help      this text\n";
 
 }  // namespace
@@ -38,5 +45,7 @@ int main(int argc, char** argv) {
   if (command == "prepare") return strata::cli::cmd_prepare(args);
   if (command == "bench-io") return strata::cli::cmd_bench_io(args);
   if (command == "export") return strata::cli::cmd_export(args);
+  if (command == "plan") return strata::cli::cmd_plan(args);
+  if (command == "profile") return strata::cli::cmd_profile(args);
   return strata::cli::fail("unknown command '" + command + "' (try: strata help)", 2);
 }

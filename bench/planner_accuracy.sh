@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Honest predictions (DESIGN.md §7, docs/planner.md): runs configurations of the offloaded
+# schedules on this machine and compares each measured iteration time with the simulator's
+# prediction from a profile that `strata profile` measures first.
+#   model: bench-14m (GPT, 8 blocks x C=384, 6 heads, vocab 256, T=256; 14.4M parameters, f32),
+#          micro-batch B=1 x T=256, as bench/schedules.sh.
+#   rows: both schedules; M from 1 to 16; params/optimizer state/checkpoints on host or storage
+#         (and split); storage rate limits 100-400 MB/s; vertical alpha 0.35-1 (and clipping on).
+# Per row the measured figure is the least iter_s over the steps after step 0 (step 0 is warm-up
+# and, for vertical, the only iteration without pending optimizer steps; the least because other
+# work on a shared machine only ever lengthens a step; the median is reported beside it); the simulated one comes from
+# `strata plan --simulate` on the same config (vertical: its steady iteration).
+# Passes when every row is within 15% and the median error is at most 8%. The last line of the
+# output is one JSON object: max_rel_error, median_rel_error, configs, rows.
+# Env: STRATA_BIN (default: build, then build/strata), OUT_DIR (build/planner_accuracy),
+#      STRATA_BENCH_STORE (store directory; default under OUT_DIR), STRATA_BENCH_STEPS (5).
+#   usage: bench/planner_accuracy.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${STRATA_BUILD_DIR:-build}
+if [ -z "${STRATA_BIN:-}" ]; then
+  cmake --build "$build_dir" --target strata >/dev/null
+  STRATA_BIN=$build_dir/strata
+fi
+out=${OUT_DIR:-$build_dir/planner_accuracy}
+mkdir -p "$out" "${STRATA_BENCH_STORE:-$out}"
+store=$(mktemp -d "${STRATA_BENCH_STORE:-$out}/store.XXXXXX")
+trap 'rm -rf "$store"' EXIT
+exec /usr/bin/python3 bench/planner_accuracy_report.py --bin "$STRATA_BIN" --out "$out" \
+  --store "$store" --steps "${STRATA_BENCH_STEPS:-5}"

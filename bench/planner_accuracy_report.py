@@ -1,0 +1,210 @@
+#!/usr/bin/python3
+"""Driver of bench/planner_accuracy.sh (standard library only): profile, runs, predictions, table.
+
+Every row is one `strata train` of the bench model with the row's settings, then
+`strata plan --simulate --json` of the same settings with the measured profile. Errors are
+|simulated - measured| / measured of the iteration time.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODEL = ["model.n_layer=8", "model.n_embd=384", "model.n_head=6", "model.vocab_size=256",
+         "model.context_length=256", "train.seq_len=256", "train.batch_size=1"]
+MB = 1_000_000
+# name, schedule, M, read/write rate, params/optim/checkpoints on host, alpha, clip
+ROWS = [
+    ("h_M1",          "horizontal", 1,  219 * MB, 0, 0, 1, 1, 0),
+    ("h_M4",          "horizontal", 4,  219 * MB, 0, 0, 1, 1, 0),
+    ("h_M8_fast",     "horizontal", 8,  400 * MB, 0, 0, 1, 1, 0),
+    ("h_M2_split",    "horizontal", 2,  219 * MB, 0.5, 0.5, 1, 1, 0),
+    ("h_M4_ckpt_st",  "horizontal", 4,  300 * MB, 0, 0, 0, 1, 0),
+    ("v_M1",          "vertical",   1,  219 * MB, 0, 0, 1, 0.5, 0),
+    ("v_M4",          "vertical",   4,  219 * MB, 0, 0, 1, 0.35, 0),
+    ("v_M8_slow",     "vertical",   8,  150 * MB, 0, 0, 1, 0.5, 0),
+    ("v_M16_clip",    "vertical",   16, 219 * MB, 0, 0, 1, 1, 1),
+    ("v_M4_p_host",   "vertical",   4,  100 * MB, 1, 0, 1, 0.5, 0),
+    ("v_M8_ckpt_st",  "vertical",   8,  300 * MB, 0, 0, 0, 0.5, 0),
+]
+
+
+def sets(items):
+    out = []
+    for s in items:
+        out += ["--set", s]
+    return out
+
+
+def row_sets(row, store):
+    name, sched, m, rate, p, o, c, alpha, clip = row
+    return sets(MODEL + [f"train.schedule={sched}", f"train.grad_accum={m}",
+                         f'io.dirs=["{store}"]', f"offload.params_on_host={p}",
+                         f"offload.optim_on_host={o}", f"offload.checkpoints_on_host={c}",
+                         f"io.read_bytes_per_s={rate}", f"io.write_bytes_per_s={rate}",
+                         f"optim.alpha={alpha}", f"optim.grad_clip={clip}"])
+
+
+def run(cmd, log):
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(open(log).read())
+        sys.exit(f"planner_accuracy: failed: {' '.join(cmd)}")
+    return r.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--steps", type=int, default=4)
+    a = ap.parse_args()
+    t0 = time.time()
+    print(f"planner_accuracy: load average {os.getloadavg()[0]:.2f} at start", file=sys.stderr)
+    prof = os.path.join(a.out, "profile.json")
+    print("planner_accuracy: strata profile", file=sys.stderr)
+    run([a.bin, "profile", "--out", prof, "--dir", a.store, "--quiet"] + sets(MODEL),
+        os.path.join(a.out, "profile.log"))
+    rows = []
+    for row in ROWS:
+        name = row[0]
+        print(f"planner_accuracy: {name}", file=sys.stderr)
+        metrics = os.path.join(a.out, name + ".jsonl")
+        run([a.bin, "train"] + row_sets(row, a.store) +
+            sets([f"train.steps={a.steps}"]) + ["--metrics", metrics, "--quiet"],
+            os.path.join(a.out, name + ".log"))
+        steps = [json.loads(l) for l in open(metrics) if l.strip()]
+        kept = [s for s in steps if s["step"] >= 1] or steps
+        # The fastest step after warm-up: this is a shared 2-core machine, and other work on it
+        # only ever lengthens a step; the simulator predicts the machine's own speed.
+        best = min(kept, key=lambda s: s["iter_s"])
+        measured = best["iter_s"]
+        mroof = best["roofline_s"]
+        median_iter = statistics.median(s["iter_s"] for s in kept)
+        pred = json.loads(run([a.bin, "plan", "--profile", prof, "--simulate", "--json"] +
+                              row_sets(row, a.store), os.path.join(a.out, name + ".plan.log")))
+        err = abs(pred["iter_s"] - measured) / measured
+        rows.append({"name": name, "schedule": row[1], "M": row[2], "rate_bytes_per_s": row[3],
+                     "params_on_host": row[4], "optim_on_host": row[5],
+                     "checkpoints_on_host": row[6], "alpha": row[7], "clip": row[8],
+                     "measured_iter_s": round(measured, 4),
+                     "measured_median_iter_s": round(median_iter, 4), "simulated_iter_s":
+                     round(pred["iter_s"], 4), "rel_error": round(err, 4),
+                     "measured_roofline_s": round(mroof, 4),
+                     "simulated_roofline_s": round(pred["roofline_s"], 4),
+                     "simulated_bound": pred["bound"]})
+    print()
+    print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c host':>12} {'alpha':>5} "
+          f"{'measured s':>10} {'simulated s':>11} {'error':>7}  bound (simulated)")
+    for r in rows:
+        poc = f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}"
+        print(f"{r['name']:14} {r['schedule']:10} {r['M']:>3} {r['rate_bytes_per_s'] // MB:>5} "
+              f"{poc:>12} {r['alpha']:>5} {r['measured_iter_s']:>10.3f} "
+              f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}%  "
+              f"{r['simulated_bound']}")
+    errs = [r["rel_error"] for r in rows]
+    mx, med = max(errs), statistics.median(errs)
+    ok = mx <= 0.15 and med <= 0.08
+    print(f"\nmax error {100 * mx:.1f}% (goal <= 15%), median {100 * med:.1f}% (goal <= 8%): "
+          f"{'met' if ok else 'NOT met'}; wall {time.time() - t0:.0f} s")
+    print(json.dumps({"max_rel_error": round(mx, 4), "median_rel_error": round(med, 4),
+                      "configs": len(rows), "goal_met": ok, "profile": prof,
+                      "wall_s": round(time.time() - t0, 1), "rows": rows}))
+
+
+# ---- The published trend (docs/planner.md): `planner_accuracy_report.py ratio --bin STRATA` ----
+SWEEP = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def sweep(binary, model, profile, max_mb):
+    cmd = [binary, "plan", "--model", model, "--profile", profile, "--json",
+           "--sweep", ",".join(map(str, SWEEP)), "--set", "optim.grad_clip=0",
+           "--max-micro-batch", str(max_mb)]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
+    rows = json.loads(out)["rows"]
+    res = {"horizontal": [], "vertical": []}
+    for r in rows:
+        if "prediction" in r:
+            res[r["schedule"]].append((r["sequences"], r["prediction"]))
+    return res
+
+
+def svg_plot(path, title, series, seq_len):
+    """Throughput (tokens/s) vs batch (sequences per step), log2 x, one line per series."""
+    w, h, l, r, t, b = 640, 400, 70, 170, 40, 50
+    pts = [(n, p["tokens_per_s"]) for s in series.values() for n, p in s]
+    xmax = max(n for n, _ in pts)
+    ymax = max(y for _, y in pts) * 1.1
+    import math
+    X = lambda n: l + (w - l - r) * math.log2(n) / max(math.log2(xmax), 1)
+    Y = lambda y: h - b - (h - t - b) * y / ymax
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+         f'font-family="sans-serif" font-size="12">',
+         f'<rect width="{w}" height="{h}" fill="white"/>',
+         f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
+         f'<line x1="{l}" y1="{h - b}" x2="{w - r}" y2="{h - b}" stroke="black"/>',
+         f'<line x1="{l}" y1="{t}" x2="{l}" y2="{h - b}" stroke="black"/>']
+    n = 1
+    while n <= xmax:
+        o.append(f'<text x="{X(n)}" y="{h - b + 16}" text-anchor="middle">{n}</text>')
+        n *= 2
+    o.append(f'<text x="{(l + w - r) / 2}" y="{h - 12}" text-anchor="middle">'
+             f'batch (sequences of {seq_len} tokens per step)</text>')
+    for i in range(6):
+        y = ymax * i / 5
+        o.append(f'<text x="{l - 6}" y="{Y(y) + 4}" text-anchor="end">{y:.0f}</text>')
+        o.append(f'<line x1="{l}" y1="{Y(y)}" x2="{w - r}" y2="{Y(y)}" stroke="#ddd"/>')
+    o.append(f'<text x="16" y="{(t + h - b) / 2}" transform="rotate(-90 16 {(t + h - b) / 2})" '
+             f'text-anchor="middle">predicted tokens/s</text>')
+    for k, (name, s) in enumerate(series.items()):
+        c = colors[k % len(colors)]
+        line = " ".join(f"{X(n):.1f},{Y(p['tokens_per_s']):.1f}" for n, p in s)
+        o.append(f'<polyline points="{line}" fill="none" stroke="{c}" stroke-width="2"/>')
+        for n, p in s:
+            o.append(f'<circle cx="{X(n):.1f}" cy="{Y(p["tokens_per_s"]):.1f}" r="3" fill="{c}"/>')
+        o.append(f'<line x1="{w - r + 10}" y1="{t + 18 * k}" x2="{w - r + 30}" y2="{t + 18 * k}" '
+                 f'stroke="{c}" stroke-width="2"/>')
+        o.append(f'<text x="{w - r + 35}" y="{t + 18 * k + 4}">{name}</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+
+
+def ratio_main(argv):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--profile", default="profiles/a100-80gb-4nvme.json")
+    ap.add_argument("--docs", default="docs")
+    a = ap.parse_args(argv)
+    published = {"gpt-65b": 1.96, "gpt-175b": 2.53}
+    out = {}
+    for model, pub in published.items():
+        series = {}
+        for max_mb, tag in ((1, "B=1"), (64, "B free")):
+            s = sweep(a.bin, model, a.profile, max_mb)
+            for sched in ("horizontal", "vertical"):
+                series[f"{sched} {tag}"] = s[sched]
+            sat = {k: max(p["tokens_per_s"] for _, p in s[k]) for k in s}
+            out[f"{model} {tag}"] = {
+                "published": pub, "horizontal_tokens_per_s": round(sat["horizontal"], 2),
+                "vertical_tokens_per_s": round(sat["vertical"], 2),
+                "ratio": round(sat["vertical"] / sat["horizontal"], 3),
+                "rows": {k: [{"sequences": n, "tokens_per_s": round(p["tokens_per_s"], 2),
+                              "bound": p["bound"], "choice": p["choice"]} for n, p in s[k]]
+                         for k in s}}
+        svg_plot(os.path.join(a.docs, f"planner_{model.replace('-', '_')}_a100.svg"),
+                 f"{model}, one A100-80GB, 4 NVMe (simulated)", series, 2048)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "ratio":
+        ratio_main(sys.argv[2:])
+    else:
+        main()

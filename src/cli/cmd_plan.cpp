@@ -1,0 +1,324 @@
+// strata plan: predicts a run from a hardware profile and chooses its configuration (micro-batch
+// size and count, schedule, placement fractions, alpha) for the best predicted throughput within
+// the tier budgets; says what bounds it and what would have to change to go faster. DESIGN.md §7,
+// docs/planner.md.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/format.h"
+#include "model/layout.h"
+#include "plan/planner.h"
+#include "sched/executor.h"
+
+namespace strata::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::string pct(double f) {
+  return fmt("%.0f%%", 100 * f);
+}
+
+json choice_json(const RunChoice& c) {
+  return {{"schedule", c.schedule},
+          {"batch_size", c.batch_size},
+          {"micro_batches", c.micro_batches},
+          {"params_on_host", c.params_on_host},
+          {"optim_on_host", c.optim_on_host},
+          {"checkpoints_on_host", c.checkpoints_on_host},
+          {"alpha", c.alpha}};
+}
+
+json prediction_json(const Prediction& p, const TierBudgets& b) {
+  json busy = json::object(), work = json::object();
+  for (int r = 0; r < kResourceCount; ++r) {
+    busy[resource_name(static_cast<Resource>(r))] = p.busy_s[static_cast<size_t>(r)];
+    work[resource_name(static_cast<Resource>(r))] = p.work_s[static_cast<size_t>(r)];
+  }
+  return {{"choice", choice_json(p.choice)},
+          {"iter_s", p.iter_s},
+          {"tokens_per_s", p.tokens_per_s},
+          {"model_flops_per_s", p.model_flops_per_s},
+          {"roofline_s", p.roofline_s},
+          {"bound", p.bound},
+          {"busy_s", busy},
+          {"work_s", work},
+          {"peak_bytes",
+           {{"device", p.peak_bytes[0]}, {"host", p.peak_bytes[1]}, {"storage", p.peak_bytes[2]}}},
+          {"budget_bytes", {{"device", b.device}, {"host", b.host}, {"storage", b.storage}}},
+          {"tasks", p.tasks}};
+}
+
+std::string describe_choice(const RunChoice& c, int64_t T) {
+  std::ostringstream o;
+  o << "schedule " << c.schedule << ", micro-batch " << c.batch_size << " x " << T << " tokens, "
+    << c.micro_batches << " micro-batches (" << c.batch_size * T * c.micro_batches
+    << " tokens/step); on host: params " << pct(c.params_on_host) << ", optimizer state "
+    << pct(c.optim_on_host) << ", checkpoints " << pct(c.checkpoints_on_host);
+  if (c.schedule == "vertical") o << "; alpha " << c.alpha;
+  return o.str();
+}
+
+std::string set_flags(const RunChoice& c) {
+  std::ostringstream o;
+  o << "--set train.schedule=" << c.schedule << " --set train.batch_size=" << c.batch_size
+    << " --set train.grad_accum=" << c.micro_batches
+    << " --set offload.params_on_host=" << c.params_on_host
+    << " --set offload.optim_on_host=" << c.optim_on_host
+    << " --set offload.checkpoints_on_host=" << c.checkpoints_on_host;
+  if (c.schedule == "vertical") o << " --set optim.alpha=" << c.alpha;
+  return o.str();
+}
+
+void print_prediction(const Prediction& p, const TierBudgets& b) {
+  std::printf(
+      "prediction: iteration %.4g s, %.4g tokens/s, model %.4g TFLOP/s; roofline %.4g s "
+      "(%.2fx of it)\n",
+      p.iter_s, p.tokens_per_s, p.model_flops_per_s / 1e12, p.roofline_s,
+      p.iter_s / std::max(p.roofline_s, 1e-12));
+  std::printf("  busy per resource:");
+  for (int r = 0; r < kResourceCount; ++r) {
+    const double s = p.busy_s[static_cast<size_t>(r)];
+    if (s > 0) {
+      std::printf(" %s %.3g s (%s)", resource_name(static_cast<Resource>(r)), s,
+                  pct(s / p.iter_s).c_str());
+    }
+  }
+  std::printf("\n  peak memory:");
+  const int64_t budget[3] = {b.device, b.host, b.storage};
+  for (int t = 0; t < kTierCount; ++t) {
+    std::printf(" %s %s", tier_name(static_cast<Tier>(t)),
+                format_bytes(p.peak_bytes[static_cast<size_t>(t)]).c_str());
+    if (budget[t] > 0) std::printf(" of %s", format_bytes(budget[t]).c_str());
+    std::printf(t + 1 < kTierCount ? "," : "\n");
+  }
+  std::printf("bound by: %s\n", p.bound.c_str());
+}
+
+std::vector<int64_t> parse_list(const std::string& s, bool& ok) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  ok = true;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1) ok = false;
+    out.push_back(v);
+  }
+  ok = ok && !out.empty();
+  return out;
+}
+
+// The config (embedded default, --config, --set), then --model PRESET's shape and sequence length.
+Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_from_args(a));
+  if (a.has("model")) {
+    STRATA_ASSIGN_OR_RETURN(ModelPreset p, find_preset(a.get("model")));
+    cfg.model = p.model;
+    cfg.seq_len = p.seq_len;
+  }
+  if (cfg.schedule == "in_memory") cfg.schedule = "vertical";
+  return cfg;
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& args) {
+  auto parsed = parse_args(args,
+                           {{"config", true, false},
+                            {"set", true, true},
+                            {"profile", true, false},
+                            {"model", true, false},
+                            {"sequences", true, false},
+                            {"schedule", true, false},
+                            {"simulate", false, false},
+                            {"json", false, false},
+                            {"trace", true, false},
+                            {"sweep", true, false},
+                            {"max-micro-batch", true, false}},
+                           "plan");
+  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+  const ParsedArgs& a = *parsed;
+  auto cfg_or = plan_config_from_args(a);
+  if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
+  TrainConfig cfg = *cfg_or;
+  if (!a.has("profile")) {
+    return fail(
+        "strata plan: --profile HW.json is required (write one with `strata profile "
+        "--out HW.json`, or use profiles/a100-80gb-4nvme.json)",
+        2);
+  }
+  auto prof_or = load_profile(a.get("profile"));
+  if (!prof_or.ok()) return fail(prof_or.status().message(), 2);
+  const HardwareProfile& prof = *prof_or;
+  SearchOptions so;
+  if (a.has("schedule")) {
+    const std::string s = a.get("schedule");
+    if (s != "horizontal" && s != "vertical") {
+      return fail("--schedule must be horizontal or vertical, got '" + s + "'", 2);
+    }
+    so.schedules = {s};
+  }
+  if (a.has("sequences")) {
+    bool ok = false;
+    const auto v = parse_list(a.get("sequences"), ok);
+    if (!ok || v.size() != 1) return fail("--sequences must be a positive integer", 2);
+    so.sequences_per_step = v[0];
+  }
+  if (a.has("max-micro-batch")) {
+    bool ok = false;
+    const auto v = parse_list(a.get("max-micro-batch"), ok);
+    if (!ok || v.size() != 1) return fail("--max-micro-batch must be a positive integer", 2);
+    so.max_micro_batch = v[0];
+  }
+  const TierBudgets budgets = planner_budgets(cfg, prof);
+  const bool as_json = a.has("json");
+  const int64_t params = make_param_layout(cfg.model).parameter_count;
+
+  // ---- Sweep: the best of each schedule at several batch sizes ---------------------------------
+  if (a.has("sweep")) {
+    bool ok = false;
+    const auto ns = parse_list(a.get("sweep"), ok);
+    if (!ok) return fail("--sweep must be a comma-separated list of positive integers", 2);
+    json rows = json::array();
+    if (!as_json)
+      std::printf("%10s %12s %14s %10s  %s\n", "sequences", "schedule", "tokens/s", "bound",
+                  "choice");
+    for (int64_t n : ns) {
+      for (const std::string& s : so.schedules) {
+        SearchOptions one = so;
+        one.schedules = {s};
+        one.sequences_per_step = n;
+        auto r = search(cfg, prof, one);
+        json row = {{"sequences", n}, {"schedule", s}};
+        if (r.ok()) {
+          row["prediction"] = prediction_json(r->best, budgets);
+          if (!as_json) {
+            std::printf("%10lld %12s %14.4g %10s  %s\n", static_cast<long long>(n), s.c_str(),
+                        r->best.tokens_per_s, r->best.bound.c_str(),
+                        describe_choice(r->best.choice, cfg.seq_len).c_str());
+          }
+        } else {
+          row["error"] = r.status().message();
+          if (!as_json) {
+            std::printf("%10lld %12s  does not fit: %s\n", static_cast<long long>(n), s.c_str(),
+                        r.status().message().c_str());
+          }
+        }
+        rows.push_back(row);
+      }
+    }
+    if (as_json) std::printf("%s\n", json({{"params", params}, {"rows", rows}}).dump().c_str());
+    return 0;
+  }
+
+  // ---- One configuration: as given (--simulate) or searched
+  // --------------------------------------
+  Prediction best;
+  json extra = json::object();
+  if (a.has("simulate")) {
+    auto p = predict(cfg, prof, a.has("trace"));
+    if (!p.ok()) return fail(p.status().message(), 2);
+    best = std::move(*p);
+  } else {
+    auto r = search(cfg, prof, so);
+    if (!r.ok()) return fail(r.status().message(), 2);
+    extra["evaluated"] = r->evaluated;
+    extra["rejected"] = r->rejected;
+    json per = json::array();
+    for (const Prediction& p : r->per_schedule) per.push_back(prediction_json(p, budgets));
+    extra["per_schedule"] = per;
+    if (!as_json) {
+      std::printf("searched %lld configurations (%lld refused by the plan checker or budgets)\n",
+                  static_cast<long long>(r->evaluated + r->rejected),
+                  static_cast<long long>(r->rejected));
+      for (const Prediction& p : r->per_schedule) {
+        std::printf("  best %-10s %.4g tokens/s (%s-bound): %s\n", p.choice.schedule.c_str(),
+                    p.tokens_per_s, p.bound.c_str(),
+                    describe_choice(p.choice, cfg.seq_len).c_str());
+      }
+    }
+    // Re-run the winner keeping its plan, for the trace.
+    auto p = predict(apply_choice(cfg, r->best.choice), prof, a.has("trace"));
+    if (!p.ok()) return fail(p.status().message(), 1);
+    best = std::move(*p);
+  }
+  const TrainConfig chosen = apply_choice(cfg, best.choice);
+  const auto sens = sensitivity(chosen, prof);
+  // A memory tier: would more host memory (everything on host) be faster?
+  json memory = nullptr;
+  const RunChoice& c = best.choice;
+  if (c.params_on_host < 1 || c.optim_on_host < 1 || c.checkpoints_on_host < 1) {
+    TrainConfig all = chosen;
+    all.offload.params_on_host = all.offload.optim_on_host = all.offload.checkpoints_on_host = 1;
+    all.memory.host_bytes = 0;
+    HardwareProfile roomy = prof;
+    roomy.host_bytes = 0;
+    auto p = predict(all, roomy);
+    if (p.ok()) {
+      memory = {{"host_bytes_needed", p->peak_bytes[static_cast<size_t>(Tier::host)]},
+                {"iter_s", p->iter_s},
+                {"speedup", best.iter_s / p->iter_s}};
+    }
+  }
+
+  if (as_json) {
+    json sj = json::array();
+    for (const Sensitivity& s : sens) {
+      sj.push_back({{"what", s.what}, {"iter_s", s.iter_s}, {"speedup", s.speedup}});
+    }
+    json out = prediction_json(best, budgets);
+    out["params"] = params;
+    out["profile"] = prof.name;
+    out["sensitivity"] = sj;
+    out["all_on_host"] = memory;
+    out["set_flags"] = set_flags(best.choice);
+    for (auto it = extra.begin(); it != extra.end(); ++it) out[it.key()] = it.value();
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("model: %lld layers x %lld (%lld heads), vocab %lld, T %lld: %.4g parameters\n",
+                static_cast<long long>(cfg.model.n_layer), static_cast<long long>(cfg.model.n_embd),
+                static_cast<long long>(cfg.model.n_head),
+                static_cast<long long>(cfg.model.vocab_size), static_cast<long long>(cfg.seq_len),
+                static_cast<double>(params));
+    std::printf("profile: %s\n", prof.name.c_str());
+    std::printf("%s: %s\n", a.has("simulate") ? "configuration" : "chosen",
+                describe_choice(best.choice, cfg.seq_len).c_str());
+    print_prediction(best, budgets);
+    std::printf("to go faster:");
+    for (const Sensitivity& s : sens) {
+      std::printf(" %s -> %.2fx;", s.what.c_str(), s.speedup);
+    }
+    std::printf("\n");
+    if (!memory.is_null()) {
+      std::printf(
+          "  a memory tier: with %s of host memory (everything on host): iteration "
+          "%.4g s, %.2fx\n",
+          format_bytes(memory["host_bytes_needed"].get<int64_t>()).c_str(),
+          memory["iter_s"].get<double>(), memory["speedup"].get<double>());
+    }
+    std::printf("to run it: strata train %s\n", set_flags(best.choice).c_str());
+  }
+  if (a.has("trace")) {
+    std::ofstream out(a.get("trace"), std::ios::out | std::ios::trunc);
+    out << execution_trace_json(best.plan, best.sim.report).dump() << '\n';
+    out.flush();
+    if (!out) return fail("cannot write trace file " + a.get("trace"), 1);
+  }
+  return 0;
+}
+
+}  // namespace strata::cli

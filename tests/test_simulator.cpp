@@ -1,0 +1,254 @@
+// The simulator and cost model on hand-built plans with known answers (DESIGN.md §7): pure
+// compute, pure I/O, perfect overlap, a serial chain, a slot-limited pipeline; plus shared cores,
+// forward deps, cycles, and the trace.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "plan/profile.h"
+#include "plan/simulator.h"
+#include "sched/plan.h"
+#include "sched/plan_checker.h"
+#include "sched/schedule_spec.h"
+
+namespace strata {
+namespace {
+
+constexpr double kEps = 1e-9;
+
+int32_t add(Plan& p, Resource r, std::string label, std::vector<int32_t> deps = {},
+            int64_t bytes = 0) {
+  Task t{.kind = TaskKind::other, .resource = r, .label = std::move(label)};
+  t.deps = std::move(deps);
+  t.bytes = bytes;
+  return p.add_task(std::move(t));
+}
+
+double busy(const SimResult& r, Resource res) {
+  return r.report.busy_s[static_cast<size_t>(res)];
+}
+
+// A profile where each figure is a round number, so the cost model's answers are exact.
+HardwareProfile round_profile() {
+  HardwareProfile p;
+  p.block_fwd = {{1, 100}};  // 100 FLOP/s at every micro-batch size
+  p.block_bwd = {{1, 50}};
+  p.head = {{1, 10}};
+  p.h2d_bytes_per_s = p.d2h_bytes_per_s = 1000;
+  p.storage_dirs = {{"/a", 100, 50, 0}, {"/b", 100, 50, 0}};  // striped: 200 read, 100 write
+  p.optim_params_per_s = 10;
+  p.reduce_bytes_per_s = 40;
+  p.memset_bytes_per_s = 8;
+  return p;
+}
+
+TEST(Simulator, PureComputeIsTheSumOfDurations) {
+  Plan p;
+  for (int i = 0; i < 3; ++i) add(p, Resource::compute, "c" + std::to_string(i));
+  auto r = simulate(p, {1, 2, 3});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_NEAR(r->iter_s, 6, kEps);
+  EXPECT_NEAR(busy(*r, Resource::compute), 6, kEps);
+  EXPECT_NEAR(r->roofline_s, 6, kEps);
+  EXPECT_EQ(r->bound, Resource::compute);
+  EXPECT_NEAR(r->report.timings[2].start_s, 3, kEps);
+}
+
+TEST(Simulator, PureIoIsBytesOverStripedRate) {
+  Plan p;
+  add(p, Resource::storage_read, "r0", {}, 100);
+  add(p, Resource::storage_read, "r1", {}, 300);
+  add(p, Resource::storage_write, "w0", {}, 100);
+  const std::vector<double> d = task_durations(p, round_profile(), {});
+  EXPECT_NEAR(d[0], 0.5, kEps);  // 100 B at 2 x 100 B/s
+  EXPECT_NEAR(d[1], 1.5, kEps);
+  EXPECT_NEAR(d[2], 1.0, kEps);  // 100 B at 2 x 50 B/s
+  auto r = simulate(p, d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 2.0, kEps);  // reads and writes are separate queues
+  EXPECT_EQ(r->bound, Resource::storage_read);
+  // A rate limit replaces the profile's rates, as the storage engine's limiter does.
+  CostContext ctx;
+  ctx.read_bytes_per_s = 400;
+  EXPECT_NEAR(task_durations(p, round_profile(), ctx)[1], 0.75, kEps);
+}
+
+TEST(Simulator, IndependentQueuesOverlapPerfectly) {
+  Plan p;
+  for (int i = 0; i < 4; ++i) {
+    add(p, Resource::compute, "c");
+    add(p, Resource::storage_read, "r");
+    add(p, Resource::h2d, "h");
+  }
+  std::vector<double> d;
+  for (int i = 0; i < 4; ++i) d.insert(d.end(), {1.0, 1.0, 0.5});
+  auto r = simulate(p, d);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 4, kEps);
+  EXPECT_NEAR(r->roofline_s, 4, kEps);
+  EXPECT_NEAR(busy(*r, Resource::h2d), 2, kEps);
+}
+
+TEST(Simulator, SerialChainAcrossResourcesAddsUp) {
+  Plan p;
+  const int32_t a = add(p, Resource::storage_read, "read");
+  const int32_t b = add(p, Resource::h2d, "h2d", {a});
+  const int32_t c = add(p, Resource::compute, "fwd", {b});
+  const int32_t d = add(p, Resource::d2h, "d2h", {c});
+  add(p, Resource::storage_write, "write", {d});
+  auto r = simulate(p, {1, 2, 3, 1, 2});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 9, kEps);
+  EXPECT_NEAR(r->roofline_s, 3, kEps);  // nothing overlaps: 3x the roofline
+  EXPECT_NEAR(r->report.timings[4].start_s, 7, kEps);
+}
+
+// Reads into `buffers` staging slots, each consumed by a compute task: the slot rule (a read may
+// not overwrite a buffer until the compute reading it is done) limits the pipeline. Built by the
+// same SlotDepBuilder the schedules use, so the deps are the real ones.
+Plan slot_pipeline(int n, int buffers) {
+  SlotDepBuilder b;
+  const int32_t src = b.slot("store", Tier::storage, 1, true);
+  std::vector<int32_t> buf;
+  for (int k = 0; k < buffers; ++k) buf.push_back(b.slot("buf" + std::to_string(k), Tier::host, 1));
+  const int32_t out = b.slot("out", Tier::device, 1, true);
+  for (int i = 0; i < n; ++i) {
+    const int32_t s = buf[static_cast<size_t>(i % buffers)];
+    b.task(TaskKind::fetch, Resource::storage_read, "read " + std::to_string(i), -1, -1,
+           {slot_read(src), slot_write(s)});
+    b.task(TaskKind::forward, Resource::compute, "fwd " + std::to_string(i), -1, -1,
+           {slot_read(s), slot_read(out), slot_write(out)});
+  }
+  return b.take();
+}
+
+std::vector<double> alternating(int n, double read, double compute) {
+  std::vector<double> d;
+  for (int i = 0; i < n; ++i) d.insert(d.end(), {read, compute});
+  return d;
+}
+
+TEST(Simulator, SlotLimitedPipeline) {
+  // Compute-bound, double-buffered: the first read, then 4 computes back to back.
+  Plan two = slot_pipeline(4, 2);
+  ASSERT_TRUE(check_plan(two, {}).ok());
+  auto r = simulate(two, alternating(4, 1, 2));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 1 + 4 * 2, kEps);
+  // Read 2 must wait for compute 0 to release buf0 (t = 3), not just for read 1 (t = 2).
+  EXPECT_NEAR(r->report.timings[4].start_s, 3, kEps);
+  // Storage-bound: 4 reads back to back, then the last compute.
+  r = simulate(two, alternating(4, 3, 1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 4 * 3 + 1, kEps);
+  // One buffer: nothing overlaps.
+  Plan one = slot_pipeline(4, 1);
+  r = simulate(one, alternating(4, 1, 2));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 4 * (1 + 2), kEps);
+}
+
+TEST(Simulator, SharedCoresStretchBothWhileTheyOverlap) {
+  Plan p;
+  add(p, Resource::compute, "c");
+  add(p, Resource::cpu_optim, "o");
+  SimOptions o;
+  o.shared_cores = true;
+  o.shared_speed = 0.5;
+  auto r = simulate(p, {2, 1}, o);
+  ASSERT_TRUE(r.ok());
+  // Both at half speed until the optimizer's 1 s of work is done at t = 2; compute then has
+  // 1 s left at full speed.
+  EXPECT_NEAR(r->report.timings[1].end_s, 2, kEps);
+  EXPECT_NEAR(r->iter_s, 3, kEps);
+  EXPECT_NEAR(r->roofline_s, 3, kEps);  // compute + cpu_optim counted as one
+  auto plain = simulate(p, {2, 1});
+  EXPECT_NEAR(plain->iter_s, 2, kEps);
+}
+
+TEST(Simulator, ForwardDepsAndCycles) {
+  Plan p;
+  add(p, Resource::compute, "fwd", {1});  // waits for the later h2d
+  add(p, Resource::h2d, "h2d");
+  auto r = simulate(p, {1, 2});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 3, kEps);
+  EXPECT_NEAR(r->report.timings[0].start_s, 2, kEps);
+  Plan cyc;
+  add(cyc, Resource::compute, "a", {1});
+  add(cyc, Resource::h2d, "b", {0});
+  auto bad = simulate(cyc, {1, 1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cycle"), std::string::npos) << bad.status().message();
+  EXPECT_FALSE(simulate(cyc, {1}).ok());
+}
+
+TEST(CostModel, TaskKindsFollowTheProfile) {
+  Plan p;
+  const int32_t g = p.add_slot("grad", Tier::device, 16);
+  Task f{.kind = TaskKind::forward, .resource = Resource::compute, .label = "fwd"};
+  f.block = 0;
+  f.flops = 200;
+  p.add_task(f);  // 200 / 100 = 2 s
+  Task bwd{.kind = TaskKind::backward, .resource = Resource::compute, .label = "bwd"};
+  bwd.block = 0;
+  bwd.flops = 300;  // recompute 100 at 100 FLOP/s + 200 at 50 FLOP/s = 5 s
+  p.add_task(bwd);
+  bwd.fused = true;  // all 300 at the backward rate
+  p.add_task(bwd);
+  Task loss{.kind = TaskKind::loss, .resource = Resource::compute, .label = "loss"};
+  loss.flops = 30;
+  p.add_task(loss);
+  Task z{.kind = TaskKind::zero, .resource = Resource::compute, .label = "grad.zero"};
+  z.uses = {slot_write(g)};
+  p.add_task(z);
+  Task opt{.kind = TaskKind::optimizer, .resource = Resource::cpu_optim, .label = "adamw"};
+  opt.bytes = 120;  // 10 parameters of 12 bytes at 10 params/s
+  p.add_task(opt);
+  add(p, Resource::cpu_optim, "acc blk.0 mb.0", {}, 80);
+  add(p, Resource::h2d, "fetch", {}, 500);
+  CostContext ctx;
+  ctx.block_fwd_flops = 100;
+  ctx.optim_bytes_per_param = 12;
+  const std::vector<double> d = task_durations(p, round_profile(), ctx);
+  const std::vector<double> want = {2, 5, 6, 3, 2, 1, 2, 0.5};
+  ASSERT_EQ(d.size(), want.size());
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(d[i], want[i], kEps) << p.describe(i);
+}
+
+TEST(Simulator, TraceIsTheExecutorsFormat) {
+  Plan p = slot_pipeline(3, 2);
+  auto r = simulate(p, alternating(3, 1, 2));
+  ASSERT_TRUE(r.ok());
+  const nlohmann::json j = execution_trace_json(p, r->report);
+  int complete = 0;
+  for (const auto& e : j["traceEvents"]) complete += e["ph"] == "X";
+  EXPECT_EQ(complete, 6);
+  EXPECT_EQ(r->peak_bytes[static_cast<size_t>(Tier::host)], 2);
+}
+
+TEST(Profile, JsonRoundTripAndErrors) {
+  HardwareProfile p = round_profile();
+  p.name = "round";
+  p.sources["link.h2d_bytes_per_s"] = "made up";
+  auto back = profile_from_json(profile_to_json(p), "mem");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->storage_read_bytes_per_s(), 200);
+  EXPECT_EQ(back->sources.at("link.h2d_bytes_per_s"), "made up");
+  nlohmann::json j = profile_to_json(p);
+  j["link"]["h2d_bytes_per_s"] = -1;
+  auto bad = profile_from_json(j, "hw.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("link.h2d_bytes_per_s"), std::string::npos)
+      << bad.status().message();
+  j = profile_to_json(p);
+  j["compute"]["flops"] = 1;
+  EXPECT_FALSE(profile_from_json(j, "hw.json").ok());
+  EXPECT_NEAR(rate_at({{100, 1}, {10000, 3}}, 1000), 2, kEps);  // log-linear
+  EXPECT_NEAR(rate_at({{100, 1}, {10000, 3}}, 1), 1, kEps);
+}
+
+}  // namespace
+}  // namespace strata
