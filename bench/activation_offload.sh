@@ -18,11 +18,7 @@
 #   usage: bench/activation_offload.sh [STEPS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_dir=${STRATA_BUILD_DIR:-build}
-if [ -z "${STRATA_BIN:-}" ]; then
-  cmake --build "$build_dir" --target strata >/dev/null
-  STRATA_BIN=$build_dir/strata
-fi
+source bench/lib.sh
 steps=${1:-3}
 out=${OUT_DIR:-$build_dir/bench_acts}
 rm -rf "$out" && mkdir -p "$out"

@@ -17,11 +17,7 @@
 #   usage: bench/planner_accuracy.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build_dir=${STRATA_BUILD_DIR:-build}
-if [ -z "${STRATA_BIN:-}" ]; then
-  cmake --build "$build_dir" --target strata >/dev/null
-  STRATA_BIN=$build_dir/strata
-fi
+source bench/lib.sh
 out=${OUT_DIR:-$build_dir/planner_accuracy}
 mkdir -p "$out" "${STRATA_BENCH_STORE:-$out}"
 store=$(mktemp -d "${STRATA_BENCH_STORE:-$out}/store.XXXXXX")

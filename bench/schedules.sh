@@ -45,11 +45,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start_s=$SECONDS
-build_dir=${STRATA_BUILD_DIR:-build}
-if [ -z "${STRATA_BIN:-}" ]; then
-  cmake --build "$build_dir" --target strata >/dev/null
-  STRATA_BIN=$build_dir/strata
-fi
+source bench/lib.sh
 out=${OUT_DIR:-$build_dir/bench_out}
 steps=${STRATA_BENCH_STEPS:-4}
 ms=${STRATA_BENCH_MS:-1 2 4 8 16}
