@@ -6,10 +6,11 @@
 #          micro-batch B=1 x T=256, as bench/schedules.sh.
 #   rows: both schedules; M from 1 to 16; params/optimizer state/checkpoints on host or storage
 #         (and split); storage rate limits 100-400 MB/s; vertical alpha 0.35-1 (and clipping on).
-# Per row the measured figure is the least iter_s over the steps after step 0 (step 0 is warm-up
-# and, for vertical, the only iteration without pending optimizer steps; the least because other
-# work on a shared machine only ever lengthens a step; the median is reported beside it); the simulated one comes from
-# `strata plan --simulate` on the same config (vertical: its steady iteration).
+# Per row the measured figure is the median iter_s over the steps after step 0 (step 0 is warm-up
+# and, for vertical, the only iteration without pending optimizer steps); the fastest step is
+# printed beside it (other work on a shared machine only ever lengthens a step, so a gap between
+# the two flags a disturbed run); the simulated one comes from `strata plan --simulate` on the
+# same config (vertical: its steady iteration).
 # Passes when every row is within 15% and the median error is at most 8%. The last line of the
 # output is one JSON object: max_rel_error, median_rel_error, configs, rows.
 # Env: STRATA_BIN (default: build, then build/strata), OUT_DIR (build/planner_accuracy),
