@@ -27,7 +27,7 @@ namespace strata {
 
 namespace {
 
-constexpr int64_t kIoAlign = 4096;
+constexpr auto kIoAlign = static_cast<int64_t>(kDirectIoAlignment);
 
 bool starts_with(const std::string& s, const char* p) {
   return s.rfind(p, 0) == 0;
@@ -89,10 +89,7 @@ Status OffloadTrainer::store_io(const SlotMemory& m, IoOp op, int64_t offset, vo
   Status st = batch.ok() ? store_->wait(*batch) : batch.status();
   if (st.ok()) return st;
   std::string files;
-  for (const std::string& dir : store_->options().dirs) {
-    files += (files.empty() ? "" : ", ") +
-             (std::filesystem::path(dir) / store_->options().file_name).string();
-  }
+  for (const std::string& f : store_files()) files += (files.empty() ? "" : ", ") + f;
   return Status(st.code(), std::string(op == IoOp::read ? "reading" : "writing") + " tensor '" +
                                m.name + "' (bytes " + std::to_string(offset) + ".." +
                                std::to_string(offset + bytes) + ") in " + files + ": " +
@@ -143,7 +140,7 @@ Status OffloadTrainer::do_compute(const BoundPlan& bp, const Task& t) {
         const EmbedView e = embed_slab_view(layout_, f32(0));
         dev_.embedding_forward(s, f32(2), tokens(1), e.wte, e.wpe, B, T, C);
       } else {  // fwd {params, in, out, [saved set]}
-        const BlockActs a = t.uses.size() > 3 ? saved_view(f32(3)) : acts_;
+        const BlockActs a = t.uses.size() > 3 ? saved_view(f32(3)) : ws_.acts;
         block_forward(dev_, s, f32(2), a, f32(1), block_slab_view(layout_, f32(0), t.block), dims_);
       }
       break;
@@ -157,17 +154,18 @@ Status OffloadTrainer::do_compute(const BoundPlan& bp, const Task& t) {
       const FinalView fin = final_slab_view(layout_, embed + ne),
                       gfin = final_slab_view(layout_, gembed + ne);
       // As gpt_forward's head, then gpt_backward's (the same ops in the same order).
-      dev_.layernorm_forward(s, lnf_, lnf_mean_, lnf_rstd_, x, fin.lnf_w, fin.lnf_b, BT, C);
-      dev_.matmul(s, logits_, lnf_, e.wte, nullptr, BT, V, C, false, true, false);
-      dev_.softmax_cross_entropy_forward(s, losses_dev_, probs_, logits_, tgt, BT, V);
-      dev_.copy(s, f32(6) + t.micro_batch * BT, losses_dev_, BT * f);
-      dev_.fill_zero(s, dlogits_, BT * V * f);
-      dev_.softmax_cross_entropy_backward(s, dlogits_, probs_, tgt, dloss_, BT, V);
-      dev_.matmul(s, ge.wte, dlogits_, lnf_, nullptr, V, C, BT, true, false, true);
-      dev_.matmul(s, dlnf_, dlogits_, e.wte, nullptr, BT, C, V, false, false, false);
+      dev_.layernorm_forward(s, ws_.lnf, ws_.lnf_mean, ws_.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT,
+                             C);
+      dev_.matmul(s, ws_.logits, ws_.lnf, e.wte, nullptr, BT, V, C, false, true, false);
+      dev_.softmax_cross_entropy_forward(s, ws_.losses, ws_.probs, ws_.logits, tgt, BT, V);
+      dev_.copy(s, f32(6) + t.micro_batch * BT, ws_.losses, BT * f);
+      dev_.fill_zero(s, ws_.dlogits, BT * V * f);
+      dev_.softmax_cross_entropy_backward(s, ws_.dlogits, ws_.probs, tgt, dloss_, BT, V);
+      dev_.matmul(s, ge.wte, ws_.dlogits, ws_.lnf, nullptr, V, C, BT, true, false, true);
+      dev_.matmul(s, ws_.dlnf, ws_.dlogits, e.wte, nullptr, BT, C, V, false, false, false);
       dev_.fill_zero(s, dact, BT * C * f);
-      dev_.layernorm_backward(s, dact, gfin.lnf_w, gfin.lnf_b, dlnf_, x, fin.lnf_w, lnf_mean_,
-                              lnf_rstd_, BT, C);
+      dev_.layernorm_backward(s, dact, gfin.lnf_w, gfin.lnf_b, ws_.dlnf, x, fin.lnf_w, ws_.lnf_mean,
+                              ws_.lnf_rstd, BT, C);
       break;
     }
     case TaskKind::backward:
@@ -187,12 +185,12 @@ Status OffloadTrainer::do_compute(const BoundPlan& bp, const Task& t) {
         if (!task_reads(t, gslot)) {  // a fresh per-micro-batch gradient (horizontal)
           dev_.fill_zero(s, grad, bp.slots[static_cast<size_t>(gslot)]->bytes);
         }
-        if (!t.fused && !saved) block_forward(dev_, s, recompute_out_, acts_, in, w, dims_);
-        const BlockActs a = saved ? saved_view(f32(6)) : acts_;
-        dev_.fill_zero(s, dinp_, BT * C * f);
-        block_backward(dev_, s, dinp_, block_slab_view(layout_, grad, t.block), scratch_, dact, in,
-                       a, w, dims_);
-        dev_.copy(s, dact, dinp_, BT * C * f);
+        if (!t.fused && !saved) block_forward(dev_, s, ws_.recompute_out, ws_.acts, in, w, dims_);
+        const BlockActs a = saved ? saved_view(f32(6)) : ws_.acts;
+        dev_.fill_zero(s, ws_.dinp, BT * C * f);
+        block_backward(dev_, s, ws_.dinp, block_slab_view(layout_, grad, t.block), ws_.scratch,
+                       dact, in, a, w, dims_);
+        dev_.copy(s, dact, ws_.dinp, BT * C * f);
       }
       break;
     default:
@@ -207,8 +205,8 @@ BlockActs OffloadTrainer::saved_view(float* saved) const {
   // tensors stay in the workspace.
   FloatCarver c(saved);
   BlockActs a = block_acts_carve(c, dims_);
-  a.attproj = acts_.attproj;
-  a.fcproj = acts_.fcproj;
+  a.attproj = ws_.acts.attproj;
+  a.fcproj = ws_.acts.fcproj;
   return a;
 }
 

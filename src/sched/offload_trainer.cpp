@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -22,7 +21,8 @@ namespace strata {
 
 namespace {
 
-constexpr int64_t kIoAlign = 4096;
+// Host buffers are whole direct-I/O blocks (Note [Direct ranges] in io/tensor_store.h).
+constexpr auto kIoAlign = static_cast<int64_t>(kDirectIoAlignment);
 
 int64_t round_up(int64_t x, int64_t a) {
   return (x + a - 1) / a * a;
@@ -113,12 +113,7 @@ OffloadTrainer::~OffloadTrainer() {
   for (Stream* s : {compute_.get(), h2d_.get(), d2h_.get()}) {
     if (s != nullptr) s->synchronize();
   }
-  std::vector<std::string> files;
-  if (store_) {
-    for (const std::string& dir : store_->options().dirs) {
-      files.push_back((std::filesystem::path(dir) / store_->options().file_name).string());
-    }
-  }
+  const std::vector<std::string> files = store_files();
   store_.reset();
   engine_.reset();
   for (const std::string& f : files) {
@@ -251,10 +246,11 @@ Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out)
   out.plan = make_offload_plan(spec, cfg_.schedule);
   // Saved sets kept in host memory although their block offloads to storage: forwarded.
   out.acts_forwarded = 0;
-  for (const Slot& slot : out.plan.slots) {
-    if (slot.tier != Tier::host || slot.name.rfind("acts.blk", 0) != 0) continue;
-    const int64_t block = std::strtoll(slot.name.c_str() + 8, nullptr, 10);
-    if (spec.acts_at[static_cast<size_t>(block)] == ActPolicy::storage) out.acts_forwarded++;
+  for (int32_t l = 0; iteration && l < static_cast<int32_t>(spec.acts_at.size()); ++l) {
+    for (int32_t i = 0; i < spec.micro_batches; ++i) {
+      out.acts_forwarded += spec.acts_at[static_cast<size_t>(l)] == ActPolicy::storage &&
+                            vertical_acts_forwarded(l, i, spec.blocks);
+    }
   }
   const TierBudgets budgets{cfg_.memory.device_bytes, cfg_.memory.host_bytes, 0};
   Status st = check_plan(out.plan, budgets);
@@ -302,19 +298,7 @@ Status OffloadTrainer::allocate_slots() {
   // The compute workspace is a slot too, so the device budget covers it.
   SlotMemory& ws = *memory_.at("compute.workspace");
   FloatCarver carver(ws.buf.f32());
-  OffloadWorkspace w = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size);
-  acts_ = w.acts;
-  scratch_ = w.scratch;
-  recompute_out_ = w.recompute_out;
-  dinp_ = w.dinp;
-  lnf_ = w.lnf;
-  lnf_mean_ = w.lnf_mean;
-  lnf_rstd_ = w.lnf_rstd;
-  logits_ = w.logits;
-  probs_ = w.probs;
-  dlogits_ = w.dlogits;
-  dlnf_ = w.dlnf;
-  losses_dev_ = w.losses;
+  ws_ = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size);
 
   if (extents.empty()) return Status::ok_status();
   if (cfg_.io.dirs.empty()) {
@@ -506,13 +490,19 @@ const Plan& OffloadTrainer::last_plan() const {
   return last_ != nullptr ? last_->plan : plans_.front()->plan;
 }
 
+std::vector<std::string> OffloadTrainer::store_files() const {
+  std::vector<std::string> files;
+  if (!store_) return files;
+  for (const std::string& dir : store_->options().dirs) {
+    files.push_back((std::filesystem::path(dir) / store_->options().file_name).string());
+  }
+  return files;
+}
+
 std::string OffloadTrainer::store_description() const {
   if (!store_) return "";
   std::string d;
-  for (const std::string& dir : store_->options().dirs) {
-    if (!d.empty()) d += ", ";
-    d += (std::filesystem::path(dir) / store_->options().file_name).string();
-  }
+  for (const std::string& f : store_files()) d += (d.empty() ? "" : ", ") + f;
   return d + " (" + format_bytes(static_cast<int64_t>(store_->logical_bytes())) + ", " +
          (store_->options().direct ? "O_DIRECT" : "buffered") + ")";
 }

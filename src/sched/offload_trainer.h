@@ -39,6 +39,7 @@
 #include "optim/lr_schedule.h"
 #include "sched/executor.h"
 #include "sched/in_memory_trainer.h"
+#include "sched/offload_workspace.h"
 #include "sched/plan.h"
 #include "sched/schedule_spec.h"
 
@@ -143,6 +144,8 @@ class OffloadTrainer {
   // Block state parts: the slot names of a block's optimizer state ("optim.store.blkL" or its
   // ".p0"/".p1"), with their part numbers.
   std::vector<std::pair<std::string, int32_t>> optim_parts(int64_t block) const;
+  // The store's files, "dir/strata.store" per directory (none without a store).
+  std::vector<std::string> store_files() const;
   // One storage transfer, waited; errors name the tensor and the file.
   Status store_io(const SlotMemory& m, IoOp op, int64_t offset, void* host, int64_t bytes);
 
@@ -164,20 +167,8 @@ class OffloadTrainer {
   std::vector<ActPolicy> acts_policy_;  // per block (vertical with saved activations)
 
   // Compute workspace (device): activations of one block for one micro-batch, backward scratch,
-  // the head's buffers.
-  Buffer workspace_;
-  BlockActs acts_{};
-  BlockGradScratch scratch_{};
-  float* recompute_out_ = nullptr;  // (B, T, C)
-  float* dinp_ = nullptr;           // (B, T, C)
-  float* lnf_ = nullptr;            // (B, T, C)
-  float* lnf_mean_ = nullptr;       // (B, T)
-  float* lnf_rstd_ = nullptr;       // (B, T)
-  float* logits_ = nullptr;         // (B, T, V)
-  float* probs_ = nullptr;          // (B, T, V)
-  float* dlogits_ = nullptr;        // (B, T, V)
-  float* dlnf_ = nullptr;           // (B, T, C)
-  float* losses_dev_ = nullptr;     // (B, T)
+  // the head's buffers; laid out in the "compute.workspace" slot.
+  OffloadWorkspace ws_{};
 
   std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
   StepState state_;                 // of the last norm: what pending and post-norm steps apply

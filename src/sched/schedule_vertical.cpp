@@ -15,6 +15,10 @@ bool vertical_checkpoint_pinned(int32_t position, int32_t micro_batches) {
   return position < 2 || position >= micro_batches - 2;
 }
 
+bool vertical_acts_forwarded(int32_t block, int32_t position, int32_t blocks) {
+  return block == blocks - 2 && position < 2;
+}
+
 Plan make_vertical_plan(const ScheduleSpec& s) {
   SlotDepBuilder b;
   const int L = s.blocks, M = s.micro_batches;
@@ -75,9 +79,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     a_offload |= p == ActPolicy::host || p == ActPolicy::storage;
     for (int i = 0; i < M; ++i) {
       const int m = vertical_micro_batch(l, i, M);
-      // The first block after the turn needs its first two micro-batches' sets right away:
-      // they stay in host memory (forwarded) instead of a storage round trip.
-      const bool forwarded = p == ActPolicy::storage && l == L - 2 && i < 2;
+      const bool forwarded = p == ActPolicy::storage && vertical_acts_forwarded(l, i, L);
       const Tier t = p == ActPolicy::keep                ? Tier::device
                      : p == ActPolicy::host || forwarded ? Tier::host
                                                          : Tier::storage;

@@ -39,6 +39,11 @@ Plan make_vertical_plan(const ScheduleSpec& spec);
 // Micro-batch order of block l in the vertical schedule (the snake).
 int32_t vertical_micro_batch(int32_t block, int32_t position, int32_t micro_batches);
 
+// Whether the saved activations of block l's micro-batch at `position` stay in host memory although
+// the block offloads them to storage (forwarded): the first two of the first block whose backward
+// follows the turn, needed as soon as the last block is done.
+bool vertical_acts_forwarded(int32_t block, int32_t position, int32_t blocks);
+
 // Whether the checkpoint of block l's input for the micro-batch at `position` in block l's
 // order stays on host whatever the placement (first and last two).
 bool vertical_checkpoint_pinned(int32_t position, int32_t micro_batches);
