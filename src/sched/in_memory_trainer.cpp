@@ -6,7 +6,7 @@
 
 #include "core/log.h"
 #include "model/init.h"
-#include "optim/adamw.h"
+#include "optim/adamw_layout.h"
 #include "optim/grad_clip.h"
 
 namespace strata {
@@ -88,17 +88,11 @@ double InMemoryTrainer::global_grad_sum_squares() {
 }
 
 void InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
-  for (const ParamTensor& t : layout_.tensors) {
-    AdamWHyper h;
-    h.lr = lr;
-    h.beta1 = cfg_.optim.beta1;
-    h.beta2 = cfg_.optim.beta2;
-    h.eps = cfg_.optim.eps;
-    h.weight_decay = t.decay ? cfg_.optim.weight_decay : 0.0f;
-    h.step = adam_steps_ + 1;
-    h.grad_scale = grad_scale;
-    adamw_step(params_.f32() + t.offset, adam_m_.f32() + t.offset, adam_v_.f32() + t.offset,
-               nullptr, grads_.f32() + t.offset, t.numel(), h);
+  const AdamWHyper h = adamw_hyper(cfg_.optim, lr, adam_steps_ + 1, grad_scale);
+  for (int64_t i = 0; i < static_cast<int64_t>(layout_.slabs.size()); ++i) {
+    const Slab& s = layout_.slabs[static_cast<size_t>(i)];
+    adamw_slab_range(layout_, i, 0, s.numel, params_.f32() + s.offset, adam_m_.f32() + s.offset,
+                     adam_v_.f32() + s.offset, grads_.f32() + s.offset, h, cfg_.optim.weight_decay);
   }
 }
 

@@ -19,7 +19,7 @@
 #include <filesystem>
 
 #include "backend/cpu/kernels.h"
-#include "optim/adamw.h"
+#include "optim/adamw_layout.h"
 #include "optim/grad_clip.h"
 #include "sched/offload_internal.h"
 
@@ -236,27 +236,6 @@ Status OffloadTrainer::do_optimizer(const BoundPlan& bp, const Task& t) {
   return step_block_part(bp, t, state_);
 }
 
-namespace {
-
-// AdamW over the elements [lo, hi) of a slab (slab-relative), tensor by tensor (each with its own
-// weight decay), so any split of a slab gives the bits of one whole step (Note [Optimizer split]).
-// master, m, v point at element lo; grad at element 0 of the slab.
-void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
-                      float* master, float* m, float* v, const float* grad, AdamWHyper h,
-                      float weight_decay) {
-  const Slab& s = layout.slabs[static_cast<size_t>(slab)];
-  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
-    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-    const int64_t a = std::max(t.offset - s.offset, lo);
-    const int64_t b = std::min(t.offset - s.offset + t.numel(), hi);
-    if (b <= a) continue;
-    h.weight_decay = t.decay ? weight_decay : 0.0f;
-    adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), nullptr, grad + a, b - a, h);
-  }
-}
-
-}  // namespace
-
 Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const StepState& st) {
   const auto [lo, hi] = part_range(t.part);
   const int64_t pe = hi - lo;
@@ -264,13 +243,7 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   float* master = static_cast<float*>(slot_ptr(bp, use_slot(t, 1)));
   float* params_out = static_cast<float*>(slot_ptr(bp, use_slot(t, 3)));
   if (!st.skip) {
-    AdamWHyper h{};
-    h.lr = st.lr;
-    h.beta1 = cfg_.optim.beta1;
-    h.beta2 = cfg_.optim.beta2;
-    h.eps = cfg_.optim.eps;
-    h.step = st.adam_step;
-    h.grad_scale = st.grad_scale;
+    const AdamWHyper h = adamw_hyper(cfg_.optim, st.lr, st.adam_step, st.grad_scale);
     adamw_slab_range(layout_, layout_.block_slab(t.block), lo, hi, master, master + pe,
                      master + 2 * pe, grad, h, cfg_.optim.weight_decay);
   }
@@ -287,13 +260,7 @@ Status OffloadTrainer::step_embed(const BoundPlan& bp, const Task& t) {
   float* master = static_cast<float*>(slot_ptr(bp, use_slot(t, 2)));
   float* params = static_cast<float*>(slot_ptr(bp, use_slot(t, 4)));
   if (!state_.skip) {
-    AdamWHyper h{};
-    h.lr = state_.lr;
-    h.beta1 = cfg_.optim.beta1;
-    h.beta2 = cfg_.optim.beta2;
-    h.eps = cfg_.optim.eps;
-    h.step = state_.adam_step;
-    h.grad_scale = state_.grad_scale;
+    const AdamWHyper h = adamw_hyper(cfg_.optim, state_.lr, state_.adam_step, state_.grad_scale);
     float *m = master + E, *v = master + 2 * E;
     const int64_t nf = E - ne;
     adamw_slab_range(layout_, layout_.embed_slab(), 0, ne, master, m, v, grad, h,

@@ -1,0 +1,33 @@
+#include "optim/adamw_layout.h"
+
+#include <algorithm>
+
+namespace strata {
+
+AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float grad_scale) {
+  AdamWHyper h{};
+  h.lr = lr;
+  h.beta1 = optim.beta1;
+  h.beta2 = optim.beta2;
+  h.eps = optim.eps;
+  h.weight_decay = 0.0f;
+  h.step = step;
+  h.grad_scale = grad_scale;
+  return h;
+}
+
+void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
+                      float* master, float* m, float* v, const float* grad, AdamWHyper h,
+                      float weight_decay) {
+  const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    const int64_t a = std::max(t.offset - s.offset, lo);
+    const int64_t b = std::min(t.offset - s.offset + t.numel(), hi);
+    if (b <= a) continue;
+    h.weight_decay = t.decay ? weight_decay : 0.0f;
+    adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), nullptr, grad + a, b - a, h);
+  }
+}
+
+}  // namespace strata

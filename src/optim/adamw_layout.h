@@ -1,0 +1,26 @@
+// AdamW over the parameter layout: the hyperparameters of one step from the config, and a step
+// over any element range of a slab, tensor by tensor (each with its own weight decay). Shared by
+// the in-memory trainer (whole slabs) and the offloaded one (blocks split in parts, Note
+// [Optimizer split] in sched/schedule_spec.h): AdamW is elementwise, so any split of a slab gives
+// the bits of one whole step.
+#pragma once
+
+#include <cstdint>
+
+#include "core/config.h"
+#include "model/layout.h"
+#include "optim/adamw.h"
+
+namespace strata {
+
+// lr, step (1-based) and grad_scale are this step's; the rest comes from the config. The weight
+// decay is left to adamw_slab_range (per tensor).
+AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float grad_scale);
+
+// The elements [lo, hi) of `slab` (slab-relative): master, m, v point at element lo, grad at
+// element 0 of the slab. Tensors decay by `weight_decay` when ParamTensor::decay, else not.
+void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
+                      float* master, float* m, float* v, const float* grad, AdamWHyper h,
+                      float weight_decay);
+
+}  // namespace strata
