@@ -11,27 +11,17 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
   const int L = s.blocks, M = s.micro_batches;
   const int64_t P = s.block_param_bytes, G = s.block_grad_bytes, O = s.block_optim_bytes,
                 C = s.checkpoint_bytes;
-  auto ptier = [&](int l) { return offload_tier(placement_of(s.params_at, s.params, l)); };
-  auto otier = [&](int l) { return offload_tier(placement_of(s.optim_at, s.optim, l)); };
-  auto ctier = [&](int l) {
-    return offload_tier(placement_of(s.checkpoints_at, s.checkpoints, l));
-  };
-  bool p_on_storage = false, o_on_storage = false, c_on_storage = false;
-  for (int l = 0; l < L; ++l) {
-    p_on_storage |= ptier(l) == Tier::storage;
-    o_on_storage |= otier(l) == Tier::storage;
-    c_on_storage |= ctier(l) == Tier::storage;
-  }
+  const BlockTiers tiers = block_tiers(s);
 
   // ---- Slots ----------------------------------------------------------------------------------
   const CommonSlots c = add_common_slots(b, s);
   std::vector<int32_t> pstore, ostore, gacc, ckpt;
   for (int l = 0; l < L; ++l) {
     const std::string n = std::to_string(l);
-    pstore.push_back(b.slot("params.store.blk" + n, ptier(l), P, true));
-    ostore.push_back(b.slot("optim.store.blk" + n, otier(l), O, true));
+    pstore.push_back(b.slot("params.store.blk" + n, tiers.params[l], P, true));
+    ostore.push_back(b.slot("optim.store.blk" + n, tiers.optim[l], O, true));
     gacc.push_back(b.slot("grad.host.blk" + n, Tier::host, G));
-    ckpt.push_back(b.slot("ckpt.blk" + n, ctier(l), C));  // reused by every micro-batch
+    ckpt.push_back(b.slot("ckpt.blk" + n, tiers.checkpoints[l], C));  // reused by every micro-batch
   }
   const int32_t act = b.slot("act", Tier::device, C);    // forward activation, updated in place
   const int32_t dact = b.slot("dact", Tier::device, C);  // gradient w.r.t. the current activation
@@ -43,12 +33,12 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
     gbuf.push_back(b.slot("grad.buf" + n, Tier::device, G));
     gstage.push_back(b.slot("grad.stage" + n, Tier::host, G));
     bin.push_back(b.slot("bwd.in.buf" + n, Tier::device, C));
-    if (p_on_storage) {
+    if (tiers.params_on_storage) {
       pstage.push_back(b.slot("params.stage" + n, Tier::host, P));
       pwstage.push_back(b.slot("params.wstage" + n, Tier::host, P));
     }
-    if (c_on_storage) cstage.push_back(b.slot("ckpt.stage" + n, Tier::host, C));
-    if (o_on_storage) ostage.push_back(b.slot("optim.stage" + n, Tier::host, O));
+    if (tiers.checkpoints_on_storage) cstage.push_back(b.slot("ckpt.stage" + n, Tier::host, C));
+    if (tiers.optim_on_storage) ostage.push_back(b.slot("optim.stage" + n, Tier::host, O));
   }
 
   // ---- Helpers --------------------------------------------------------------------------------
@@ -57,7 +47,7 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
   auto fetch_params = [&](int l) {
     const int k = fetches++ % 2;
     int32_t src = pstore[l];
-    if (ptier(l) == Tier::storage) {
+    if (tiers.params[l] == Tier::storage) {
       b.task(TaskKind::fetch, Resource::storage_read, "read.params " + blk_tag(l), l, -1,
              {slot_read(pstore[l]), slot_write(pstage[k])}, P);
       src = pstage[k];
@@ -76,7 +66,7 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
     for (int l = 0; l < L; ++l) {
       const int32_t params = fetch_params(l);
       // The block's input leaves the device before the forward overwrites it in place.
-      if (ctier(l) == Tier::storage) {
+      if (tiers.checkpoints[l] == Tier::storage) {
         const int32_t st = cstage[cstages++ % 2];
         b.task(TaskKind::store, Resource::d2h, "ckpt.write " + blk_tag(l, m), l, m,
                {slot_read(act), slot_write(st)}, C);
@@ -97,7 +87,7 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
       const int32_t params = fetch_params(l);
       const int32_t in = bin[loads++ % 2];
       int32_t src = ckpt[l];
-      if (ctier(l) == Tier::storage) {
+      if (tiers.checkpoints[l] == Tier::storage) {
         src = cstage[cstages++ % 2];
         b.task(TaskKind::fetch, Resource::storage_read, "ckpt.read " + blk_tag(l, m), l, m,
                {slot_read(ckpt[l]), slot_write(src)}, C);
@@ -125,10 +115,11 @@ Plan make_horizontal_plan(const ScheduleSpec& s) {
   // ---- Norm, then the optimizer step after the last backward, pipelined over blocks ------------
   add_iteration_end(b, c, s, [&] {
     for (int l = L - 1, k = 0; l >= 0; --l, k ^= 1) {
-      const bool pst = ptier(l) == Tier::storage;
-      add_optimizer_step(b, s, l, -1,
-                         {gacc[l], c.clip, ostore[l], otier(l) == Tier::storage ? ostage[k] : -1,
-                          pst ? pwstage[k] : pstore[l], pstore[l]});
+      const bool pst = tiers.params[l] == Tier::storage;
+      add_optimizer_step(
+          b, s, l, -1,
+          {gacc[l], c.clip, ostore[l], tiers.optim[l] == Tier::storage ? ostage[k] : -1,
+           pst ? pwstage[k] : pstore[l], pstore[l]});
     }
   });
   return b.take();

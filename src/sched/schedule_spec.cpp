@@ -25,6 +25,19 @@ std::vector<Placement> placement_by_fraction(int32_t blocks, double fraction_on_
   return at;
 }
 
+BlockTiers block_tiers(const ScheduleSpec& s) {
+  BlockTiers t;
+  for (int l = 0; l < s.blocks; ++l) {
+    t.params.push_back(offload_tier(placement_of(s.params_at, s.params, l)));
+    t.optim.push_back(offload_tier(placement_of(s.optim_at, s.optim, l)));
+    t.checkpoints.push_back(offload_tier(placement_of(s.checkpoints_at, s.checkpoints, l)));
+    t.params_on_storage |= t.params.back() == Tier::storage;
+    t.optim_on_storage |= t.optim.back() == Tier::storage;
+    t.checkpoints_on_storage |= t.checkpoints.back() == Tier::storage;
+  }
+  return t;
+}
+
 int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part) {
   if (part < 0 || elems <= 0) return bytes;
   // bytes * split / elems without overflow for any realistic size.

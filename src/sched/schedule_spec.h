@@ -225,6 +225,14 @@ void add_iteration_end(SlotDepBuilder& b, const CommonSlots& c, const ScheduleSp
   add_embed_step(b, s, e);
 }
 
+// Per block, the tier each kind of state lives on between uses (offload_tier of its placement),
+// and whether any block's is on storage (the generators then add staging buffers for it).
+struct BlockTiers {
+  std::vector<Tier> params, optim, checkpoints;
+  bool params_on_storage = false, optim_on_storage = false, checkpoints_on_storage = false;
+};
+BlockTiers block_tiers(const ScheduleSpec& s);
+
 // "blk.3", "blk.3 mb.2"
 inline std::string blk_tag(int l, int m = -1) {
   return "blk." + std::to_string(l) + (m >= 0 ? " mb." + std::to_string(m) : "");

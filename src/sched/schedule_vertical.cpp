@@ -27,17 +27,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   const int64_t n = s.block_elems, a = s.split_elems;
   const bool has_part0 = a > 0, has_part1 = n <= 0 || a < n;
   const int64_t part1_offset = part_bytes(P, n, a, 0);  // where part 1 starts in the params
-  auto ptier = [&](int l) { return offload_tier(placement_of(s.params_at, s.params, l)); };
-  auto otier = [&](int l) { return offload_tier(placement_of(s.optim_at, s.optim, l)); };
-  auto ctier = [&](int l) {
-    return offload_tier(placement_of(s.checkpoints_at, s.checkpoints, l));
-  };
-  bool p_on_storage = false, o_on_storage = false, c_on_storage = false;
-  for (int l = 0; l < L; ++l) {
-    p_on_storage |= ptier(l) == Tier::storage;
-    o_on_storage |= otier(l) == Tier::storage;
-    c_on_storage |= ctier(l) == Tier::storage;
-  }
+  const BlockTiers tiers = block_tiers(s);
 
   // ---- Slots ----------------------------------------------------------------------------------
   const CommonSlots c = add_common_slots(b, s);
@@ -46,11 +36,11 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   std::vector<std::vector<int32_t>> ckpt(L, std::vector<int32_t>(M, -1));  // [block][mb]
   for (int l = 0; l < L; ++l) {
     const std::string n_l = std::to_string(l);
-    pstore.push_back(b.slot("params.store.blk" + n_l, ptier(l), P, true));
+    pstore.push_back(b.slot("params.store.blk" + n_l, tiers.params[l], P, true));
     std::array<int32_t, 2> parts{-1, -1};
     for (int part = 0; part < 2; ++part) {
       if (part == 0 ? has_part0 : has_part1) {
-        parts[part] = b.slot("optim.store.blk" + n_l + ".p" + std::to_string(part), otier(l),
+        parts[part] = b.slot("optim.store.blk" + n_l + ".p" + std::to_string(part), tiers.optim[l],
                              part_bytes(O, n, a, part), true);
       }
     }
@@ -60,7 +50,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     if (!s.iteration) continue;
     for (int i = 0; i < M; ++i) {
       const int m = vertical_micro_batch(l, i, M);
-      const Tier t = vertical_checkpoint_pinned(i, M) ? Tier::host : ctier(l);
+      const Tier t = vertical_checkpoint_pinned(i, M) ? Tier::host : tiers.checkpoints[l];
       ckpt[l][m] = b.slot("ckpt.blk" + n_l + ".mb" + std::to_string(m), t, C);
     }
   }
@@ -111,15 +101,15 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     abuf.push_back(b.slot("act.buf" + n_k, Tier::device, C));
     bin.push_back(b.slot("bwd.in.buf" + n_k, Tier::device, C));
     gacc.push_back(b.slot("grad.acc.buf" + n_k, Tier::device, G));
-    if (p_on_storage) {
+    if (tiers.params_on_storage) {
       pstage.push_back(b.slot("params.stage" + n_k, Tier::host, P));
       pwstage.push_back(b.slot("params.wstage" + n_k, Tier::host, P));
     }
-    if (c_on_storage) {
+    if (tiers.checkpoints_on_storage) {
       cwstage.push_back(b.slot("ckpt.wstage" + n_k, Tier::host, C));
       crstage.push_back(b.slot("ckpt.rstage" + n_k, Tier::host, C));
     }
-    if (o_on_storage) ostage.push_back(b.slot("optim.stage" + n_k, Tier::host, O));
+    if (tiers.optim_on_storage) ostage.push_back(b.slot("optim.stage" + n_k, Tier::host, O));
   }
 
   // ---- Helpers --------------------------------------------------------------------------------
@@ -131,7 +121,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
     const int k = steps++ % 2;
     add_optimizer_step(b, s, l, part,
                        {ghost[l], needs_norm ? c.clip : -1, ostore[l][part],
-                        otier(l) == Tier::storage ? ostage[k] : -1, params_out, pstore[l]});
+                        tiers.optim[l] == Tier::storage ? ostage[k] : -1, params_out, pstore[l]});
   };
   // The copy of a block's params to the device is queued apart from its storage read (see
   // emit_fetch): the h2d queue runs in order, and a params copy that waits on storage must not
@@ -151,7 +141,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
   // 1's new params land in the fetch's stage and only part 0's range is read from storage.
   auto fetch_params = [&](int l, bool fetch) {
     const int k = fetches++ % 2;
-    const bool on_storage = ptier(l) == Tier::storage;
+    const bool on_storage = tiers.params[l] == Tier::storage;
     int32_t src = pstore[l];
     if (pending[l]) {
       pending[l] = false;
@@ -248,7 +238,7 @@ Plan make_vertical_plan(const ScheduleSpec& s) {
            {slot_read(gacc[l % 2]), slot_write(ghost[l])}, G);
     add_grad_sumsq(b, l, ghost[l], G, c.sums);
     if (has_part0) {
-      step(l, 0, ptier(l) == Tier::storage ? pwstage[l % 2] : pstore[l], false);
+      step(l, 0, tiers.params[l] == Tier::storage ? pwstage[l % 2] : pstore[l], false);
     }
   };
   auto zero_grad = [&](int l) {
