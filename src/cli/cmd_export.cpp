@@ -92,10 +92,10 @@ int cmd_export(const std::vector<std::string>& args) {
   if (!resolved.ok()) return fail(resolved.status().message(), 2);
   const std::string dir = *resolved;
 
-  // Everything after this reads files the manifest vouches for, so a torn or corrupted
-  // checkpoint is refused here rather than exported as plausible-looking weights.
-  Status verified = verify_checkpoint(dir);
-  if (!verified.ok()) return fail(verified.message(), 2);
+  // The weights come from the bytes the manifest vouched for, so a torn or corrupted checkpoint
+  // is refused here rather than exported as plausible-looking weights.
+  auto model = read_checkpoint_safetensors(dir, "model.safetensors");
+  if (!model.ok()) return fail(model.status().message(), 2);
 
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto json = read_json_file(config_path);
@@ -104,8 +104,6 @@ int cmd_export(const std::vector<std::string>& args) {
   if (!cfg.ok()) return fail(config_path + ": " + cfg.status().message(), 2);
   const ParamLayout layout = make_param_layout(cfg->model);
 
-  auto model = read_safetensors((fs::path(dir) / "model.safetensors").string());
-  if (!model.ok()) return fail(model.status().message(), 2);
   auto tensors = hf_tensors_of(*model, layout, config_path);
   if (!tensors.ok()) return fail(tensors.status().message(), 2);
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -94,14 +95,14 @@ class SequentialFile {
   int64_t size_ = 0;
 };
 
-// The safetensors header for tensors written in the order given, padded to 8 bytes.
+// The safetensors header for tensors streamed in the order given (io/safetensors.h).
 struct StreamedTensor {
   std::string name;
   std::vector<int64_t> shape;
   int64_t bytes = 0;
 };
 std::string safetensors_header(const std::vector<StreamedTensor>& tensors,
-                               const nlohmann::json& metadata) {
+                               const nlohmann::ordered_json& metadata) {
   nlohmann::ordered_json h;
   h["__metadata__"] = metadata;
   int64_t off = 0;
@@ -109,12 +110,7 @@ std::string safetensors_header(const std::vector<StreamedTensor>& tensors,
     h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes}}};
     off += t.bytes;
   }
-  std::string json = h.dump();
-  while ((8 + json.size()) % 8 != 0) json.push_back(' ');
-  std::string out(8, '\0');
-  uint64_t n = json.size();
-  std::memcpy(out.data(), &n, 8);  // little-endian host (safetensors.h)
-  return out + json;
+  return safetensors_header_bytes(h);
 }
 
 struct ManifestEntry {
@@ -144,7 +140,7 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
     optim_tensors.push_back({"exp_avg." + h.name, h.shape, bytes});
     optim_tensors.push_back({"exp_avg_sq." + h.name, h.shape, bytes});
   }
-  const nlohmann::json md = {{"format", kFormat}, {"version", std::to_string(kVersion)}};
+  const nlohmann::ordered_json md = {{"format", kFormat}, {"version", std::to_string(kVersion)}};
   STRATA_ASSIGN_OR_RETURN(SequentialFile model,
                           SequentialFile::create(engine, dir + "/model.safetensors"));
   STRATA_ASSIGN_OR_RETURN(SequentialFile optim,
@@ -272,7 +268,12 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   return stats;
 }
 
-Status verify_checkpoint(const std::string& dir) {
+namespace {
+
+// Reads the manifest of `dir`, then every file it lists once, checking its size and CRC32C, and
+// hands each file's verified bytes to `use` (which may keep them by moving).
+Status for_each_verified_file(const std::string& dir,
+                              const std::function<Status(const std::string&, std::string&)>& use) {
   const std::string mpath = dir + "/manifest.json";
   if (!fs::exists(mpath)) {
     return not_found("checkpoint " + dir + " has no manifest.json (not a complete checkpoint)");
@@ -301,8 +302,29 @@ Status verify_checkpoint(const std::string& dir) {
       return bad_format("checkpoint file " + path + " is corrupt: CRC32C " + crc +
                         ", the manifest says " + f.value("crc32c", ""));
     }
+    STRATA_RETURN_IF_ERROR(use(name, data));
   }
   return Status();
+}
+
+}  // namespace
+
+Status verify_checkpoint(const std::string& dir) {
+  return for_each_verified_file(dir, [](const std::string&, std::string&) { return Status(); });
+}
+
+Result<SafeTensors> read_checkpoint_safetensors(const std::string& dir, const std::string& file) {
+  SafeTensors out;
+  bool found = false;
+  STRATA_RETURN_IF_ERROR(
+      for_each_verified_file(dir, [&](const std::string& name, std::string& bytes) -> Status {
+        if (name != file) return Status();
+        STRATA_ASSIGN_OR_RETURN(out, parse_safetensors(bytes, dir + "/" + name));
+        found = true;
+        return Status();
+      }));
+  if (!found) return not_found("checkpoint " + dir + " lists no " + file);
+  return out;
 }
 
 Result<std::string> resolve_checkpoint(const std::string& path) {
@@ -317,8 +339,26 @@ Result<std::string> resolve_checkpoint(const std::string& path) {
 
 Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                        const SlabWriter& write) {
-  STRATA_RETURN_IF_ERROR(verify_checkpoint(dir));
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json cj, read_json(dir + "/config.json"));
+  // Every file read once: checked against the manifest, then used from those bytes.
+  std::string config_text, state_text;
+  SafeTensors model, optim;
+  STRATA_RETURN_IF_ERROR(
+      for_each_verified_file(dir, [&](const std::string& name, std::string& bytes) -> Status {
+        const std::string path = dir + "/" + name;
+        if (name == "config.json") config_text = std::move(bytes);
+        if (name == "trainer_state.json") state_text = std::move(bytes);
+        if (name == "model.safetensors") {
+          STRATA_ASSIGN_OR_RETURN(model, parse_safetensors(bytes, path));
+        }
+        if (name == "optimizer.safetensors") {
+          STRATA_ASSIGN_OR_RETURN(optim, parse_safetensors(bytes, path));
+        }
+        return Status();
+      }));
+  const nlohmann::json cj = nlohmann::json::parse(config_text, nullptr, false);
+  if (cj.is_discarded()) {
+    return bad_format("checkpoint file " + dir + "/config.json is not valid JSON");
+  }
   auto saved = parse_config(cj);
   if (!saved.ok()) {
     return bad_format("checkpoint config " + dir + "/config.json: " + saved.status().message());
@@ -337,7 +377,7 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
                               std::to_string(v.second));
     }
   }
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json sj, read_json(dir + "/trainer_state.json"));
+  const nlohmann::json sj = nlohmann::json::parse(state_text, nullptr, false);
   CheckpointMeta meta;
   try {
     meta.step = sj.at("step").get<int64_t>();
@@ -349,8 +389,6 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
     return bad_format("checkpoint file " + dir + "/trainer_state.json: " + e.what());
   }
 
-  STRATA_ASSIGN_OR_RETURN(SafeTensors model, read_safetensors(dir + "/model.safetensors"));
-  STRATA_ASSIGN_OR_RETURN(SafeTensors optim, read_safetensors(dir + "/optimizer.safetensors"));
   const ParamLayout layout = make_param_layout(cfg.model);
   for (size_t si = 0; si < layout.slabs.size(); ++si) {
     const Slab& s = layout.slabs[si];

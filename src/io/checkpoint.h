@@ -33,6 +33,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "io/io_engine.h"
+#include "io/safetensors.h"
 #include "model/layout.h"
 
 namespace strata {
@@ -67,6 +68,10 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
 // The manifest, and every file's size and CRC32C. bad_format naming the file on a mismatch,
 // not_found naming it when missing.
 Status verify_checkpoint(const std::string& dir);
+
+// verify_checkpoint, then the named safetensors file of the checkpoint parsed from the very bytes
+// that were checked (each file is read once).
+Result<SafeTensors> read_checkpoint_safetensors(const std::string& dir, const std::string& file);
 
 // A checkpoint directory itself (it has manifest.json), or a root: its newest complete step-*.
 // not_found when there is none.

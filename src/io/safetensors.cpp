@@ -205,6 +205,15 @@ Status parse_header(const Json& header, uint64_t data_size, SafeTensors* st,
 
 }  // namespace
 
+std::string safetensors_header_bytes(const nlohmann::ordered_json& header) {
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + text;
+}
+
 const char* st_dtype_name(StDType t) {
   switch (t) {
     case StDType::f32:
@@ -311,9 +320,35 @@ Result<std::vector<int32_t>> SafeTensors::get_i32(const std::string& name) const
   return elements<int32_t>(*t);
 }
 
-Result<SafeTensors> read_safetensors(const std::string& path) {
+Result<SafeTensors> parse_safetensors(std::string_view bytes, const std::string& path) {
   SafeTensors st;
   st.path = path;
+  const uint64_t file_size = bytes.size();
+  if (file_size < 8) {
+    return bad_format(where(path) + ": file of " + std::to_string(file_size) +
+                      " bytes is too short for the 8-byte header length");
+  }
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, bytes.data(), 8);
+  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
+    return bad_format(where(path) + ": header length " + std::to_string(header_size) +
+                      " does not fit in a file of " + std::to_string(file_size) + " bytes");
+  }
+  Json header = Json::parse(bytes.substr(8, static_cast<size_t>(header_size)), nullptr,
+                            /*allow_exceptions=*/false);
+  if (header.is_discarded()) return bad_format(where(path) + ": header is not valid JSON");
+
+  const uint64_t data_start = 8 + header_size;
+  std::vector<Entry> entries;
+  STRATA_RETURN_IF_ERROR(parse_header(header, file_size - data_start, &st, &entries));
+  for (Entry& e : entries) {
+    const char* begin = bytes.data() + data_start + e.begin;
+    e.tensor->data.assign(begin, begin + (e.end - e.begin));
+  }
+  return st;
+}
+
+Result<SafeTensors> read_safetensors(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     std::string m = where(path) + ": open: " + errno_text(errno);
@@ -322,33 +357,10 @@ Result<SafeTensors> read_safetensors(const std::string& path) {
   struct stat sb;
   if (::fstat(fd.get(), &sb) != 0) return io_error(where(path) + ": stat: " + errno_text(errno));
   if (!S_ISREG(sb.st_mode)) return bad_format(where(path) + ": not a regular file");
-  const uint64_t file_size = static_cast<uint64_t>(sb.st_size);
-  if (file_size < 8) {
-    return bad_format(where(path) + ": file of " + std::to_string(file_size) +
-                      " bytes is too short for the 8-byte header length");
-  }
-  uint64_t header_size = 0;
-  STRATA_RETURN_IF_ERROR(pread_full(fd.get(), path, &header_size, 8, 0));
-  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
-    return bad_format(where(path) + ": header length " + std::to_string(header_size) +
-                      " does not fit in a file of " + std::to_string(file_size) + " bytes");
-  }
-  std::string header_text(static_cast<size_t>(header_size), '\0');
+  std::string bytes(static_cast<size_t>(sb.st_size), '\0');
   STRATA_RETURN_IF_ERROR(
-      pread_full(fd.get(), path, header_text.data(), static_cast<int64_t>(header_size), 8));
-  Json header = Json::parse(header_text, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) return bad_format(where(path) + ": header is not valid JSON");
-
-  const uint64_t data_start = 8 + header_size;
-  std::vector<Entry> entries;
-  STRATA_RETURN_IF_ERROR(parse_header(header, file_size - data_start, &st, &entries));
-  for (Entry& e : entries) {
-    e.tensor->data.resize(static_cast<size_t>(e.end - e.begin));
-    STRATA_RETURN_IF_ERROR(pread_full(fd.get(), path, e.tensor->data.data(),
-                                      static_cast<int64_t>(e.end - e.begin),
-                                      static_cast<int64_t>(data_start + e.begin)));
-  }
-  return st;
+      pread_full(fd.get(), path, bytes.data(), static_cast<int64_t>(bytes.size()), 0));
+  return parse_safetensors(bytes, path);
 }
 
 Status write_safetensors(const std::string& path, const SafeTensors& st) {
@@ -377,15 +389,12 @@ Status write_safetensors(const std::string& path, const SafeTensors& st) {
                       {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
-  std::string header_text = header.dump();
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-  uint64_t header_size = header_text.size();
+  const std::string head = safetensors_header_bytes(header);
 
   const std::string tmp = path + ".tmp";
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return write_error("open " + tmp, path, errno);
-  Status s = write_full(fd.get(), path, &header_size, 8);
-  if (s.ok()) s = write_full(fd.get(), path, header_text.data(), header_size);
+  Status s = write_full(fd.get(), path, head.data(), static_cast<int64_t>(head.size()));
   for (const StTensor& t : st.tensors) {
     if (!s.ok()) break;
     s = write_full(fd.get(), path, t.data.data(), static_cast<int64_t>(t.data.size()));

@@ -15,7 +15,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -61,6 +63,15 @@ struct SafeTensors {
 // dtypes, offsets inside the data, no two tensors overlapping, each span equal to
 // numel * dtype size. Errors are one line naming the file.
 Result<SafeTensors> read_safetensors(const std::string& path);
+
+// The same checks over a file's bytes already in memory (e.g. read once to check a CRC); `path`
+// names it in errors.
+Result<SafeTensors> parse_safetensors(std::string_view bytes, const std::string& path);
+
+// The bytes a file starts with: the u64 header length, then the header JSON ({name: {dtype, shape,
+// data_offsets}}, "__metadata__") padded with spaces so the data starts 8-byte aligned. For
+// writers that stream tensors after it.
+std::string safetensors_header_bytes(const nlohmann::ordered_json& header);
 
 // Writes to path + ".tmp", fsyncs, then renames over path (and fsyncs the directory), so a crash
 // leaves either the old file or the new one. Fails with invalid_argument on duplicate names or a
