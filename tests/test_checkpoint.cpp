@@ -30,21 +30,9 @@ namespace fs = std::filesystem;
 constexpr int kHalf = 4;
 
 TrainConfig small_config(const std::string& schedule, const std::string& store_dir) {
-  TrainConfig c;
-  c.model.vocab_size = 64;
-  c.model.context_length = 16;
-  c.model.n_layer = 3;
-  c.model.n_head = 2;
-  c.model.n_embd = 32;
-  c.batch_size = 2;
-  c.seq_len = 16;
-  c.grad_accum = 3;
+  TrainConfig c = test::tiny_offload_config(schedule, store_dir);
   c.steps = 2 * kHalf;
   c.optim.warmup_steps = 2;
-  c.schedule = schedule;
-  c.offload.params_on_host = 0;
-  c.offload.optim_on_host = 0;
-  c.io.dirs = {store_dir};
   return c;
 }
 
@@ -276,7 +264,8 @@ TEST(resume_checkpoint, ResolvePicksTheNewestCompleteAndKeepRemovesOld) {
   AnyTrainer t(c);
   auto engine = engine_for(c, root);
   for (int64_t s : {4, 5, 6}) {
-    ASSERT_TRUE(save_checkpoint(*engine, root, c, {s, s, 0, c.seed, c.schedule}, t.reader(), 2).ok());
+    ASSERT_TRUE(
+        save_checkpoint(*engine, root, c, {s, s, 0, c.seed, c.schedule}, t.reader(), 2).ok());
   }
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());

@@ -26,17 +26,25 @@ std::string write_file(const std::string& dir, const std::string& name, const st
   return path;
 }
 
+// parse_config's status for the default config with these --set assignments applied in order.
+Status parse_sets(std::initializer_list<const char*> sets) {
+  json j = default_config_json();
+  for (const char* s : sets) {
+    Status st = apply_set(j, s);
+    if (!st.ok()) return st;
+  }
+  return parse_config(j).status();
+}
+
 // Default JSON with one change, run through parse_config.
 Status parse_with(const std::string& assignment) {
-  json j = default_config_json();
-  Status s = apply_set(j, assignment);
-  if (!s.ok()) return s;
-  return parse_config(j).status();
+  return parse_sets({assignment.c_str()});
 }
 
 TEST(Config, DefaultParsesToTheStructDefaults) {
   json j = default_config_json();
-  for (const char* section : {"model", "train", "optim", "data", "io", "memory", "offload"}) {
+  for (const char* section :
+       {"model", "train", "optim", "data", "io", "memory", "offload", "activations"}) {
     EXPECT_TRUE(j.contains(section)) << section;
   }
   auto c = parse_config(j);
@@ -425,31 +433,23 @@ TEST(Config, OffloadToStorageNeedsDirs) {
   const std::string message =
       "io.dirs is empty but the offload placement puts state on storage (set io.dirs, or "
       "offload.*_on_host = 1)";
-  auto parse = [](std::initializer_list<const char*> sets) {
-    json j = default_config_json();
-    for (const char* s : sets) {
-      Status st = apply_set(j, s);
-      if (!st.ok()) return st;
-    }
-    return parse_config(j).status();
-  };
   // The defaults (params and optimizer state on storage) under an offloaded schedule.
-  expect_error(parse({"train.schedule=vertical", "offload.params_on_host=0"}),
+  expect_error(parse_sets({"train.schedule=vertical", "offload.params_on_host=0"}),
                ErrorCode::invalid_argument, {message});
-  expect_error(parse({"train.schedule=horizontal"}), ErrorCode::invalid_argument, {message});
+  expect_error(parse_sets({"train.schedule=horizontal"}), ErrorCode::invalid_argument, {message});
   // Everything on host but a fraction of the checkpoints: still storage.
-  expect_error(parse({"train.schedule=vertical", "offload.params_on_host=1",
-                      "offload.optim_on_host=1", "offload.checkpoints_on_host=0.5"}),
+  expect_error(parse_sets({"train.schedule=vertical", "offload.params_on_host=1",
+                           "offload.optim_on_host=1", "offload.checkpoints_on_host=0.5"}),
                ErrorCode::invalid_argument, {message});
   // The in-memory schedule ignores the placement.
-  EXPECT_TRUE(parse({"train.schedule=in_memory", "offload.params_on_host=0"}).ok());
+  EXPECT_TRUE(parse_sets({"train.schedule=in_memory", "offload.params_on_host=0"}).ok());
   // With a directory.
-  EXPECT_TRUE(
-      parse({"train.schedule=vertical", "offload.params_on_host=0", "io.dirs=[\"/mnt/nvme0\"]"})
-          .ok());
+  EXPECT_TRUE(parse_sets({"train.schedule=vertical", "offload.params_on_host=0",
+                          "io.dirs=[\"/mnt/nvme0\"]"})
+                  .ok());
   // Everything on host: no directory needed.
-  EXPECT_TRUE(parse({"train.schedule=vertical", "offload.params_on_host=1",
-                     "offload.optim_on_host=1", "offload.checkpoints_on_host=1"})
+  EXPECT_TRUE(parse_sets({"train.schedule=vertical", "offload.params_on_host=1",
+                          "offload.optim_on_host=1", "offload.checkpoints_on_host=1"})
                   .ok());
 }
 
@@ -461,34 +461,28 @@ namespace {
 
 // activations.*: the policy and tier names, vertical only, storage needs a directory.
 TEST(Config, ActivationPolicy) {
-  auto parse = [](std::initializer_list<const char*> sets) {
-    json j = default_config_json();
-    for (const char* s : sets) {
-      Status st = apply_set(j, s);
-      if (!st.ok()) return st;
-    }
-    return parse_config(j).status();
-  };
   const json d = default_config_json();
   EXPECT_EQ(d["activations"]["policy"], "recompute");
   EXPECT_EQ(d["activations"]["tier"], "storage");
   const char* on_host[] = {"offload.params_on_host=1", "offload.optim_on_host=1"};
-  EXPECT_TRUE(parse({"train.schedule=vertical", on_host[0], on_host[1], "activations.policy=keep"})
+  EXPECT_TRUE(
+      parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.policy=keep"})
+          .ok());
+  EXPECT_TRUE(parse_sets({"train.schedule=vertical", on_host[0], on_host[1],
+                          "activations.policy=offload", "activations.tier=host"})
                   .ok());
-  EXPECT_TRUE(parse({"train.schedule=vertical", on_host[0], on_host[1],
-                     "activations.policy=offload", "activations.tier=host"})
-                  .ok());
-  expect_error(parse({"activations.policy=swap"}), ErrorCode::invalid_argument,
+  expect_error(parse_sets({"activations.policy=swap"}), ErrorCode::invalid_argument,
                {"activations.policy 'swap' is not an activation policy"});
-  expect_error(parse({"train.schedule=vertical", on_host[0], on_host[1], "activations.tier=gpu"}),
-               ErrorCode::invalid_argument, {"activations.tier 'gpu'"});
-  expect_error(parse({"train.schedule=horizontal", on_host[0], on_host[1],
-                      "activations.policy=offload", "activations.tier=host"}),
+  expect_error(
+      parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.tier=gpu"}),
+      ErrorCode::invalid_argument, {"activations.tier 'gpu'"});
+  expect_error(parse_sets({"train.schedule=horizontal", on_host[0], on_host[1],
+                           "activations.policy=offload", "activations.tier=host"}),
                ErrorCode::invalid_argument,
                {"activations.policy 'offload' needs train.schedule vertical"});
-  expect_error(parse({"train.schedule=vertical", on_host[0], on_host[1],
-                      "activations.policy=auto"}),
-               ErrorCode::invalid_argument, {"io.dirs is empty but activations.tier is storage"});
+  expect_error(
+      parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.policy=auto"}),
+      ErrorCode::invalid_argument, {"io.dirs is empty but activations.tier is storage"});
   // Round trip.
   TrainConfig c;
   c.schedule = "vertical";

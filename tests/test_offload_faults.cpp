@@ -19,21 +19,9 @@ namespace {
 
 TrainConfig faulty_config(const std::string& schedule, const std::string& dir,
                           const std::string& faults) {
-  TrainConfig c;
-  c.model.vocab_size = 64;
-  c.model.context_length = 16;
-  c.model.n_layer = 3;
-  c.model.n_head = 2;
-  c.model.n_embd = 32;
-  c.batch_size = 2;
-  c.seq_len = 16;
-  c.grad_accum = 3;
+  TrainConfig c = test::tiny_offload_config(schedule, dir);
   c.steps = 6;
-  c.schedule = schedule;
-  c.offload.params_on_host = 0;
-  c.offload.optim_on_host = 0;
   c.offload.checkpoints_on_host = 0;
-  c.io.dirs = {dir};
   c.io.faults = faults;
   return c;
 }

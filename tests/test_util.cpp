@@ -51,4 +51,21 @@ std::string make_temp_dir(const std::string& name) {
   return p.string();
 }
 
+TrainConfig tiny_offload_config(const std::string& schedule, const std::string& store_dir) {
+  TrainConfig c;
+  c.model.vocab_size = 64;
+  c.model.context_length = 16;
+  c.model.n_layer = 3;
+  c.model.n_head = 2;
+  c.model.n_embd = 32;
+  c.batch_size = 2;
+  c.seq_len = 16;
+  c.grad_accum = 3;
+  c.schedule = schedule;
+  c.offload.params_on_host = 0;
+  c.offload.optim_on_host = 0;
+  c.io.dirs = {store_dir};
+  return c;
+}
+
 }  // namespace strata::test

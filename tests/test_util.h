@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace strata::test {
 
 // Uniform in [lo, hi), from a fixed seed (splitmix64), so every run sees the same data.
@@ -14,6 +16,9 @@ std::vector<int32_t> random_ints(int64_t n, uint64_t seed, int32_t lo, int32_t h
 double max_rel_error(const float* a, const float* b, int64_t n);
 // mse(a,b) / mse(b,0), ggml's NMSE
 double nmse(const float* a, const float* b, int64_t n);
+// A 3-block GPT small enough for a test to train in milliseconds (vocab 64, T 16, C 32, B 2,
+// M 3), on `schedule`, parameters and optimizer state on storage in `store_dir`.
+TrainConfig tiny_offload_config(const std::string& schedule, const std::string& store_dir);
 // A fresh empty directory under the build tree for one test.
 std::string make_temp_dir(const std::string& name);
 
