@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -96,8 +97,12 @@ nlohmann::json bench_step(int reps) {
   for (auto& t : tokens) t = static_cast<int32_t>(r.next_u64() % 50257);
   std::vector<double> times;
   for (int i = 0; i <= reps; i++) {
-    const StepStats st = trainer.value()->train_step(tokens.data(), tokens.data() + 1);
-    if (i > 0) times.push_back(st.seconds);
+    auto st = trainer.value()->train_step(tokens.data(), tokens.data() + 1);
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_kernels: %s\n", st.status().to_string().c_str());
+      std::exit(1);
+    }
+    if (i > 0) times.push_back(st->seconds);
   }
   return {{"impl", "strata"}, {"mode", "step"}, {"tokens", 1024}, {"times_s", times}};
 }

@@ -18,8 +18,7 @@
 #include "core/config.h"
 #include "io/checkpoint.h"
 #include "io/configured_engine.h"
-#include "sched/in_memory_trainer.h"
-#include "sched/offload_trainer.h"
+#include "sched/trainer.h"
 #include "test_util.h"
 
 namespace strata {
@@ -36,47 +35,33 @@ TrainConfig small_config(const std::string& schedule, const std::string& store_d
   return c;
 }
 
-// Either trainer behind the calls the test makes.
+// Whichever trainer the config's schedule names, through the one Trainer interface.
 struct AnyTrainer {
   std::unique_ptr<Device> dev = create_cpu_device();
-  std::unique_ptr<InMemoryTrainer> mem;
-  std::unique_ptr<OffloadTrainer> off;
+  std::unique_ptr<Trainer> trainer;
 
   explicit AnyTrainer(const TrainConfig& c) {
-    if (c.schedule == "in_memory") {
-      auto t = InMemoryTrainer::create(*dev, c);
-      EXPECT_TRUE(t.ok()) << t.status().to_string();
-      mem = std::move(*t);
-    } else {
-      auto t = OffloadTrainer::create(*dev, c);
-      EXPECT_TRUE(t.ok()) << t.status().to_string();
-      off = std::move(*t);
-    }
+    auto t = create_trainer(*dev, c);
+    EXPECT_TRUE(t.ok()) << t.status().to_string();
+    if (t.ok()) trainer = std::move(*t);
   }
   double step(const int32_t* in, const int32_t* tgt) {
-    if (mem) return mem->train_step(in, tgt).loss;
-    auto st = off->train_step(in, tgt);
+    auto st = trainer->train_step(in, tgt);
     EXPECT_TRUE(st.ok()) << st.status().to_string();
     return st.ok() ? st->loss : 0.0;
   }
   SlabReader reader() {
     return [this](int64_t slab, float* w, float* m, float* v) {
-      return mem ? mem->read_slab_state(slab, w, m, v) : off->read_slab_state(slab, w, m, v);
+      return trainer->read_slab_state(slab, w, m, v);
     };
   }
   SlabWriter writer() {
     return [this](int64_t slab, const float* w, const float* m, const float* v) {
-      return mem ? mem->write_slab_state(slab, w, m, v) : off->write_slab_state(slab, w, m, v);
+      return trainer->write_slab_state(slab, w, m, v);
     };
   }
-  int64_t adam_steps() const { return mem ? mem->adam_steps() : off->adam_steps(); }
-  void set_progress(int64_t s, int64_t a) {
-    if (mem) {
-      mem->set_progress(s, a);
-    } else {
-      off->set_progress(s, a);
-    }
-  }
+  int64_t adam_steps() const { return trainer->adam_steps(); }
+  void set_progress(int64_t s, int64_t a) { trainer->set_progress(s, a); }
   // master | m | v of every slab, in layout order.
   std::vector<float> state(const ParamLayout& layout) {
     std::vector<float> out;
@@ -171,7 +156,8 @@ std::string saved_checkpoint(const std::string& name, const TrainConfig& c, int6
   const Batches b = batches(c);
   t.step(b.in.data(), b.tgt.data());
   auto engine = engine_for(c, dir);
-  auto saved = save_checkpoint(*engine, root, c, {step, 1, 0, c.seed, c.schedule}, t.reader(), 0);
+  auto saved =
+      save_checkpoint(*engine, root, c, {step, 1, 0, c.seed, enum_name(c.schedule)}, t.reader(), 0);
   EXPECT_TRUE(saved.ok()) << saved.status().to_string();
   return root;
 }
@@ -233,7 +219,8 @@ TEST(resume_checkpoint, FullDiskLeavesThePreviousCheckpointIntact) {
   full.io.faults = "write:*:enospc";
   AnyTrainer t(c);
   auto engine = engine_for(full, root);
-  auto saved = save_checkpoint(*engine, root, c, {2, 2, 0, c.seed, c.schedule}, t.reader(), 1);
+  auto saved =
+      save_checkpoint(*engine, root, c, {2, 2, 0, c.seed, enum_name(c.schedule)}, t.reader(), 1);
   ASSERT_FALSE(saved.ok()) << "a save on a full disk must fail";
   EXPECT_NE(saved.status().message().find("step-00000002 not written"), std::string::npos)
       << saved.status().message();
@@ -265,7 +252,8 @@ TEST(resume_checkpoint, ResolvePicksTheNewestCompleteAndKeepRemovesOld) {
   auto engine = engine_for(c, root);
   for (int64_t s : {4, 5, 6}) {
     ASSERT_TRUE(
-        save_checkpoint(*engine, root, c, {s, s, 0, c.seed, c.schedule}, t.reader(), 2).ok());
+        save_checkpoint(*engine, root, c, {s, s, 0, c.seed, enum_name(c.schedule)}, t.reader(), 2)
+            .ok());
   }
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());

@@ -12,13 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// The error has the expected code, is one line, and names everything in `parts`.
-void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error containing " << *parts.begin();
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.to_string();
-  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.to_string();
-}
+using test::expect_error;
 
 std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
   std::string path = dir + "/" + name;
@@ -56,7 +50,8 @@ TEST(Config, DefaultParsesToTheStructDefaults) {
   EXPECT_EQ(c->optim.lr, d.optim.lr);
   EXPECT_EQ(c->optim.eps, d.optim.eps);
   EXPECT_EQ(c->data_train, "embedded");
-  EXPECT_EQ(c->schedule, "in_memory");
+  EXPECT_EQ(c->schedule, Schedule::in_memory);
+  EXPECT_EQ(c->device, DeviceKind::cpu);
   // Floats are written as their shortest decimal, not as the double nearest the float.
   EXPECT_EQ(j["optim"]["lr"].dump(), "0.003");
   // The keys added with the offloaded schedules, with their defaults.
@@ -92,8 +87,9 @@ TEST(Config, RoundTripsThroughJson) {
   c.optim.eps = 1.2345678e-7f;
   c.optim.grad_clip = 0.0f;
   c.data_train = "some/dir/train.bin";
-  c.data_format = "llmc";
-  c.schedule = "vertical";
+  c.data_format = TokenFormat::llmc;
+  c.schedule = Schedule::vertical;
+  c.device = DeviceKind::cuda;
   c.optim.alpha = 0.1;  // not exactly representable: must still come back bit-exact
   c.memory.device_bytes = 80'000'000'000;
   c.memory.host_bytes = (int64_t{1} << 40) + 7;
@@ -104,7 +100,9 @@ TEST(Config, RoundTripsThroughJson) {
   auto back = parse_config(config_to_json(c));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(config_to_json(*back), config_to_json(c));
-  EXPECT_EQ(back->schedule, "vertical");
+  EXPECT_EQ(back->schedule, Schedule::vertical);
+  EXPECT_EQ(back->data_format, TokenFormat::llmc);
+  EXPECT_EQ(back->device, DeviceKind::cuda);
   EXPECT_EQ(back->optim.alpha, 0.1);
   EXPECT_EQ(back->memory.device_bytes, 80'000'000'000);
   EXPECT_EQ(back->memory.host_bytes, (int64_t{1} << 40) + 7);
@@ -329,7 +327,7 @@ TEST(Config, ScheduleAcceptsTheThreeSchedules) {
     ASSERT_TRUE(apply_set(j, "io.dirs=[\"/mnt/nvme0\"]").ok());
     auto c = parse_config(j);
     ASSERT_TRUE(c.ok()) << name << ": " << c.status().to_string();
-    EXPECT_EQ(c->schedule, name);
+    EXPECT_STREQ(enum_name(c->schedule), name);
   }
   expect_error(parse_with("train.schedule=diagonal"), ErrorCode::invalid_argument,
                {"train.schedule 'diagonal'"});
@@ -472,7 +470,7 @@ TEST(Config, ActivationPolicy) {
                           "activations.policy=offload", "activations.tier=host"})
                   .ok());
   expect_error(parse_sets({"activations.policy=swap"}), ErrorCode::invalid_argument,
-               {"activations.policy 'swap' is not an activation policy"});
+               {"activations.policy 'swap' is not one of recompute, keep, offload, auto"});
   expect_error(
       parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.tier=gpu"}),
       ErrorCode::invalid_argument, {"activations.tier 'gpu'"});
@@ -485,14 +483,14 @@ TEST(Config, ActivationPolicy) {
       ErrorCode::invalid_argument, {"io.dirs is empty but activations.tier is storage"});
   // Round trip.
   TrainConfig c;
-  c.schedule = "vertical";
+  c.schedule = Schedule::vertical;
   c.io.dirs = {"/mnt/nvme0"};
-  c.activations.policy = "auto";
-  c.activations.tier = "host";
+  c.activations.policy = ActsPolicy::automatic;
+  c.activations.tier = ActsTier::host;
   auto back = parse_config(config_to_json(c));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_EQ(back->activations.policy, "auto");
-  EXPECT_EQ(back->activations.tier, "host");
+  EXPECT_EQ(back->activations.policy, ActsPolicy::automatic);
+  EXPECT_EQ(back->activations.tier, ActsTier::host);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ struct AlignedBlock {
 TEST(ConfiguredEngine, FaultSpecFromTheConfigFailsTheNamedRequestOnly) {
   const std::string dir = test::make_temp_dir("configured_engine_faults");
   IoConfig io;
-  io.engine = "posix";
+  io.engine = IoEngineKind::posix;
   io.faults = "write:1:eio";  // the second write block fails
   auto engine = create_configured_engine(io, dir);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
@@ -42,7 +42,7 @@ TEST(ConfiguredEngine, FaultSpecFromTheConfigFailsTheNamedRequestOnly) {
 
 TEST(ConfiguredEngine, BadFaultSpecNamesTheField) {
   IoConfig io;
-  io.engine = "posix";
+  io.engine = IoEngineKind::posix;
   io.faults = "write:x:boom";
   auto engine = create_configured_engine(io, "");
   ASSERT_FALSE(engine.ok());
@@ -53,7 +53,7 @@ TEST(ConfiguredEngine, ReadRateLimitFromTheConfigSlowsReads) {
   // A lower bound only: 2 MiB at 8 MiB/s cannot finish in under ~0.2 s (burst included).
   const std::string dir = test::make_temp_dir("configured_engine_rate");
   IoConfig io;
-  io.engine = "posix";
+  io.engine = IoEngineKind::posix;
   io.read_bytes_per_s = 8 << 20;
   auto engine = create_configured_engine(io, dir);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();

@@ -17,12 +17,7 @@
 namespace strata {
 namespace {
 
-void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(s.ok()) << "expected an error containing " << *parts.begin();
-  EXPECT_EQ(s.code(), code) << s.to_string();
-  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.to_string();
-  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.to_string();
-}
+using test::expect_error;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -177,10 +172,11 @@ TEST(TokenFile, TokenRange) {
 }
 
 TEST(TokenFile, FormatNamesAndWriteErrors) {
-  EXPECT_EQ(*parse_token_format("auto"), TokenFormat::auto_detect);
-  EXPECT_EQ(*parse_token_format("llmc"), TokenFormat::llmc);
-  EXPECT_EQ(*parse_token_format("raw_u16"), TokenFormat::raw_u16);
-  expect_error(parse_token_format("bin").status(), ErrorCode::invalid_argument, {"'bin'"});
+  EXPECT_EQ(*parse_enum<TokenFormat>("data.format", "auto"), TokenFormat::auto_detect);
+  EXPECT_EQ(*parse_enum<TokenFormat>("data.format", "llmc"), TokenFormat::llmc);
+  EXPECT_EQ(*parse_enum<TokenFormat>("data.format", "raw_u16"), TokenFormat::raw_u16);
+  expect_error(parse_enum<TokenFormat>("data.format", "bin").status(), ErrorCode::invalid_argument,
+               {"'bin'"});
   uint16_t t[2] = {1, 2};
   std::string path = test::make_temp_dir("data_write_err") + "/no/such/dir/x.bin";
   expect_error(write_token_file_llmc(path, t, 2), ErrorCode::io_error, {path});

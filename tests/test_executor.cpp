@@ -304,12 +304,12 @@ TEST(executor, BusyTimeAndWallTime) {
 TEST(executor, TraceJson) {
   Plan plan;
   Task fetch = make_task(Resource::h2d, "fetch blk.0");
-  fetch.kind = TaskKind::fetch;
+  fetch.kind = TaskKind::params_fetch;
   fetch.block = 0;
   fetch.bytes = 4096;
   const int32_t f = plan.add_task(fetch);
   Task fwd = make_task(Resource::compute, "fwd blk.0 mb.1", {f});
-  fwd.kind = TaskKind::forward;
+  fwd.kind = TaskKind::block_forward;
   fwd.block = 0;
   fwd.micro_batch = 1;
   plan.add_task(fwd);
@@ -346,7 +346,7 @@ TEST(executor, TraceJson) {
     EXPECT_GE(e["dur"].get<double>(), 0.0);
     EXPECT_NEAR(e["ts"].get<double>(), report->timings[i].start_s * 1e6, 1e-3);
   }
-  EXPECT_EQ(complete[1]["cat"], "forward");
+  EXPECT_EQ(complete[1]["cat"], "block_forward");
 
   // Without timings: the tracks, no events.
   const nlohmann::json bare = execution_trace_json(plan, ExecutionReport{});
@@ -388,7 +388,7 @@ TEST(executor, DoubleBufferedPipelineMatchesSerial) {
   std::vector<TaskAction> actions;
 
   Task zero = make_task(Resource::compute, "zero acc");
-  zero.kind = TaskKind::zero;
+  zero.kind = TaskKind::grad_zero;
   zero.uses = {slot_write(acc_slot)};
   plan.add_task(zero);
   actions.push_back([&] {
@@ -400,7 +400,7 @@ TEST(executor, DoubleBufferedPipelineMatchesSerial) {
   for (int l = 0; l < blocks; ++l) {
     const int k = l % 2;
     Task fetch = make_task(Resource::h2d, "fetch blk." + std::to_string(l));
-    fetch.kind = TaskKind::fetch;
+    fetch.kind = TaskKind::params_fetch;
     fetch.block = l;
     fetch.bytes = bytes;
     fetch.uses = {slot_read(store[l]), slot_write(slot[k])};
@@ -414,7 +414,7 @@ TEST(executor, DoubleBufferedPipelineMatchesSerial) {
       return Status();
     });
     Task compute_task = make_task(Resource::compute, "fwd blk." + std::to_string(l), {f});
-    compute_task.kind = TaskKind::forward;
+    compute_task.kind = TaskKind::block_forward;
     compute_task.block = l;
     compute_task.uses = {slot_read(slot[k]), slot_read(acc_slot), slot_write(acc_slot)};
     fwd[l] = plan.add_task(compute_task);

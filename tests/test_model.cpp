@@ -117,10 +117,10 @@ TEST(InMemoryTrainer, TwoRunsGiveIdenticalBits) {
     for (int step = 0; step < 4; step++) {
       Batch b = random_batch(32, static_cast<uint64_t>(step), 64);
       losses[static_cast<size_t>(run)].push_back(
-          t.value()->train_step(b.in.data(), b.tgt.data()).loss);
+          t.value()->train_step(b.in.data(), b.tgt.data()).value().loss);
     }
     std::vector<float> p(static_cast<size_t>(t.value()->layout().total_elems));
-    t.value()->read_params(p.data());
+    ASSERT_TRUE(t.value()->read_params(p.data()).ok());
     finals.push_back(std::move(p));
   }
   EXPECT_EQ(losses[0], losses[1]);
@@ -133,13 +133,13 @@ TEST(InMemoryTrainer, GradientAccumulationMatchesOneLargeBatch) {
   auto whole = InMemoryTrainer::create(*dev, tiny_train(4, 1));
   auto split = InMemoryTrainer::create(*dev, tiny_train(2, 2));
   ASSERT_TRUE(whole.ok() && split.ok());
-  const StepStats a = whole.value()->train_step(b.in.data(), b.tgt.data());
-  const StepStats c = split.value()->train_step(b.in.data(), b.tgt.data());
+  const StepStats a = whole.value()->train_step(b.in.data(), b.tgt.data()).value();
+  const StepStats c = split.value()->train_step(b.in.data(), b.tgt.data()).value();
   EXPECT_NEAR(a.loss, c.loss, 1e-6 * a.loss);
   EXPECT_NEAR(a.grad_norm, c.grad_norm, 1e-5 * a.grad_norm);
   std::vector<float> pa(static_cast<size_t>(whole.value()->layout().total_elems)), pc(pa.size());
-  whole.value()->read_params(pa.data());
-  split.value()->read_params(pc.data());
+  ASSERT_TRUE(whole.value()->read_params(pa.data()).ok());
+  ASSERT_TRUE(split.value()->read_params(pc.data()).ok());
   EXPECT_LE(test::max_rel_error(pc.data(), pa.data(), static_cast<int64_t>(pa.size())), 1e-5);
 }
 
@@ -149,16 +149,16 @@ TEST(InMemoryTrainer, NonFiniteGradientSkipsTheUpdate) {
   ASSERT_TRUE(t.ok());
   const ParamLayout& l = t.value()->layout();
   std::vector<float> p(static_cast<size_t>(l.total_elems));
-  t.value()->read_params(p.data());
+  ASSERT_TRUE(t.value()->read_params(p.data()).ok());
   // An infinite bias in the first block's MLP makes the loss and every gradient non-finite.
   p[static_cast<size_t>(l.tensors[static_cast<size_t>(l.find("blk.0.mlp_fc.bias"))].offset)] =
       std::numeric_limits<float>::infinity();
   t.value()->write_params(p.data());
   Batch b = random_batch(32, 3, 64);
-  const StepStats st = t.value()->train_step(b.in.data(), b.tgt.data());
+  const StepStats st = t.value()->train_step(b.in.data(), b.tgt.data()).value();
   EXPECT_TRUE(st.skipped);
   std::vector<float> after(p.size());
-  t.value()->read_params(after.data());
+  ASSERT_TRUE(t.value()->read_params(after.data()).ok());
   EXPECT_EQ(std::memcmp(p.data(), after.data(), p.size() * 4), 0)
       << "a skipped step changed params";
 }
@@ -173,7 +173,7 @@ TEST(InMemoryTrainer, FullBackwardAgreesWithFiniteDifferences) {
   const ParamLayout& l = tr.layout();
   Batch b = random_batch(32, 11, 64);
   std::vector<float> p(static_cast<size_t>(l.total_elems)), g(p.size());
-  tr.read_params(p.data());
+  ASSERT_TRUE(tr.read_params(p.data()).ok());
   tr.zero_grads();
   tr.forward_backward(b.in.data(), b.tgt.data(), 1.0f / 32);
   tr.read_grads(g.data());

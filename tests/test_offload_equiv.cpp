@@ -27,6 +27,7 @@
 #include "sched/in_memory_trainer.h"
 #include "sched/offload_trainer.h"
 #include "sched/plan_checker.h"
+#include "sched/trainer.h"
 #include "test_util.h"
 
 namespace strata {
@@ -71,28 +72,10 @@ Tokens tokens_for(const TrainConfig& c) {
   return t;
 }
 
-RunResult run_in_memory(const TrainConfig& c) {
+// kSteps steps of whichever trainer the config's schedule names, through the Trainer interface.
+RunResult run(const TrainConfig& c) {
   auto dev = create_cpu_device();
-  auto t = InMemoryTrainer::create(*dev, c);
-  EXPECT_TRUE(t.ok()) << t.status().to_string();
-  const Tokens tok = tokens_for(c);
-  const auto& in = tok.inputs;
-  const auto& tgt = tok.targets;
-  const int64_t per = c.grad_accum * c.batch_size * c.seq_len;
-  RunResult r;
-  for (int s = 0; s < kSteps; ++s) {
-    StepStats st = (*t)->train_step(in.data() + s * per, tgt.data() + s * per);
-    r.losses.push_back(st.loss);
-    r.norms.push_back(st.grad_norm);
-  }
-  r.params.resize(static_cast<size_t>((*t)->layout().total_elems));
-  (*t)->read_params(r.params.data());
-  return r;
-}
-
-RunResult run_offloaded(const TrainConfig& c) {
-  auto dev = create_cpu_device();
-  auto t = OffloadTrainer::create(*dev, c);
+  auto t = create_trainer(*dev, c);
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   RunResult r;
   if (!t.ok()) return r;
@@ -112,10 +95,17 @@ RunResult run_offloaded(const TrainConfig& c) {
   EXPECT_TRUE(rs.ok()) << rs.to_string();
   return r;
 }
+RunResult run_in_memory(TrainConfig c) {
+  c.schedule = Schedule::in_memory;
+  return run(c);
+}
+RunResult run_offloaded(const TrainConfig& c) {
+  return run(c);
+}
 
 TrainConfig placed(TrainConfig c, const std::string& schedule, double on_host,
                    const std::string& dir, int64_t rate = 0) {
-  c.schedule = schedule;
+  c.schedule = test::named<Schedule>(schedule);
   c.offload.params_on_host = on_host;
   c.offload.optim_on_host = on_host;
   c.offload.checkpoints_on_host = on_host;
@@ -206,19 +196,20 @@ TEST(equiv_offload, ActivationPoliciesMatchRecompute) {
   for (const auto& [policy, tier] : std::vector<std::pair<std::string, std::string>>{
            {"keep", "storage"}, {"offload", "host"}, {"offload", "storage"}, {"auto", "storage"}}) {
     TrainConfig c = base;
-    c.activations.policy = policy;
-    c.activations.tier = tier;
+    c.activations.policy = test::named<ActsPolicy>(policy);
+    c.activations.tier = test::named<ActsTier>(tier);
     expect_bit_identical(run_offloaded(c), recompute, "activations " + policy + "/" + tier);
   }
   // "auto" under a device budget that holds one block's saved sets beyond the all-offloaded
   // plan: the last block before the fused one is kept, the others offloaded (storage fast
   // enough) or recomputed (storage too slow to hide the writes).
   TrainConfig a = base;
-  a.activations.policy = "auto";
+  a.activations.policy = ActsPolicy::automatic;
   auto dev = create_cpu_device();
   const ScheduleSpec spec = offload_schedule_spec(*dev, a, false, true);
-  a.memory.device_bytes = plan_stats(make_offload_plan(spec, "vertical")).bytes_per_tier[0] +
-                          a.grad_accum * spec.acts_bytes;
+  a.memory.device_bytes =
+      plan_stats(make_offload_plan(spec, Schedule::vertical)).bytes_per_tier[0] +
+      a.grad_accum * spec.acts_bytes;
   expect_bit_identical(run_offloaded(a), recompute, "activations auto, keep 1 + offload");
   a.io.write_bytes_per_s = 64 << 20;  // a 137 KiB set takes ~2 ms against ~0.1 ms of forward
   expect_bit_identical(run_offloaded(a), recompute, "activations auto, keep 1 + recompute");

@@ -116,8 +116,8 @@ TEST(offload_faults, ActivationReadErrorStopsTraining) {
   c.offload.params_on_host = 1;  // so every storage read is an activation read
   c.offload.optim_on_host = 1;
   c.offload.checkpoints_on_host = 1;
-  c.activations.policy = "offload";
-  c.activations.tier = "storage";
+  c.activations.policy = ActsPolicy::offload;
+  c.activations.tier = ActsTier::storage;
   const Outcome o = train(c);
   ASSERT_FALSE(o.error.ok()) << "an injected activation read error must stop training";
   EXPECT_EQ(o.steps_ok, 0);

@@ -60,14 +60,16 @@ Pipeline make_pipeline(const PipelineShape& s) {
     const std::string blk = "blk." + std::to_string(l);
     int32_t src = store[l];
     if (s.staged) {
-      Task t{.kind = TaskKind::fetch, .resource = Resource::storage_read, .label = "read " + blk};
+      Task t{.kind = TaskKind::params_fetch,
+             .resource = Resource::storage_read,
+             .label = "read " + blk};
       t.block = l;
       t.uses = {slot_read(store[l]), slot_write(stage[k])};
       if (l >= s.buffers) t.deps.push_back(p.fetch[l - s.buffers]);  // stage buffer free
       p.read.push_back(plan.add_task(t));
       src = stage[k];
     }
-    Task f{.kind = TaskKind::fetch, .resource = Resource::h2d, .label = "fetch " + blk};
+    Task f{.kind = TaskKind::params_fetch, .resource = Resource::h2d, .label = "fetch " + blk};
     f.block = l;
     f.bytes = P;
     f.uses = {slot_read(src), slot_write(buf[k])};
@@ -78,11 +80,13 @@ Pipeline make_pipeline(const PipelineShape& s) {
       const int m = (s.snake && l % 2 == 1) ? s.micro_batches - 1 - i : i;
       const std::string mb = " mb." + std::to_string(m);
       const int32_t ck = plan.add_slot("ckpt." + blk + mb.substr(1), Tier::host, A);
-      Task c{.kind = TaskKind::store, .resource = Resource::d2h, .label = "ckpt " + blk + mb};
+      Task c{.kind = TaskKind::ckpt_write, .resource = Resource::d2h, .label = "ckpt " + blk + mb};
       c.uses = {slot_read(act[m]), slot_write(ck)};
       if (l > 0) c.deps.push_back(p.fwd[l - 1][m]);  // the input is the previous block's output
       p.ckpt[l][m] = plan.add_task(c);
-      Task t{.kind = TaskKind::forward, .resource = Resource::compute, .label = "fwd " + blk + mb};
+      Task t{.kind = TaskKind::block_forward,
+             .resource = Resource::compute,
+             .label = "fwd " + blk + mb};
       t.block = l;
       t.micro_batch = m;
       t.flops = 1e9;
@@ -234,32 +238,32 @@ TEST(plan_checker, AcceptsHorizontalToyPlan) {
     gdev.push_back(b.slot("grad.buf" + std::to_string(k), Tier::device, 64 * kMiB));
   }
   for (int l = 0; l < L; ++l) {
-    b.task(TaskKind::zero, Resource::cpu_optim, "zero grad " + tag(l), {slot_write(ghost[l])});
+    b.task(TaskKind::grad_zero, Resource::cpu_optim, "zero grad " + tag(l), {slot_write(ghost[l])});
   }
   int fetches = 0, grads = 0;
   for (int m = 0; m < M; ++m) {
     for (int l = 0; l < L; ++l) {
       int32_t k = buf[fetches++ % 2];
-      b.task(TaskKind::fetch, Resource::h2d, "fetch " + tag(l, m),
+      b.task(TaskKind::params_fetch, Resource::h2d, "fetch " + tag(l, m),
              {slot_read(params[l]), slot_write(k)});
-      b.task(TaskKind::forward, Resource::compute, "fwd " + tag(l, m),
+      b.task(TaskKind::block_forward, Resource::compute, "fwd " + tag(l, m),
              {slot_read(k), slot_read(l == 0 ? x : act[l - 1]), slot_write(act[l])});
     }
-    b.task(TaskKind::loss, Resource::compute, "loss " + tag(L - 1, m),
+    b.task(TaskKind::head_loss, Resource::compute, "loss " + tag(L - 1, m),
            {slot_read(act[L - 1]), slot_write(dx)});
     for (int l = L - 1; l >= 0; --l) {
       int32_t k = buf[fetches++ % 2], g = gdev[grads++ % 2];
-      b.task(TaskKind::fetch, Resource::h2d, "fetch bwd " + tag(l, m),
+      b.task(TaskKind::params_fetch, Resource::h2d, "fetch bwd " + tag(l, m),
              {slot_read(params[l]), slot_write(k)});
-      b.task(TaskKind::backward, Resource::compute, "bwd " + tag(l, m),
+      b.task(TaskKind::block_backward, Resource::compute, "bwd " + tag(l, m),
              {slot_read(k), slot_read(l == 0 ? x : act[l - 1]), slot_read(dx), slot_write(dx),
               slot_write(g)});
-      b.task(TaskKind::store, Resource::d2h, "grad " + tag(l, m),
+      b.task(TaskKind::ckpt_write, Resource::d2h, "grad " + tag(l, m),
              {slot_read(g), slot_read(ghost[l]), slot_write(ghost[l])});
     }
   }
   for (int l = L - 1; l >= 0; --l) {
-    b.task(TaskKind::optimizer, Resource::cpu_optim, "step " + tag(l),
+    b.task(TaskKind::block_step, Resource::cpu_optim, "step " + tag(l),
            {slot_read(ghost[l]), slot_read(state[l]), slot_write(state[l]), slot_read(params[l]),
             slot_write(params[l])});
   }
@@ -306,46 +310,48 @@ TEST(plan_checker, AcceptsVerticalToyPlan) {
   int fetches = 0, loads = 0;
   for (int l = 0; l < L; ++l) {  // forward; the last block also does loss and backward
     int32_t k = buf[fetches++ % 2];
-    b.task(TaskKind::fetch, Resource::h2d, "fetch " + tag(l),
+    b.task(TaskKind::params_fetch, Resource::h2d, "fetch " + tag(l),
            {slot_read(params[l]), slot_write(k)});
     if (l == L - 1)
-      b.task(TaskKind::zero, Resource::compute, "zero grad " + tag(l), {slot_write(gacc[l % 2])});
+      b.task(TaskKind::grad_zero, Resource::compute, "zero grad " + tag(l),
+             {slot_write(gacc[l % 2])});
     for (int m : order(l)) {
-      b.task(TaskKind::store, Resource::d2h, "ckpt " + tag(l, m),
+      b.task(TaskKind::ckpt_write, Resource::d2h, "ckpt " + tag(l, m),
              {slot_read(act[m]), slot_write(ckpt[l][m])});
       if (l < L - 1) {
-        b.task(TaskKind::forward, Resource::compute, "fwd " + tag(l, m),
+        b.task(TaskKind::block_forward, Resource::compute, "fwd " + tag(l, m),
                {slot_read(k), slot_read(act[m]), slot_write(act[m])});
       } else {
-        b.task(TaskKind::loss, Resource::compute, "fwd+loss+bwd " + tag(l, m),
+        b.task(TaskKind::head_loss, Resource::compute, "fwd+loss+bwd " + tag(l, m),
                {slot_read(k), slot_read(act[m]), slot_write(dact[m]), slot_read(gacc[l % 2]),
                 slot_write(gacc[l % 2])});
       }
     }
     if (l == L - 1) {
-      b.task(TaskKind::store, Resource::d2h, "grad " + tag(l),
+      b.task(TaskKind::ckpt_write, Resource::d2h, "grad " + tag(l),
              {slot_read(gacc[l % 2]), slot_write(ghost[l])});
     }
   }
   for (int l = L - 2; l >= 0; --l) {  // backward
     int32_t k = buf[fetches++ % 2];
-    b.task(TaskKind::fetch, Resource::h2d, "fetch bwd " + tag(l),
+    b.task(TaskKind::params_fetch, Resource::h2d, "fetch bwd " + tag(l),
            {slot_read(params[l]), slot_write(k)});
-    b.task(TaskKind::zero, Resource::compute, "zero grad " + tag(l), {slot_write(gacc[l % 2])});
+    b.task(TaskKind::grad_zero, Resource::compute, "zero grad " + tag(l),
+           {slot_write(gacc[l % 2])});
     for (int m : order(l + 1)) {  // snake: continue from the micro-batch the last block ended on
       int32_t c = cbuf[loads++ % 2];
-      b.task(TaskKind::fetch, Resource::h2d, "load ckpt " + tag(l, m),
+      b.task(TaskKind::params_fetch, Resource::h2d, "load ckpt " + tag(l, m),
              {slot_read(ckpt[l][m]), slot_write(c)});
-      b.task(TaskKind::backward, Resource::compute, "bwd " + tag(l, m),
+      b.task(TaskKind::block_backward, Resource::compute, "bwd " + tag(l, m),
              {slot_read(k), slot_read(c), slot_read(dact[m]), slot_write(dact[m]),
               slot_read(gacc[l % 2]), slot_write(gacc[l % 2])});
     }
-    b.task(TaskKind::store, Resource::d2h, "grad " + tag(l),
+    b.task(TaskKind::ckpt_write, Resource::d2h, "grad " + tag(l),
            {slot_read(gacc[l % 2]), slot_write(ghost[l])});
-    b.task(TaskKind::optimizer, Resource::cpu_optim, "step " + tag(l + 1),
+    b.task(TaskKind::block_step, Resource::cpu_optim, "step " + tag(l + 1),
            {slot_read(ghost[l + 1]), slot_read(params[l + 1]), slot_write(params[l + 1])});
   }
-  b.task(TaskKind::optimizer, Resource::cpu_optim, "step " + tag(0),
+  b.task(TaskKind::block_step, Resource::cpu_optim, "step " + tag(0),
          {slot_read(ghost[0]), slot_read(params[0]), slot_write(params[0])});
   Status st = check_plan(b.plan, {.device = kGiB});
   EXPECT_TRUE(st.ok()) << st.to_string();
@@ -399,7 +405,7 @@ TEST(plan_checker, RejectsBudgetExceeded) {
   plan.add_slot("params.buf1", Tier::device, kGiB);
   plan.add_slot("grad.acc", Tier::device, kGiB + kGiB / 5);
   plan.add_slot("act", Tier::device, kMiB);
-  plan.add_task({.kind = TaskKind::zero, .label = "zero", .uses = {slot_write(a)}});
+  plan.add_task({.kind = TaskKind::grad_zero, .label = "zero", .uses = {slot_write(a)}});
   EXPECT_TRUE(check_plan(plan, {.device = 4 * kGiB, .host = 1}).ok());
   expect_rejected(
       plan, {.device = 2 * kGiB},
@@ -441,13 +447,20 @@ TEST(plan_checker, RejectsBadIndices) {
 TEST(plan_checker, AcceptsOrderingByQueueOrderAlone) {
   Plan plan;
   int32_t s = plan.add_slot("buf", Tier::device, 16);
+  plan.add_task({.kind = TaskKind::params_fetch,
+                 .resource = Resource::h2d,
+                 .label = "w1",
+                 .uses = {slot_write(s)}});
   plan.add_task(
-      {.kind = TaskKind::fetch, .resource = Resource::h2d, .label = "w1", .uses = {slot_write(s)}});
-  plan.add_task({.kind = TaskKind::other, .resource = Resource::compute, .label = "unrelated"});
-  plan.add_task(
-      {.kind = TaskKind::fetch, .resource = Resource::h2d, .label = "r", .uses = {slot_read(s)}});
-  plan.add_task(
-      {.kind = TaskKind::fetch, .resource = Resource::h2d, .label = "w2", .uses = {slot_write(s)}});
+      {.kind = TaskKind::block_forward, .resource = Resource::compute, .label = "unrelated"});
+  plan.add_task({.kind = TaskKind::params_fetch,
+                 .resource = Resource::h2d,
+                 .label = "r",
+                 .uses = {slot_read(s)}});
+  plan.add_task({.kind = TaskKind::params_fetch,
+                 .resource = Resource::h2d,
+                 .label = "w2",
+                 .uses = {slot_write(s)}});
   Status st = check_plan(plan, {});
   EXPECT_TRUE(st.ok()) << st.to_string();
   // The same tasks on two queues with no deps race.
@@ -458,7 +471,7 @@ TEST(plan_checker, AcceptsOrderingByQueueOrderAlone) {
 TEST(plan_checker, InitializedSlotNeedsNoWriter) {
   Plan plan;
   int32_t s = plan.add_slot("params.store.blk0", Tier::storage, 16, true);
-  plan.add_task({.kind = TaskKind::fetch,
+  plan.add_task({.kind = TaskKind::params_fetch,
                  .resource = Resource::storage_read,
                  .label = "read",
                  .uses = {slot_read(s)}});
@@ -471,7 +484,7 @@ TEST(plan_checker, InitializedSlotNeedsNoWriter) {
        "before (nothing writes it and it is not marked initialized)"});
   // Initial data still races with an unordered write-back.
   plan.slots[s].initialized = true;
-  plan.add_task({.kind = TaskKind::store,
+  plan.add_task({.kind = TaskKind::ckpt_write,
                  .resource = Resource::storage_write,
                  .label = "write back",
                  .uses = {slot_write(s)}});
@@ -595,7 +608,7 @@ TEST(plan_checker, StatsAndJson) {
   const nlohmann::json& f = j["tasks"][p.fwd[1][0]];
   EXPECT_EQ(f["label"], "fwd blk.1 mb.0");
   EXPECT_EQ(f["resource"], "compute");
-  EXPECT_EQ(f["kind"], "forward");
+  EXPECT_EQ(f["kind"], "block_forward");
   EXPECT_EQ(f["writes"].size(), 1u);
   EXPECT_EQ(j["slots"][0]["tier"], "host");
   EXPECT_EQ(j["slots"][0]["initialized"], true);

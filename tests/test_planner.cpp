@@ -22,7 +22,7 @@ TrainConfig small_config() {
   c.seq_len = 32;
   c.batch_size = 2;
   c.grad_accum = 4;
-  c.schedule = "vertical";
+  c.schedule = Schedule::vertical;
   c.optim.grad_clip = 0;
   return c;
 }
@@ -96,7 +96,7 @@ TEST(Planner, ClippingKeepsAlphaOne) {
 TEST(Planner, MoreHostMemoryIsNeverSlowerAndPredictsTheBound) {
   TrainConfig cfg = small_config();
   const HardwareProfile p = small_profile();
-  cfg.schedule = "horizontal";
+  cfg.schedule = Schedule::horizontal;
   cfg.offload.params_on_host = cfg.offload.optim_on_host = 0;
   auto on_storage = predict(cfg, p);
   ASSERT_TRUE(on_storage.ok()) << on_storage.status().to_string();

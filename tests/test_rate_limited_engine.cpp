@@ -73,7 +73,7 @@ std::string test_dir(const std::string& tag) {
 Result<std::unique_ptr<IoEngine>> make_inner(const std::string& kind) {
   if (kind == "sync") return std::unique_ptr<IoEngine>(new test::SyncIoEngine());
   IoEngineOptions o;
-  o.kind = kind;
+  STRATA_ASSIGN_OR_RETURN(o.kind, parse_enum<IoEngineKind>("engine", kind));
   o.queue_depth = 8;
   o.block_size = 256 * 1024;
   return create_io_engine(o, test_dir("rate_probe"));

@@ -4,12 +4,14 @@
 // gradient traffic).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "sched/plan_builder.h"
 #include "sched/plan_checker.h"
 #include "sched/schedule_horizontal.h"
 #include "sched/schedule_spec.h"
@@ -38,25 +40,19 @@ ScheduleSpec spec(int L, int M, Placement params, Placement optim, Placement ckp
   return s;
 }
 
-bool starts_with(const std::string& s, const std::string& p) {
-  return s.rfind(p, 0) == 0;
-}
-
-// Tasks whose label starts with `prefix`, per block.
-std::map<int, int> count_per_block(const Plan& p, const std::string& prefix) {
+// Tasks of `kind`, per block.
+std::map<int, int> count_per_block(const Plan& p, TaskKind kind) {
   std::map<int, int> n;
   for (const Task& t : p.tasks) {
-    if (starts_with(t.label, prefix)) ++n[t.block];
+    if (t.kind == kind) ++n[t.block];
   }
   return n;
 }
 
-int64_t bytes_of(const Plan& p, Resource r, const std::string& prefix) {
-  int64_t n = 0;
-  for (const Task& t : p.tasks) {
-    if (t.resource == r && starts_with(t.label, prefix)) n += t.bytes;
-  }
-  return n;
+// Both checks every generated plan must pass: check_plan and the task signatures.
+Status check_all(const Plan& p) {
+  STRATA_RETURN_IF_ERROR(check_task_signatures(p));
+  return check_plan(p, {});
 }
 
 const std::vector<int> kBlocks = {1, 2, 3, 5}, kMicro = {1, 2, 3, 4, 8};
@@ -73,9 +69,9 @@ TEST(plan_schedules, GridPassesChecker) {
                                      " params=" + std::to_string(int(pp)) +
                                      " optim=" + std::to_string(int(op)) +
                                      " ckpt=" + std::to_string(int(cp));
-            Status h = check_plan(make_horizontal_plan(s), {});
+            Status h = check_all(make_horizontal_plan(s));
             EXPECT_TRUE(h.ok()) << "horizontal " << what << ": " << h.to_string();
-            Status v = check_plan(make_vertical_plan(s), {});
+            Status v = check_all(make_vertical_plan(s));
             EXPECT_TRUE(v.ok()) << "vertical " << what << ": " << v.to_string();
           }
         }
@@ -104,13 +100,13 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
           for (int l = 0; l < L; ++l) s.acts_at.push_back(static_cast<ActPolicy>((l + M) % 4));
           s.acts_bytes = 3 * kMiB;
           s.compute_reads_host = (L + M) % 2 == 0;  // both ways of moving saved sets
-          Status v = check_plan(make_vertical_plan(s), {});
+          Status v = check_all(make_vertical_plan(s));
           EXPECT_TRUE(v.ok()) << "L=" << L << " M=" << M << " split=" << split
                               << " pending=" << pending << " iteration=" << iteration << ": "
                               << v.to_string();
         }
       }
-      Status h = check_plan(make_horizontal_plan(s), {});
+      Status h = check_all(make_horizontal_plan(s));
       EXPECT_TRUE(h.ok()) << "horizontal mixed L=" << L << " M=" << M << ": " << h.to_string();
     }
   }
@@ -145,9 +141,14 @@ bool happens_before(const Plan& p, int32_t a, int32_t b) {
   return false;
 }
 
-int32_t find_task(const Plan& p, const std::string& label) {
+// The first task of `kind` about `tag` (block, micro-batch, part), or -1.
+int32_t find_task(const Plan& p, TaskKind kind, TaskTag tag = {}) {
   for (size_t i = 0; i < p.tasks.size(); ++i) {
-    if (p.tasks[i].label == label) return static_cast<int32_t>(i);
+    const Task& t = p.tasks[i];
+    if (t.kind == kind && t.block == tag.block && t.micro_batch == tag.micro_batch &&
+        t.part == tag.part) {
+      return static_cast<int32_t>(i);
+    }
   }
   return -1;
 }
@@ -163,29 +164,31 @@ TEST(plan_schedules, NoStaleWeightsAndStepsSeeTheNorm) {
         s.split_elems = s.block_elems / 2;
         s.pending_steps = true;
         const Plan v = make_vertical_plan(s);
-        const int32_t norm = find_task(v, "grad.norm");
+        const int32_t norm = find_task(v, TaskKind::grad_norm);
         ASSERT_GE(norm, 0);
         for (int l = 0; l < L; ++l) {
-          const int32_t p1 = find_task(v, "adamw " + blk_tag(l) + " p1");
-          const int32_t p0 = find_task(v, "adamw " + blk_tag(l) + " p0");
+          const int32_t p1 = find_task(v, TaskKind::block_step, {.block = l, .part = 1});
+          const int32_t p0 = find_task(v, TaskKind::block_step, {.block = l, .part = 0});
           ASSERT_GE(p1, 0);
           ASSERT_GE(p0, 0);
           for (int m = 0; m < M; ++m) {
-            const int32_t fwd = find_task(v, "fwd " + blk_tag(l, m));
-            const int32_t bwd = find_task(v, "bwd " + blk_tag(l, m));
-            EXPECT_TRUE(happens_before(v, p1, fwd)) << "stale weights: " << blk_tag(l, m);
-            EXPECT_TRUE(happens_before(v, bwd, p0)) << "step before its gradient: " << blk_tag(l);
+            const TaskTag tag{.block = l, .micro_batch = m};
+            const int32_t fwd = find_task(v, TaskKind::block_forward, tag);
+            const int32_t bwd = find_task(v, TaskKind::block_backward, tag);
+            const std::string what = task_label(TaskKind::block_forward, tag);
+            EXPECT_TRUE(happens_before(v, p1, fwd)) << "stale weights: " << what;
+            EXPECT_TRUE(happens_before(v, bwd, p0)) << "step before its gradient: " << what;
           }
           // Part 1 steps last iteration's gradient: before this iteration's norm overwrites the
           // clip factor it reads.
-          EXPECT_TRUE(happens_before(v, p1, norm)) << blk_tag(l);
+          EXPECT_TRUE(happens_before(v, p1, norm)) << "blk." << l;
         }
         const Plan h = make_horizontal_plan(s);
-        const int32_t hnorm = find_task(h, "grad.norm");
+        const int32_t hnorm = find_task(h, TaskKind::grad_norm);
         for (int l = 0; l < L; ++l) {
-          EXPECT_TRUE(happens_before(h, hnorm, find_task(h, "adamw " + blk_tag(l))));
+          EXPECT_TRUE(happens_before(h, hnorm, find_task(h, TaskKind::block_step, {.block = l})));
         }
-        EXPECT_TRUE(happens_before(h, hnorm, find_task(h, "adamw embed")));
+        EXPECT_TRUE(happens_before(h, hnorm, find_task(h, TaskKind::embed_step)));
       }
     }
   }
@@ -199,27 +202,32 @@ TEST(plan_schedules, PendingStepForwardsParamsToTheFetch) {
   s.pending_steps = true;
   const Plan v = make_vertical_plan(s);
   for (int l = 0; l < 3; ++l) {
-    const Task& r = v.tasks[static_cast<size_t>(find_task(v, "read.params " + blk_tag(l) + " p0"))];
+    const auto task = [&](TaskKind kind, int part) -> const Task& {
+      const int32_t i = find_task(v, kind, {.block = l, .part = part});
+      EXPECT_GE(i, 0) << task_kind_name(kind) << " blk." << l << " p" << part;
+      return v.tasks[static_cast<size_t>(std::max(i, 0))];
+    };
+    const Task& r = task(TaskKind::params_read, 0);
     EXPECT_EQ(r.bytes, s.block_param_bytes / 4);
-    const Task& o = v.tasks[static_cast<size_t>(find_task(v, "read.optim " + blk_tag(l) + " p1"))];
+    const Task& o = task(TaskKind::optim_read, 1);
     EXPECT_EQ(o.bytes, s.block_optim_bytes / 4 * 3);
-    const Task& w =
-        v.tasks[static_cast<size_t>(find_task(v, "write.params " + blk_tag(l) + " p1"))];
+    const Task& w = task(TaskKind::params_write, 1);
     EXPECT_EQ(w.src_offset, s.block_param_bytes / 4);
     EXPECT_EQ(w.dst_offset, s.block_param_bytes / 4);
     EXPECT_EQ(w.bytes, s.block_param_bytes / 4 * 3);
   }
   // All storage traffic of the optimizer state adds up to one read and one write of it.
-  EXPECT_EQ(bytes_of(v, Resource::storage_read, "read.optim "), 3 * s.block_optim_bytes);
-  EXPECT_EQ(bytes_of(v, Resource::storage_write, "write.optim "), 3 * s.block_optim_bytes);
+  const PlanTraffic traffic = plan_traffic(v);
+  EXPECT_EQ(traffic.of(StateKind::optim, Resource::storage_read), 3 * s.block_optim_bytes);
+  EXPECT_EQ(traffic.of(StateKind::optim, Resource::storage_write), 3 * s.block_optim_bytes);
 }
 
 TEST(plan_schedules, ParamFetchCounts) {
   for (int L : kBlocks) {
     for (int M : kMicro) {
       const ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::host);
-      const auto v = count_per_block(make_vertical_plan(s), "fetch.params ");
-      const auto h = count_per_block(make_horizontal_plan(s), "fetch.params ");
+      const auto v = count_per_block(make_vertical_plan(s), TaskKind::params_fetch);
+      const auto h = count_per_block(make_horizontal_plan(s), TaskKind::params_fetch);
       for (int l = 0; l < L; ++l) {
         // The fused last block keeps its params on the device for its backward: one fetch.
         EXPECT_EQ(v.at(l), l == L - 1 ? 1 : 2) << "vertical L=" << L << " M=" << M << " l=" << l;
@@ -234,7 +242,7 @@ TEST(plan_schedules, ParamStorageReadBytes) {
     const auto at = [&](int M, bool vertical) {
       const ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::host);
       const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
-      return bytes_of(p, Resource::storage_read, "read.params ");
+      return plan_traffic(p).of(StateKind::params, Resource::storage_read);
     };
     const int64_t v1 = at(1, true), h1 = at(1, false);
     EXPECT_GT(v1, 0);
@@ -252,7 +260,8 @@ TEST(plan_schedules, SnakeOrderInForward) {
           make_vertical_plan(spec(L, M, Placement::host, Placement::host, Placement::host));
       std::map<int, std::vector<int>> order;
       for (const Task& t : p.tasks) {
-        if (t.kind == TaskKind::forward && t.block >= 0) order[t.block].push_back(t.micro_batch);
+        if (t.kind == TaskKind::block_forward && t.block >= 0)
+          order[t.block].push_back(t.micro_batch);
       }
       for (int l = 0; l < L; ++l) {
         std::vector<int> want;
@@ -270,7 +279,7 @@ TEST(plan_schedules, PinnedCheckpointsStayOnHost) {
           spec(L, M, Placement::storage, Placement::storage, Placement::storage));
       int storage_ckpt = 0;
       for (const Task& t : p.tasks) {
-        if (!starts_with(t.label, "ckpt.")) continue;
+        if (moved_state(t.kind) != StateKind::checkpoints) continue;
         const bool storage =
             t.resource == Resource::storage_read || t.resource == Resource::storage_write;
         int pos = -1;
@@ -298,7 +307,7 @@ TEST(plan_schedules, GradientLeavesDevice) {
       const auto count_d2h = [&](const Plan& p) {
         std::map<int, int> n;
         for (const Task& t : p.tasks) {
-          if (t.resource == Resource::d2h && starts_with(t.label, "grad.out ")) ++n[t.block];
+          if (t.kind == TaskKind::grad_out) ++n[t.block];
         }
         return n;
       };

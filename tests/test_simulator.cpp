@@ -4,23 +4,44 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "plan/profile.h"
 #include "plan/simulator.h"
 #include "sched/plan.h"
+#include "sched/plan_builder.h"
 #include "sched/plan_checker.h"
-#include "sched/schedule_spec.h"
 
 namespace strata {
 namespace {
 
 constexpr double kEps = 1e-9;
 
+// A task of some kind that runs on `r` (a transfer, a forward, the norm): these tests price by
+// resource and bytes.
+TaskKind plain_kind(Resource r) {
+  switch (r) {
+    case Resource::compute:
+      return TaskKind::block_forward;
+    case Resource::h2d:
+      return TaskKind::params_fetch;
+    case Resource::d2h:
+      return TaskKind::grad_out;
+    case Resource::storage_read:
+      return TaskKind::params_read;
+    case Resource::storage_write:
+      return TaskKind::params_write;
+    case Resource::cpu_optim:
+      return TaskKind::grad_norm;
+  }
+  return TaskKind::grad_norm;
+}
+
 int32_t add(Plan& p, Resource r, std::string label, std::vector<int32_t> deps = {},
-            int64_t bytes = 0) {
-  Task t{.kind = TaskKind::other, .resource = r, .label = std::move(label)};
+            int64_t bytes = 0, std::optional<TaskKind> kind = std::nullopt) {
+  Task t{.kind = kind.value_or(plain_kind(r)), .resource = r, .label = std::move(label)};
   t.deps = std::move(deps);
   t.bytes = bytes;
   return p.add_task(std::move(t));
@@ -109,17 +130,17 @@ TEST(Simulator, SerialChainAcrossResourcesAddsUp) {
 // not overwrite a buffer until the compute reading it is done) limits the pipeline. Built by the
 // same SlotDepBuilder the schedules use, so the deps are the real ones.
 Plan slot_pipeline(int n, int buffers) {
-  SlotDepBuilder b;
+  PlanBuilder b;
   const int32_t src = b.slot("store", Tier::storage, 1, true);
   std::vector<int32_t> buf;
   for (int k = 0; k < buffers; ++k) buf.push_back(b.slot("buf" + std::to_string(k), Tier::host, 1));
   const int32_t out = b.slot("out", Tier::device, 1, true);
   for (int i = 0; i < n; ++i) {
     const int32_t s = buf[static_cast<size_t>(i % buffers)];
-    b.task(TaskKind::fetch, Resource::storage_read, "read " + std::to_string(i), -1, -1,
-           {slot_read(src), slot_write(s)});
-    b.task(TaskKind::forward, Resource::compute, "fwd " + std::to_string(i), -1, -1,
-           {slot_read(s), slot_read(out), slot_write(out)});
+    b.transfer(TaskKind::params_read, {.block = i}, src, s, 0);
+    b.task(
+        TaskKind::block_forward, {.block = i},
+        {slot_read(s, Role::params), slot_read(out, Role::input), slot_write(out, Role::output)});
   }
   return b.take();
 }
@@ -188,26 +209,26 @@ TEST(Simulator, ForwardDepsAndCycles) {
 TEST(CostModel, TaskKindsFollowTheProfile) {
   Plan p;
   const int32_t g = p.add_slot("grad", Tier::device, 16);
-  Task f{.kind = TaskKind::forward, .resource = Resource::compute, .label = "fwd"};
+  Task f{.kind = TaskKind::block_forward, .resource = Resource::compute, .label = "fwd"};
   f.block = 0;
   f.flops = 200;
   p.add_task(f);  // 200 / 100 = 2 s
-  Task bwd{.kind = TaskKind::backward, .resource = Resource::compute, .label = "bwd"};
+  Task bwd{.kind = TaskKind::block_backward, .resource = Resource::compute, .label = "bwd"};
   bwd.block = 0;
   bwd.flops = 300;  // recompute 100 at 100 FLOP/s + 200 at 50 FLOP/s = 5 s
   p.add_task(bwd);
   bwd.fused = true;  // all 300 at the backward rate
   p.add_task(bwd);
-  Task loss{.kind = TaskKind::loss, .resource = Resource::compute, .label = "loss"};
+  Task loss{.kind = TaskKind::head_loss, .resource = Resource::compute, .label = "loss"};
   loss.flops = 30;
   p.add_task(loss);
-  Task z{.kind = TaskKind::zero, .resource = Resource::compute, .label = "grad.zero"};
+  Task z{.kind = TaskKind::grad_zero, .resource = Resource::compute, .label = "grad.zero"};
   z.uses = {slot_write(g)};
   p.add_task(z);
-  Task opt{.kind = TaskKind::optimizer, .resource = Resource::cpu_optim, .label = "adamw"};
+  Task opt{.kind = TaskKind::block_step, .resource = Resource::cpu_optim, .label = "adamw"};
   opt.bytes = 120;  // 10 parameters of 12 bytes at 10 params/s
   p.add_task(opt);
-  add(p, Resource::cpu_optim, "acc blk.0 mb.0", {}, 80);
+  add(p, Resource::cpu_optim, "acc blk.0 mb.0", {}, 80, TaskKind::grad_accumulate);
   add(p, Resource::h2d, "fetch", {}, 500);
   CostContext ctx;
   ctx.block_fwd_flops = 100;

@@ -85,7 +85,7 @@ class TensorStoreTest : public ::testing::TestWithParam<std::string> {
       return;
     }
     IoEngineOptions o;
-    o.kind = GetParam();
+    o.kind = *parse_enum<IoEngineKind>("engine", GetParam());
     o.queue_depth = 8;
     o.block_size = 256 * kKiB;
     auto e = create_io_engine(o, root_);
@@ -449,7 +449,7 @@ TEST_P(TensorStoreTest, InjectedFaultsSurfaceOrAreRetried) {
     auto hook = parse_fault_spec(c.spec);
     ASSERT_TRUE(hook.ok());
     IoEngineOptions eo;
-    eo.kind = GetParam();
+    eo.kind = *parse_enum<IoEngineKind>("engine", GetParam());
     eo.queue_depth = 4;
     eo.block_size = 64 * kKiB;
     eo.fault_hook = *hook;

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <filesystem>
 
@@ -61,11 +63,20 @@ TrainConfig tiny_offload_config(const std::string& schedule, const std::string& 
   c.batch_size = 2;
   c.seq_len = 16;
   c.grad_accum = 3;
-  c.schedule = schedule;
+  c.schedule = named<Schedule>(schedule);
   c.offload.params_on_host = 0;
   c.offload.optim_on_host = 0;
   c.io.dirs = {store_dir};
   return c;
+}
+
+// Asserted with GoogleTest: the error has the expected code, is one line, and names everything in
+// `parts`.
+void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(s.ok()) << "expected an error containing " << *parts.begin();
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.to_string();
+  for (const auto& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.to_string();
 }
 
 }  // namespace strata::test

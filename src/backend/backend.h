@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "core/config_enums.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -30,7 +31,7 @@ namespace strata {
 class Device;
 struct AdamWHyper;  // optim/adamw.h
 
-enum class DeviceKind { cpu, cuda };
+// DeviceKind (cpu, cuda) is in core/config_enums.h: the config names devices too.
 enum class MemoryKind { device, host };  // host: pinned, reachable by the device's copy engine
 
 // Owning, device-tagged allocation. Move-only; frees itself through its device.

@@ -22,7 +22,11 @@ Result<TrainConfig> load_config_from_args(const ParsedArgs& a) {
   for (const std::string& assignment : a.all("set")) {
     STRATA_RETURN_IF_ERROR(apply_set(j, assignment));
   }
-  return parse_config(j);
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, parse_config(j));
+  if (a.has("device")) {  // --device overrides the config's device
+    STRATA_ASSIGN_OR_RETURN(cfg.device, parse_enum<DeviceKind>("--device", a.get("device")));
+  }
+  return cfg;
 }
 
 Result<ParsedArgs> parse_args(const std::vector<std::string>& args,

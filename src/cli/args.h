@@ -24,7 +24,8 @@ struct ParsedArgs {
   const std::vector<std::string>& all(const std::string& flag) const;
 };
 
-// The embedded default, then --config FILE, then each --set key=value in order.
+// The embedded default, then --config FILE, then each --set key=value in order, then --device
+// (for the commands that take it).
 Result<TrainConfig> load_config_from_args(const ParsedArgs& a);
 
 Result<ParsedArgs> parse_args(const std::vector<std::string>& args,

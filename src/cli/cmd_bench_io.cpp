@@ -94,7 +94,11 @@ int cmd_bench_io(const std::vector<std::string>& args) {
   auto cfg = load_config_from_args(a);
   if (!cfg.ok()) return fail(cfg.status().message(), 2);
   IoConfig io = cfg->io;
-  if (a.has("engine")) io.engine = a.get("engine");
+  if (a.has("engine")) {
+    auto engine = parse_enum<IoEngineKind>("--engine", a.get("engine"));
+    if (!engine.ok()) return fail(engine.status().message(), 2);
+    io.engine = *engine;
+  }
   io.queue_depth = o.queue_depth;
   // A request is split into engine blocks; use the benchmark's block where the engine can.
   if (o.block % kDirectIoAlignment == 0) io.block_size = static_cast<int64_t>(o.block);

@@ -32,7 +32,7 @@ std::string pct(double f) {
 }
 
 json choice_json(const RunChoice& c) {
-  return {{"schedule", c.schedule},
+  return {{"schedule", enum_name(c.schedule)},
           {"batch_size", c.batch_size},
           {"micro_batches", c.micro_batches},
           {"params_on_host", c.params_on_host},
@@ -63,22 +63,22 @@ json prediction_json(const Prediction& p, const TierBudgets& b) {
 
 std::string describe_choice(const RunChoice& c, int64_t T) {
   std::ostringstream o;
-  o << "schedule " << c.schedule << ", micro-batch " << c.batch_size << " x " << T << " tokens, "
-    << c.micro_batches << " micro-batches (" << c.batch_size * T * c.micro_batches
+  o << "schedule " << enum_name(c.schedule) << ", micro-batch " << c.batch_size << " x " << T
+    << " tokens, " << c.micro_batches << " micro-batches (" << c.batch_size * T * c.micro_batches
     << " tokens/step); on host: params " << pct(c.params_on_host) << ", optimizer state "
     << pct(c.optim_on_host) << ", checkpoints " << pct(c.checkpoints_on_host);
-  if (c.schedule == "vertical") o << "; alpha " << c.alpha;
+  if (c.schedule == Schedule::vertical) o << "; alpha " << c.alpha;
   return o.str();
 }
 
 std::string set_flags(const RunChoice& c) {
   std::ostringstream o;
-  o << "--set train.schedule=" << c.schedule << " --set train.batch_size=" << c.batch_size
-    << " --set train.grad_accum=" << c.micro_batches
+  o << "--set train.schedule=" << enum_name(c.schedule)
+    << " --set train.batch_size=" << c.batch_size << " --set train.grad_accum=" << c.micro_batches
     << " --set offload.params_on_host=" << c.params_on_host
     << " --set offload.optim_on_host=" << c.optim_on_host
     << " --set offload.checkpoints_on_host=" << c.checkpoints_on_host;
-  if (c.schedule == "vertical") o << " --set optim.alpha=" << c.alpha;
+  if (c.schedule == Schedule::vertical) o << " --set optim.alpha=" << c.alpha;
   return o.str();
 }
 
@@ -130,7 +130,7 @@ Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
     cfg.model = p.model;
     cfg.seq_len = p.seq_len;
   }
-  if (cfg.schedule == "in_memory") cfg.schedule = "vertical";
+  if (cfg.schedule == Schedule::in_memory) cfg.schedule = Schedule::vertical;
   return cfg;
 }
 
@@ -166,11 +166,11 @@ int cmd_plan(const std::vector<std::string>& args) {
   const HardwareProfile& prof = *prof_or;
   SearchOptions so;
   if (a.has("schedule")) {
-    const std::string s = a.get("schedule");
-    if (s != "horizontal" && s != "vertical") {
-      return fail("--schedule must be horizontal or vertical, got '" + s + "'", 2);
+    auto s = parse_enum<Schedule>("--schedule", a.get("schedule"));
+    if (!s.ok() || !is_offloaded(*s)) {
+      return fail("--schedule must be horizontal or vertical, got '" + a.get("schedule") + "'", 2);
     }
-    so.schedules = {s};
+    so.schedules = {*s};
   }
   if (a.has("sequences")) {
     bool ok = false;
@@ -198,23 +198,23 @@ int cmd_plan(const std::vector<std::string>& args) {
       std::printf("%10s %12s %14s %10s  %s\n", "sequences", "schedule", "tokens/s", "bound",
                   "choice");
     for (int64_t n : ns) {
-      for (const std::string& s : so.schedules) {
+      for (const Schedule s : so.schedules) {
         SearchOptions one = so;
         one.schedules = {s};
         one.sequences_per_step = n;
         auto r = search(cfg, prof, one);
-        json row = {{"sequences", n}, {"schedule", s}};
+        json row = {{"sequences", n}, {"schedule", enum_name(s)}};
         if (r.ok()) {
           row["prediction"] = prediction_json(r->best, budgets);
           if (!as_json) {
-            std::printf("%10lld %12s %14.4g %10s  %s\n", static_cast<long long>(n), s.c_str(),
+            std::printf("%10lld %12s %14.4g %10s  %s\n", static_cast<long long>(n), enum_name(s),
                         r->best.tokens_per_s, r->best.bound.c_str(),
                         describe_choice(r->best.choice, cfg.seq_len).c_str());
           }
         } else {
           row["error"] = r.status().message();
           if (!as_json) {
-            std::printf("%10lld %12s  does not fit: %s\n", static_cast<long long>(n), s.c_str(),
+            std::printf("%10lld %12s  does not fit: %s\n", static_cast<long long>(n), enum_name(s),
                         r.status().message().c_str());
           }
         }
@@ -246,7 +246,7 @@ int cmd_plan(const std::vector<std::string>& args) {
                   static_cast<long long>(r->evaluated + r->rejected),
                   static_cast<long long>(r->rejected));
       for (const Prediction& p : r->per_schedule) {
-        std::printf("  best %-10s %.4g tokens/s (%s-bound): %s\n", p.choice.schedule.c_str(),
+        std::printf("  best %-10s %.4g tokens/s (%s-bound): %s\n", enum_name(p.choice.schedule),
                     p.tokens_per_s, p.bound.c_str(),
                     describe_choice(p.choice, cfg.seq_len).c_str());
       }

@@ -46,10 +46,6 @@ struct Sums {
   double rate() const { return seconds > 0 ? amount / seconds : 0; }
 };
 
-bool starts_with(const std::string& s, const char* p) {
-  return s.rfind(p, 0) == 0;
-}
-
 // Task timings of the last of `steps` steps of cfg (horizontal, all on host).
 struct Measured {
   Sums fwd, bwd, loss, embed, zero, h2d, d2h, adamw, reduce;
@@ -83,13 +79,15 @@ Result<Measured> measure_compute(const TrainConfig& cfg, int steps) {
     const double bytes = static_cast<double>(k.bytes);
     switch (k.resource) {
       case Resource::compute:
-        if (k.kind == TaskKind::forward) {
-          (k.block < 0 ? m.embed : m.fwd).add(d, k.block < 0 ? m.tokens : k.flops);
-        } else if (k.kind == TaskKind::backward) {
-          (k.block < 0 ? m.embed : m.bwd).add(d, k.block < 0 ? m.tokens : k.flops);
-        } else if (k.kind == TaskKind::loss) {
+        if (k.kind == TaskKind::embed_forward || k.kind == TaskKind::embed_backward) {
+          m.embed.add(d, m.tokens);
+        } else if (k.kind == TaskKind::block_forward) {
+          m.fwd.add(d, k.flops);
+        } else if (k.kind == TaskKind::block_backward) {
+          m.bwd.add(d, k.flops);
+        } else if (k.kind == TaskKind::head_loss) {
           m.loss.add(d, k.flops);
-        } else if (k.kind == TaskKind::zero) {
+        } else if (k.kind == TaskKind::grad_zero) {
           double zb = 0;
           for (const SlotUse& u : k.uses) {
             if (u.write) zb += static_cast<double>(plan.slots[static_cast<size_t>(u.slot)].bytes);
@@ -104,9 +102,9 @@ Result<Measured> measure_compute(const TrainConfig& cfg, int steps) {
         m.d2h.add(d, bytes);
         break;
       case Resource::cpu_optim:
-        if (k.kind == TaskKind::optimizer && k.block >= 0) {
+        if (k.kind == TaskKind::block_step) {
           m.adamw.add(d, bytes / 12.0);
-        } else if (starts_with(k.label, "acc ") || starts_with(k.label, "sumsq ")) {
+        } else if (k.kind == TaskKind::grad_accumulate || k.kind == TaskKind::grad_sumsq) {
           m.reduce.add(d, bytes);
         }
         break;
@@ -202,7 +200,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   for (int64_t B : {1, 2, 4}) {
     TrainConfig cfg = base;
     cfg.model.n_layer = std::min<int64_t>(base.model.n_layer, 4);
-    cfg.schedule = "horizontal";
+    cfg.schedule = Schedule::horizontal;
     cfg.batch_size = B;
     cfg.grad_accum = 2;
     cfg.offload.params_on_host = cfg.offload.optim_on_host = cfg.offload.checkpoints_on_host = 1;

@@ -25,8 +25,7 @@
 #include "model/gpt.h"
 #include "plan/planner.h"
 #include "sched/executor.h"
-#include "sched/in_memory_trainer.h"
-#include "sched/offload_trainer.h"
+#include "sched/trainer.h"
 
 namespace strata::cli {
 
@@ -58,8 +57,7 @@ Result<TrainData> load_train_data(const TrainConfig& cfg) {
     d.name = "embedded corpus";
     return d;
   }
-  STRATA_ASSIGN_OR_RETURN(TokenFormat fmt, parse_token_format(cfg.data_format));
-  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(cfg.data_train, fmt));
+  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(cfg.data_train, cfg.data_format));
   STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
   d.file.emplace(std::move(f));
   d.tokens = d.file->tokens();
@@ -80,37 +78,6 @@ std::string human_count(double n) {
     std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
 }
-
-// One of the two trainers, behind the calls the loop makes.
-struct Trainer {
-  std::unique_ptr<InMemoryTrainer> in_memory;
-  std::unique_ptr<OffloadTrainer> offload;
-
-  const ParamLayout& layout() const { return offload ? offload->layout() : in_memory->layout(); }
-  int64_t tokens_per_step() const {
-    return offload ? offload->tokens_per_step() : in_memory->tokens_per_step();
-  }
-  Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) {
-    if (offload) return offload->train_step(inputs, targets);
-    return in_memory->train_step(inputs, targets);
-  }
-  Status read_slab_state(int64_t slab, float* master, float* m, float* v) {
-    return offload ? offload->read_slab_state(slab, master, m, v)
-                   : in_memory->read_slab_state(slab, master, m, v);
-  }
-  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v) {
-    return offload ? offload->write_slab_state(slab, master, m, v)
-                   : in_memory->write_slab_state(slab, master, m, v);
-  }
-  int64_t adam_steps() const { return offload ? offload->adam_steps() : in_memory->adam_steps(); }
-  void set_progress(int64_t steps, int64_t adam_steps) {
-    if (offload) {
-      offload->set_progress(steps, adam_steps);
-    } else {
-      in_memory->set_progress(steps, adam_steps);
-    }
-  }
-};
 
 // A positive (or, with allow_zero, non-negative) integer flag.
 Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allow_zero) {
@@ -149,56 +116,172 @@ Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
   return o;
 }
 
-// A plan that does not fit, a bad placement, a full disk: the user's to fix (2); the rest 1.
+// A plan that does not fit, a bad placement, a full disk, a device that cannot run here: the
+// user's to fix (2); the rest 1.
 int exit_code_for(const Status& s) {
-  return s.code() == ErrorCode::invalid_argument || s.code() == ErrorCode::no_space ? 2 : 1;
+  const ErrorCode c = s.code();
+  return c == ErrorCode::invalid_argument || c == ErrorCode::no_space || c == ErrorCode::unavailable
+             ? 2
+             : 1;
 }
 // A checkpoint that is missing, corrupt or of another model is bad input (2); an I/O failure 1.
 int exit_code_for_load(const Status& s) {
   return s.code() == ErrorCode::io_error ? 1 : 2;
 }
 
-void log_offload_plan(const TrainConfig& cfg, const OffloadTrainer& t) {
-  const auto bytes = t.planned_bytes();
-  std::string line = "schedule " + cfg.schedule + ": plan holds " +
-                     format_bytes(bytes[static_cast<size_t>(Tier::device)]) + " device, " +
-                     format_bytes(bytes[static_cast<size_t>(Tier::host)]) + " host, " +
-                     format_bytes(bytes[static_cast<size_t>(Tier::storage)]) + " storage";
-  if (cfg.schedule == "vertical") {
-    char alpha[64];
-    std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g", cfg.optim.alpha);
-    line += alpha;
-  }
-  log_info(line);
-  if (!t.store_description().empty()) log_info("store: " + t.store_description());
+// One step's line in the metrics file (docs/design.md §10).
+nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flops_per_step,
+                            const Device& device, const Trainer& trainer, double stall_s) {
+  nlohmann::json line = {
+      {"step", st.step},
+      {"loss", st.loss},
+      {"lr", st.lr},
+      {"grad_norm", st.grad_norm},
+      {"skipped", st.skipped},
+      {"tokens_per_s", tokens_per_s},
+      {"iter_s", st.seconds},
+      {"model_flops_per_s", flops_per_step / st.seconds},
+      {"peak_device_bytes", device.memory_stats().device_peak},
+      {"peak_host_bytes", device.memory_stats().host_peak},
+  };
+  if (stall_s >= 0) line["checkpoint_stall_s"] = stall_s;
+  trainer.add_step_metrics(line, st.seconds);
+  return line;
 }
 
-// DESIGN §9: per-step bytes per direction, busy seconds per resource, and the roofline (the
-// busiest resource, compute and the CPU optimizer counted as one since they share the cores).
-void add_offload_metrics(nlohmann::json& line, const OffloadTrainer& t,
-                         const OffloadTraffic& before, double iter_s) {
-  const OffloadTraffic& now = t.traffic();
-  line["storage_read_bytes"] = now.storage_read_bytes - before.storage_read_bytes;
-  line["storage_write_bytes"] = now.storage_write_bytes - before.storage_write_bytes;
-  line["h2d_bytes"] = now.h2d_bytes - before.h2d_bytes;
-  line["d2h_bytes"] = now.d2h_bytes - before.d2h_bytes;
-  line["acts_storage_read_bytes"] = now.acts_storage_read_bytes - before.acts_storage_read_bytes;
-  line["acts_storage_write_bytes"] = now.acts_storage_write_bytes - before.acts_storage_write_bytes;
-  line["acts_forwarded_sets"] = now.acts_forwarded_sets - before.acts_forwarded_sets;
-  nlohmann::json busy = nlohmann::json::object();
-  const auto& b = t.last_report().busy_s;
-  double roofline = 0;
-  for (int r = 0; r < kResourceCount; ++r) {
-    busy[resource_name(static_cast<Resource>(r))] = b[static_cast<size_t>(r)];
-    if (static_cast<Resource>(r) != Resource::cpu_optim) {
-      roofline = std::max(roofline, b[static_cast<size_t>(r)]);
-    }
+// Everything a run needs before step 1; a failure is a one-line message and an exit code.
+struct TrainRun {
+  TrainConfig cfg;
+  TrainData data;
+  std::unique_ptr<DataLoader> loader;
+  std::ofstream metrics;
+  std::string metrics_path, trace_path;
+  CheckpointOptions ckpt;
+  std::unique_ptr<IoEngine> ckpt_engine;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Trainer> trainer;
+  bool quiet = false;
+};
+
+// Exit code and message of a set-up failure.
+struct SetupError {
+  std::string message;
+  int code = 2;
+};
+
+std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
+  auto cfg = load_config_from_args(a);
+  if (!cfg.ok()) return SetupError{cfg.status().message()};
+  // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h).
+  if (a.has("profile") && !a.has("auto")) return SetupError{"--profile is only used with --auto"};
+  if (a.has("auto")) {
+    cfg = auto_configure(*cfg, a.get("profile"));
+    if (!cfg.ok()) return SetupError{cfg.status().message()};
   }
-  const double cores =
-      b[static_cast<size_t>(Resource::compute)] + b[static_cast<size_t>(Resource::cpu_optim)];
-  line["busy_s"] = busy;
-  line["roofline_s"] = std::max(roofline, cores);
-  line["over_roofline"] = iter_s / std::max(std::max(roofline, cores), 1e-12);
+  run.cfg = *cfg;
+  const TrainConfig& c = run.cfg;
+
+  auto data = load_train_data(c);
+  if (!data.ok()) return SetupError{data.status().message()};
+  run.data = std::move(*data);
+  auto loader =
+      DataLoader::create(run.data.tokens, run.data.size, c.batch_size, c.seq_len, run.data.name);
+  if (!loader.ok()) return SetupError{loader.status().message()};
+  run.loader = std::make_unique<DataLoader>(std::move(*loader));
+
+  if (a.has("metrics")) {
+    run.metrics_path = a.get("metrics");
+    run.metrics.open(run.metrics_path, std::ios::out | std::ios::trunc);
+    if (!run.metrics)
+      return SetupError{"cannot open metrics file " + run.metrics_path + " for writing"};
+  }
+  auto ckpt = checkpoint_options(a);
+  if (!ckpt.ok()) return SetupError{ckpt.status().message()};
+  run.ckpt = *ckpt;
+  if (run.ckpt.save_every > 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(run.ckpt.dir, ec);
+    if (ec)
+      return SetupError{"cannot create --checkpoint-dir " + run.ckpt.dir + ": " + ec.message()};
+    auto e = create_configured_engine(c.io, run.ckpt.dir);
+    if (!e.ok()) return SetupError{e.status().message()};
+    run.ckpt_engine = std::move(*e);
+  }
+  if (a.has("trace") && !is_offloaded(c.schedule)) {
+    return SetupError{
+        "--trace needs an offloaded schedule (train.schedule horizontal or vertical)"};
+  }
+  run.trace_path = a.get("trace");
+
+  auto device = create_configured_device(c);
+  if (!device.ok()) return SetupError{device.status().message(), exit_code_for(device.status())};
+  run.device = std::move(*device);
+  auto trainer = create_trainer(*run.device, c);
+  if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
+  run.trainer = std::move(*trainer);
+  run.quiet = a.has("quiet");
+  return std::nullopt;
+}
+
+void log_run(const TrainRun& run) {
+  const ModelConfig& m = run.cfg.model;
+  const Trainer& t = *run.trainer;
+  log_info("model: " + std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) +
+           " heads, " + std::to_string(m.n_embd) + " channels, vocab " +
+           std::to_string(m.vocab_size) + ": " +
+           human_count(static_cast<double>(t.layout().parameter_count)) + " parameters");
+  log_info("data: " + run.data.name + ", " + human_count(static_cast<double>(run.data.size)) +
+           " tokens; batch " + std::to_string(run.cfg.batch_size) + " x " +
+           std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +
+           " micro-batches = " + std::to_string(t.tokens_per_step()) + " tokens/step");
+  log_info(std::string("device: ") + run.device->name());
+  for (const std::string& line : t.describe()) log_info(line);
+}
+
+// --resume DIR: the trainer's state, the data position and the step counters from the
+// checkpoint. Returns the step to start from.
+Result<int64_t> resume(TrainRun& run) {
+  STRATA_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(run.ckpt.resume));
+  auto meta = load_checkpoint(dir, run.cfg,
+                              [&](int64_t slab, const float* w, const float* m, const float* v) {
+                                return run.trainer->write_slab_state(slab, w, m, v);
+                              });
+  if (!meta.ok()) return meta.status();
+  Status pos = run.loader->set_position(meta->data_position);
+  if (!pos.ok()) return invalid_argument("checkpoint " + dir + ": " + pos.message());
+  run.trainer->set_progress(meta->step, meta->adam_steps);
+  log_info("resumed from " + dir + " at step " + std::to_string(meta->step));
+  return meta->step;
+}
+
+// The checkpoint after `steps_done` steps; returns how long training stood still.
+Result<double> save(TrainRun& run, int64_t steps_done, Progress& progress) {
+  CheckpointMeta meta;
+  meta.step = steps_done;
+  meta.adam_steps = run.trainer->adam_steps();
+  meta.data_position = run.loader->position();
+  meta.seed = run.cfg.seed;
+  meta.schedule = enum_name(run.cfg.schedule);
+  STRATA_ASSIGN_OR_RETURN(auto saved, save_checkpoint(
+                                          *run.ckpt_engine, run.ckpt.dir, run.cfg, meta,
+                                          [&](int64_t slab, float* w, float* m, float* v) {
+                                            return run.trainer->read_slab_state(slab, w, m, v);
+                                          },
+                                          run.ckpt.keep));
+  char line[256];
+  std::snprintf(line, sizeof line, "checkpoint %s: %s in %.3f s (training stalled)",
+                saved.dir.c_str(), format_bytes(saved.bytes).c_str(), saved.seconds);
+  progress.note(line);
+  return saved.seconds;
+}
+
+Status write_trace(const Trainer& trainer, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json trace, trainer.last_step_trace());
+  std::ofstream out(path, std::ios::out | std::ios::trunc);
+  out << trace.dump() << '\n';
+  out.flush();
+  if (!out) return io_error("cannot write trace file " + path);
+  return Status::ok_status();
 }
 
 }  // namespace
@@ -207,6 +290,7 @@ int cmd_train(const std::vector<std::string>& args) {
   auto parsed = parse_args(args,
                            {{"config", true, false},
                             {"set", true, true},
+                            {"device", true, false},
                             {"metrics", true, false},
                             {"trace", true, false},
                             {"save-every", true, false},
@@ -218,174 +302,70 @@ int cmd_train(const std::vector<std::string>& args) {
                             {"profile", true, false}},
                            "train");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = parsed.value();
-
-  auto cfg_or = load_config_from_args(a);
-  if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
-  // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h).
-  if (a.has("profile") && !a.has("auto")) return fail("--profile is only used with --auto", 2);
-  if (a.has("auto")) {
-    cfg_or = auto_configure(*cfg_or, a.get("profile"));
-    if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
-  }
-  const TrainConfig cfg = cfg_or.value();
-
-  auto data = load_train_data(cfg);
-  if (!data.ok()) return fail(data.status().message(), 2);
-  auto loader =
-      DataLoader::create(data->tokens, data->size, cfg.batch_size, cfg.seq_len, data->name);
-  if (!loader.ok()) return fail(loader.status().message(), 2);
-
-  std::ofstream metrics;
-  if (a.has("metrics")) {
-    metrics.open(a.get("metrics"), std::ios::out | std::ios::trunc);
-    if (!metrics) return fail("cannot open metrics file " + a.get("metrics") + " for writing", 2);
-  }
-
-  auto ckpt_or = checkpoint_options(a);
-  if (!ckpt_or.ok()) return fail(ckpt_or.status().message(), 2);
-  const CheckpointOptions ckpt = *ckpt_or;
-  std::unique_ptr<IoEngine> ckpt_engine;
-  if (ckpt.save_every > 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(ckpt.dir, ec);
-    if (ec) return fail("cannot create --checkpoint-dir " + ckpt.dir + ": " + ec.message(), 2);
-    auto e = create_configured_engine(cfg.io, ckpt.dir);
-    if (!e.ok()) return fail(e.status().message(), 2);
-    ckpt_engine = std::move(*e);
-  }
-
-  if (a.has("trace") && cfg.schedule == "in_memory") {
-    return fail("--trace needs an offloaded schedule (train.schedule horizontal or vertical)", 2);
-  }
-
-  CpuDeviceOptions device_options;
-  device_options.device_budget_bytes = cfg.memory.device_bytes;
-  auto device = create_cpu_device(device_options);
-  Trainer trainer;
-  if (cfg.schedule == "in_memory") {
-    auto t = InMemoryTrainer::create(*device, cfg);
-    if (!t.ok()) return fail(t.status().message(), exit_code_for(t.status()));
-    trainer.in_memory = std::move(*t);
-  } else {
-    auto t = OffloadTrainer::create(*device, cfg);
-    if (!t.ok()) return fail(t.status().message(), exit_code_for(t.status()));
-    trainer.offload = std::move(*t);
-  }
-
-  const ModelConfig& m = cfg.model;
-  log_info("model: " + std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) +
-           " heads, " + std::to_string(m.n_embd) + " channels, vocab " +
-           std::to_string(m.vocab_size) + ": " +
-           human_count(static_cast<double>(trainer.layout().parameter_count)) + " parameters");
-  log_info("data: " + data->name + ", " + human_count(static_cast<double>(data->size)) +
-           " tokens; batch " + std::to_string(cfg.batch_size) + " x " +
-           std::to_string(cfg.seq_len) + " x " + std::to_string(cfg.grad_accum) +
-           " micro-batches = " + std::to_string(trainer.tokens_per_step()) + " tokens/step");
-  if (trainer.offload) log_offload_plan(cfg, *trainer.offload);
-
-  const int64_t BT = cfg.batch_size * cfg.seq_len;
-  std::vector<int32_t> inputs(static_cast<size_t>(BT * cfg.grad_accum));
-  std::vector<int32_t> targets(inputs.size());
-  const double flops_per_step = gpt_train_flops(m, cfg.seq_len, trainer.tokens_per_step());
-  Progress progress(cfg.steps, cfg.log_every, a.has("quiet"));
-  double first_loss = 0, last_loss = 0;
-  const auto t_start = std::chrono::steady_clock::now();
-  OffloadTraffic traffic_before;
+  TrainRun run;
+  if (auto err = set_up(*parsed, run)) return fail(err->message, err->code);
+  const TrainConfig& cfg = run.cfg;
+  Trainer& trainer = *run.trainer;
+  log_run(run);
 
   int64_t start_step = 0;
-  if (!ckpt.resume.empty()) {
-    auto dir = resolve_checkpoint(ckpt.resume);
-    if (!dir.ok()) return fail(dir.status().message(), 2);
-    auto meta = load_checkpoint(*dir, cfg,
-                                [&](int64_t slab, const float* w, const float* mm, const float* v) {
-                                  return trainer.write_slab_state(slab, w, mm, v);
-                                });
-    if (!meta.ok()) return fail(meta.status().message(), exit_code_for_load(meta.status()));
-    Status pos = loader->set_position(meta->data_position);
-    if (!pos.ok()) return fail("checkpoint " + *dir + ": " + pos.message(), 2);
-    trainer.set_progress(meta->step, meta->adam_steps);
-    start_step = meta->step;
-    log_info("resumed from " + *dir + " at step " + std::to_string(start_step));
+  if (!run.ckpt.resume.empty()) {
+    auto step = resume(run);
+    if (!step.ok()) return fail(step.status().message(), exit_code_for_load(step.status()));
+    start_step = *step;
   }
 
+  // ---- The loop ---------------------------------------------------------------------------------
+  const int64_t BT = cfg.batch_size * cfg.seq_len;
+  std::vector<int32_t> inputs(static_cast<size_t>(BT * cfg.grad_accum));  // (M, B, T)
+  std::vector<int32_t> targets(inputs.size());                            // (M, B, T)
+  const double flops_per_step = gpt_train_flops(cfg.model, cfg.seq_len, trainer.tokens_per_step());
+  Progress progress(cfg.steps, cfg.log_every, run.quiet);
+  double first_loss = 0, last_loss = 0;
+  const auto t_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < cfg.steps; step++) {
     for (int64_t k = 0; k < cfg.grad_accum; k++) {
-      loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
+      run.loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
     }
     // The trace shows the last step: steady state, with the previous step's pending work.
-    if (trainer.offload && a.has("trace")) trainer.offload->set_record_trace(step == cfg.steps - 1);
-    auto st_or = trainer.train_step(inputs.data(), targets.data());
-    if (!st_or.ok()) {
+    if (!run.trace_path.empty()) trainer.set_record_trace(step == cfg.steps - 1);
+    auto st = trainer.train_step(inputs.data(), targets.data());
+    if (!st.ok()) {
       progress.finish();
-      return fail("training stopped: " + st_or.status().to_string(), 1);
+      return fail("training stopped: " + st.status().to_string(), 1);
     }
-    const StepStats& st = *st_or;
-    const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / st.seconds;
-    if (step == 0) first_loss = st.loss;
-    last_loss = st.loss;
-    progress.on_step(st, tokens_per_s);
+    const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / st->seconds;
+    if (step == start_step) first_loss = st->loss;
+    last_loss = st->loss;
+    progress.on_step(*st, tokens_per_s);
     double stall_s = -1;  // a checkpoint after this step: how long training stood still
-    if (ckpt.save_every > 0 && ((step + 1) % ckpt.save_every == 0 || step + 1 == cfg.steps)) {
-      CheckpointMeta meta;
-      meta.step = step + 1;
-      meta.adam_steps = trainer.adam_steps();
-      meta.data_position = loader->position();
-      meta.seed = cfg.seed;
-      meta.schedule = cfg.schedule;
-      auto saved = save_checkpoint(
-          *ckpt_engine, ckpt.dir, cfg, meta,
-          [&](int64_t slab, float* w, float* mm, float* v) {
-            return trainer.read_slab_state(slab, w, mm, v);
-          },
-          ckpt.keep);
+    const int64_t every = run.ckpt.save_every;
+    if (every > 0 && ((step + 1) % every == 0 || step + 1 == cfg.steps)) {
+      auto saved = save(run, step + 1, progress);
       if (!saved.ok()) {
         progress.finish();
         return fail("training stopped: " + saved.status().to_string(), 1);
       }
-      stall_s = saved->seconds;
-      char line[256];
-      std::snprintf(line, sizeof line, "checkpoint %s: %s in %.3f s (training stalled)",
-                    saved->dir.c_str(), format_bytes(saved->bytes).c_str(), saved->seconds);
-      progress.note(line);
+      stall_s = *saved;
     }
-    if (metrics.is_open()) {
-      nlohmann::json line = {
-          {"step", st.step},
-          {"loss", st.loss},
-          {"lr", st.lr},
-          {"grad_norm", st.grad_norm},
-          {"skipped", st.skipped},
-          {"tokens_per_s", tokens_per_s},
-          {"iter_s", st.seconds},
-          {"model_flops_per_s", flops_per_step / st.seconds},
-          {"peak_device_bytes", device->memory_stats().device_peak},
-          {"peak_host_bytes", device->memory_stats().host_peak},
-      };
-      if (stall_s >= 0) line["checkpoint_stall_s"] = stall_s;
-      if (trainer.offload) {
-        add_offload_metrics(line, *trainer.offload, traffic_before, st.seconds);
-        traffic_before = trainer.offload->traffic();
-      }
-      metrics << line.dump() << '\n';
-      metrics.flush();
-      if (!metrics) return fail("writing metrics file " + a.get("metrics") + " failed", 1);
+    if (run.metrics.is_open()) {
+      run.metrics
+          << metrics_line(*st, tokens_per_s, flops_per_step, *run.device, trainer, stall_s).dump()
+          << '\n';
+      run.metrics.flush();
+      if (!run.metrics) return fail("writing metrics file " + run.metrics_path + " failed", 1);
     }
   }
-  if (trainer.offload) {
-    Status fin = trainer.offload->finish();
-    if (!fin.ok()) {
-      progress.finish();
-      return fail("training stopped: " + fin.to_string(), 1);
-    }
-    if (a.has("trace")) {
-      const nlohmann::json trace =
-          execution_trace_json(trainer.offload->last_plan(), trainer.offload->last_report());
-      std::ofstream out(a.get("trace"), std::ios::out | std::ios::trunc);
-      out << trace.dump() << '\n';
-      out.flush();
-      if (!out) return fail("cannot write trace file " + a.get("trace"), 1);
-    }
+
+  // ---- The end: pending work, the trace, the summary --------------------------------------------
+  Status fin = trainer.finish();
+  if (!fin.ok()) {
+    progress.finish();
+    return fail("training stopped: " + fin.to_string(), 1);
+  }
+  if (!run.trace_path.empty()) {
+    Status traced = write_trace(trainer, run.trace_path);
+    if (!traced.ok()) return fail(traced.message(), 1);
   }
   progress.finish();
   const double total_s =

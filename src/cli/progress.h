@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "sched/in_memory_trainer.h"
+#include "sched/trainer.h"
 
 namespace strata::cli {
 

@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/format.h"
 
 namespace strata {
 
@@ -23,27 +24,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Message helpers. Every error is one line, so user text is escaped before it goes into one.
-
-// Control characters become \n, \t or \xNN.
-std::string printable(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    auto u = static_cast<unsigned char>(ch);
-    if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
 
 // A JSON value as it would appear in the file; long values are cut so the line stays readable.
 std::string show(const json& v) {
@@ -244,17 +224,6 @@ Status read_fraction(const json& j, const char* section, const char* name, doubl
   return Status::ok_status();
 }
 
-Status check_one_of(const char* key, const std::string& v, const std::vector<std::string>& allowed,
-                    const char* why) {
-  for (const auto& a : allowed) {
-    if (v == a) return Status::ok_status();
-  }
-  std::string list;
-  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  return invalid_argument(std::string(key) + " '" + printable(v) + "' is not " + why + " (" + list +
-                          ")");
-}
-
 }  // namespace
 
 json default_config_json() {
@@ -331,42 +300,48 @@ Status apply_set(json& base, const std::string& assignment) {
   return merge_config(base, overlay, source);
 }
 
-Result<TrainConfig> parse_config(const json& j) {
-  json full = default_config_json();
-  STRATA_RETURN_IF_ERROR(merge_config(full, j, "config"));
-  // After the merge every key exists with the default's type, so the reads below cannot throw.
-  const json& m = full.at("model");
-  const json& t = full.at("train");
-  const json& o = full.at("optim");
-  const json& d = full.at("data");
+namespace {
 
-  TrainConfig c;
-  c.model.vocab_size = m.at("vocab_size").get<int64_t>();
-  c.model.context_length = m.at("context_length").get<int64_t>();
-  c.model.n_layer = m.at("n_layer").get<int64_t>();
-  c.model.n_head = m.at("n_head").get<int64_t>();
-  c.model.n_embd = m.at("n_embd").get<int64_t>();
-  STRATA_RETURN_IF_ERROR(check_positive("model.vocab_size", c.model.vocab_size));
-  STRATA_RETURN_IF_ERROR(check_positive("model.context_length", c.model.context_length));
-  STRATA_RETURN_IF_ERROR(check_positive("model.n_layer", c.model.n_layer));
-  STRATA_RETURN_IF_ERROR(check_positive("model.n_head", c.model.n_head));
-  STRATA_RETURN_IF_ERROR(check_positive("model.n_embd", c.model.n_embd));
-  if (c.model.vocab_size > 65536) {
-    return invalid_argument("model.vocab_size " + std::to_string(c.model.vocab_size) +
+// An enum-valued key of `section`, parsed by its config name (core/config_enums.h).
+template <typename E>
+Status read_enum(const json& full, const char* section, const char* key, E* out) {
+  const json& sec = *section != 0 ? full.at(section) : full;
+  const std::string field = *section != 0 ? std::string(section) + "." + key : std::string(key);
+  STRATA_ASSIGN_OR_RETURN(*out, parse_enum<E>(field, sec.at(key).get<std::string>()));
+  return Status::ok_status();
+}
+
+Status parse_model(const json& full, ModelConfig& m) {
+  const json& j = full.at("model");
+  m.vocab_size = j.at("vocab_size").get<int64_t>();
+  m.context_length = j.at("context_length").get<int64_t>();
+  m.n_layer = j.at("n_layer").get<int64_t>();
+  m.n_head = j.at("n_head").get<int64_t>();
+  m.n_embd = j.at("n_embd").get<int64_t>();
+  STRATA_RETURN_IF_ERROR(check_positive("model.vocab_size", m.vocab_size));
+  STRATA_RETURN_IF_ERROR(check_positive("model.context_length", m.context_length));
+  STRATA_RETURN_IF_ERROR(check_positive("model.n_layer", m.n_layer));
+  STRATA_RETURN_IF_ERROR(check_positive("model.n_head", m.n_head));
+  STRATA_RETURN_IF_ERROR(check_positive("model.n_embd", m.n_embd));
+  if (m.vocab_size > 65536) {
+    return invalid_argument("model.vocab_size " + std::to_string(m.vocab_size) +
                             " exceeds 65536 (tokens are stored as uint16)");
   }
-  if (c.model.n_embd % c.model.n_head != 0) {
-    return invalid_argument("model.n_embd " + std::to_string(c.model.n_embd) +
-                            " is not divisible by model.n_head " + std::to_string(c.model.n_head));
+  if (m.n_embd % m.n_head != 0) {
+    return invalid_argument("model.n_embd " + std::to_string(m.n_embd) +
+                            " is not divisible by model.n_head " + std::to_string(m.n_head));
   }
+  return Status::ok_status();
+}
 
+Status parse_train(const json& full, TrainConfig& c) {
+  const json& t = full.at("train");
   c.batch_size = t.at("batch_size").get<int64_t>();
   c.seq_len = t.at("seq_len").get<int64_t>();
   c.grad_accum = t.at("grad_accum").get<int64_t>();
   c.steps = t.at("steps").get<int64_t>();
   c.seed = t.at("seed").get<int64_t>();
   c.log_every = t.at("log_every").get<int64_t>();
-  c.schedule = t.at("schedule").get<std::string>();
   STRATA_RETURN_IF_ERROR(check_positive("train.batch_size", c.batch_size));
   STRATA_RETURN_IF_ERROR(check_positive("train.seq_len", c.seq_len));
   STRATA_RETURN_IF_ERROR(check_positive("train.grad_accum", c.grad_accum));
@@ -377,11 +352,12 @@ Result<TrainConfig> parse_config(const json& j) {
                             " exceeds model.context_length " +
                             std::to_string(c.model.context_length));
   }
-  STRATA_RETURN_IF_ERROR(check_one_of("train.schedule", c.schedule,
-                                      {"in_memory", "horizontal", "vertical"}, "a schedule"));
+  STRATA_RETURN_IF_ERROR(read_enum(full, "train", "schedule", &c.schedule));
+  return read_enum(full, "", "device", &c.device);
+}
 
+Status parse_optim(const json& full, OptimConfig& op) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  OptimConfig& op = c.optim;
   STRATA_RETURN_IF_ERROR(read_float(full, "optim", "lr", &op.lr));
   STRATA_RETURN_IF_ERROR(read_float(full, "optim", "min_lr_ratio", &op.min_lr_ratio));
   STRATA_RETURN_IF_ERROR(read_float(full, "optim", "beta1", &op.beta1));
@@ -389,7 +365,7 @@ Result<TrainConfig> parse_config(const json& j) {
   STRATA_RETURN_IF_ERROR(read_float(full, "optim", "eps", &op.eps));
   STRATA_RETURN_IF_ERROR(read_float(full, "optim", "weight_decay", &op.weight_decay));
   STRATA_RETURN_IF_ERROR(read_float(full, "optim", "grad_clip", &op.grad_clip));
-  op.warmup_steps = o.at("warmup_steps").get<int64_t>();
+  op.warmup_steps = full.at("optim").at("warmup_steps").get<int64_t>();
   STRATA_RETURN_IF_ERROR(check_range("optim.lr", op.lr, 0, true, kInf, true));
   STRATA_RETURN_IF_ERROR(check_range("optim.min_lr_ratio", op.min_lr_ratio, 0, false, 1, false));
   STRATA_RETURN_IF_ERROR(check_range("optim.beta1", op.beta1, 0, false, 1, true));
@@ -405,18 +381,19 @@ Result<TrainConfig> parse_config(const json& j) {
                             " needs optim.grad_clip = 0: with clipping on, no step may run "
                             "before the global gradient norm is known");
   }
+  return Status::ok_status();
+}
 
-  c.data_train = d.at("train").get<std::string>();
-  c.data_format = d.at("format").get<std::string>();
+Status parse_data(const json& full, TrainConfig& c) {
+  c.data_train = full.at("data").at("train").get<std::string>();
   if (c.data_train.empty()) {
     return invalid_argument("data.train must be \"embedded\" or a token file path, got \"\"");
   }
-  STRATA_RETURN_IF_ERROR(check_one_of("data.format", c.data_format, {"auto", "llmc", "raw_u16"},
-                                      "a token file format"));
+  return read_enum(full, "data", "format", &c.data_format);
+}
 
+Status parse_io(const json& full, IoConfig& i) {
   const json& io = full.at("io");
-  IoConfig& i = c.io;
-  i.engine = io.at("engine").get<std::string>();
   i.queue_depth = io.at("queue_depth").get<int64_t>();
   i.block_size = io.at("block_size").get<int64_t>();
   i.workers = io.at("workers").get<int64_t>();
@@ -431,8 +408,7 @@ Result<TrainConfig> parse_config(const json& j) {
     }
     i.dirs.push_back(dir.get<std::string>());
   }
-  STRATA_RETURN_IF_ERROR(
-      check_one_of("io.engine", i.engine, {"auto", "uring", "posix"}, "a storage engine"));
+  STRATA_RETURN_IF_ERROR(read_enum(full, "io", "engine", &i.engine));
   STRATA_RETURN_IF_ERROR(check_positive("io.queue_depth", i.queue_depth));
   STRATA_RETURN_IF_ERROR(check_positive("io.workers", i.workers));
   STRATA_RETURN_IF_ERROR(check_non_negative("io.read_bytes_per_s", i.read_bytes_per_s));
@@ -444,7 +420,12 @@ Result<TrainConfig> parse_config(const json& j) {
                               std::to_string(v));
     }
   }
+  return Status::ok_status();
+}
 
+// memory.*, offload.* and activations.*: budgets and where state goes, checked against the
+// schedule and the storage directories.
+Status parse_placement(const json& full, TrainConfig& c) {
   const json& mem = full.at("memory");
   c.memory.device_bytes = mem.at("device_bytes").get<int64_t>();
   c.memory.host_bytes = mem.at("host_bytes").get<int64_t>();
@@ -458,37 +439,48 @@ Result<TrainConfig> parse_config(const json& j) {
       read_fraction(full, "offload", "checkpoints_on_host", &off.checkpoints_on_host));
   // The in-memory schedule ignores the placement; the offloaded ones put every fraction below 1
   // on storage, which has nowhere to go without a directory.
-  bool offloaded = c.schedule == "horizontal" || c.schedule == "vertical";
   bool on_storage = off.params_on_host < 1 || off.optim_on_host < 1 || off.checkpoints_on_host < 1;
-  if (offloaded && on_storage && i.dirs.empty()) {
+  if (is_offloaded(c.schedule) && on_storage && c.io.dirs.empty()) {
     return invalid_argument(
         "io.dirs is empty but the offload placement puts state on storage (set io.dirs, or "
         "offload.*_on_host = 1)");
   }
 
-  const json& act = full.at("activations");
-  c.activations.policy = act.at("policy").get<std::string>();
-  c.activations.tier = act.at("tier").get<std::string>();
-  STRATA_RETURN_IF_ERROR(check_one_of("activations.policy", c.activations.policy,
-                                      {"recompute", "keep", "offload", "auto"},
-                                      "an activation policy"));
-  STRATA_RETURN_IF_ERROR(check_one_of("activations.tier", c.activations.tier, {"storage", "host"},
-                                      "an activation tier"));
-  if (c.activations.policy != "recompute" && c.schedule != "vertical") {
-    return invalid_argument("activations.policy '" + c.activations.policy +
+  ActivationConfig& a = c.activations;
+  STRATA_RETURN_IF_ERROR(read_enum(full, "activations", "policy", &a.policy));
+  STRATA_RETURN_IF_ERROR(read_enum(full, "activations", "tier", &a.tier));
+  if (a.policy != ActsPolicy::recompute && c.schedule != Schedule::vertical) {
+    return invalid_argument(std::string("activations.policy '") + enum_name(a.policy) +
                             "' needs train.schedule vertical (the other schedules recompute)");
   }
-  const bool acts_on_storage = c.activations.policy == "offload" || c.activations.policy == "auto";
-  if (acts_on_storage && c.activations.tier == "storage" && i.dirs.empty()) {
+  const bool acts_offloaded = a.policy == ActsPolicy::offload || a.policy == ActsPolicy::automatic;
+  if (acts_offloaded && a.tier == ActsTier::storage && c.io.dirs.empty()) {
     return invalid_argument(
         "io.dirs is empty but activations.tier is storage (set io.dirs, or "
         "activations.tier = host)");
   }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<TrainConfig> parse_config(const json& j) {
+  json full = default_config_json();
+  STRATA_RETURN_IF_ERROR(merge_config(full, j, "config"));
+  // After the merge every key exists with the default's type, so the reads below cannot throw.
+  TrainConfig c;
+  STRATA_RETURN_IF_ERROR(parse_model(full, c.model));
+  STRATA_RETURN_IF_ERROR(parse_train(full, c));
+  STRATA_RETURN_IF_ERROR(parse_optim(full, c.optim));
+  STRATA_RETURN_IF_ERROR(parse_data(full, c));
+  STRATA_RETURN_IF_ERROR(parse_io(full, c.io));
+  STRATA_RETURN_IF_ERROR(parse_placement(full, c));
   return c;
 }
 
 json config_to_json(const TrainConfig& c) {
   json j = json::object();
+  j["device"] = enum_name(c.device);
   json& m = j["model"];
   m["vocab_size"] = c.model.vocab_size;
   m["context_length"] = c.model.context_length;
@@ -503,7 +495,7 @@ json config_to_json(const TrainConfig& c) {
   t["steps"] = c.steps;
   t["seed"] = c.seed;
   t["log_every"] = c.log_every;
-  t["schedule"] = c.schedule;
+  t["schedule"] = enum_name(c.schedule);
 
   json& o = j["optim"];
   o["lr"] = float_json(c.optim.lr);
@@ -518,10 +510,10 @@ json config_to_json(const TrainConfig& c) {
 
   json& d = j["data"];
   d["train"] = c.data_train;
-  d["format"] = c.data_format;
+  d["format"] = enum_name(c.data_format);
 
   json& io = j["io"];
-  io["engine"] = c.io.engine;
+  io["engine"] = enum_name(c.io.engine);
   io["queue_depth"] = c.io.queue_depth;
   io["block_size"] = c.io.block_size;
   io["workers"] = c.io.workers;
@@ -540,8 +532,8 @@ json config_to_json(const TrainConfig& c) {
   mem["host_bytes"] = c.memory.host_bytes;
 
   json& act = j["activations"];
-  act["policy"] = c.activations.policy;
-  act["tier"] = c.activations.tier;
+  act["policy"] = enum_name(c.activations.policy);
+  act["tier"] = enum_name(c.activations.tier);
   json& off = j["offload"];
   off["params_on_host"] = c.offload.params_on_host;
   off["optim_on_host"] = c.offload.optim_on_host;

@@ -7,14 +7,16 @@
 // values and the relations between them.
 //
 // JSON layout:
-//   {"model": {vocab_size, context_length, n_layer, n_head, n_embd},
+//   {"device": "cpu" | "cuda",
+//    "model": {vocab_size, context_length, n_layer, n_head, n_embd},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
 //    "data":  {train, format},
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
 //              faults, dirs, stripe_unit, checksums},
 //    "memory":  {device_bytes, host_bytes},
-//    "offload": {params_on_host, optim_on_host, checkpoints_on_host}}
+//    "offload": {params_on_host, optim_on_host, checkpoints_on_host},
+//    "activations": {policy, tier}}
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config_enums.h"
 #include "core/status.h"
 
 namespace strata {
@@ -54,8 +57,8 @@ struct OptimConfig {
 // The storage engine and the striped store (DESIGN §4). Used by `strata bench-io` now and by
 // the offloaded schedules.
 struct IoConfig {
-  std::string engine = "auto";   // "auto" | "uring" | "posix"
-  int64_t queue_depth = 32;      // requests in flight per ring / worker pool
+  IoEngineKind engine = IoEngineKind::automatic;  // "auto" | "uring" | "posix"
+  int64_t queue_depth = 32;                       // requests in flight per ring / worker pool
   int64_t block_size = 1 << 20;  // large requests are split into blocks of this size
   int64_t workers = 1;           // rings (io_uring) or threads (posix)
   int64_t read_bytes_per_s = 0;  // rate limit, 0: none (emulates a slower SSD)
@@ -88,8 +91,8 @@ struct OffloadConfig {
 // prefetched back; "auto" keeps, offloads or recomputes each block from the memory budget and the
 // measured compute time and storage bandwidth, and says why in the log.
 struct ActivationConfig {
-  std::string policy = "recompute";  // "recompute" | "keep" | "offload" | "auto"
-  std::string tier = "storage";      // where "offload" puts them: "storage" | "host"
+  ActsPolicy policy = ActsPolicy::recompute;  // "recompute" | "keep" | "offload" | "auto"
+  ActsTier tier = ActsTier::storage;          // where "offload" puts them: "storage" | "host"
 };
 
 struct TrainConfig {
@@ -106,8 +109,11 @@ struct TrainConfig {
   int64_t seed = 1337;
   int64_t log_every = 10;
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
-  std::string data_format = "auto";     // "auto" | "llmc" | "raw_u16"
-  std::string schedule = "in_memory";   // "in_memory" | "horizontal" | "vertical" (DESIGN §5)
+  TokenFormat data_format = TokenFormat::auto_detect;  // "auto" | "llmc" | "raw_u16"
+  Schedule schedule = Schedule::in_memory;  // "in_memory" | "horizontal" | "vertical" (§5)
+  // Where compute runs: "cpu" (default) or "cuda" (docs/design.md §1). The offloaded schedules
+  // run on the CPU device for now.
+  DeviceKind device = DeviceKind::cpu;
 };
 
 // The embedded default, with every key (it is config_to_json(TrainConfig{})).

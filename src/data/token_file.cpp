@@ -72,25 +72,6 @@ int32_t read_i32(const void* base, int64_t index) {
 
 }  // namespace
 
-Result<TokenFormat> parse_token_format(const std::string& s) {
-  if (s == "auto") return TokenFormat::auto_detect;
-  if (s == "llmc") return TokenFormat::llmc;
-  if (s == "raw_u16") return TokenFormat::raw_u16;
-  return invalid_argument("data.format '" + s + "' is not one of auto, llmc, raw_u16");
-}
-
-const char* token_format_name(TokenFormat f) {
-  switch (f) {
-    case TokenFormat::auto_detect:
-      return "auto";
-    case TokenFormat::llmc:
-      return "llmc";
-    case TokenFormat::raw_u16:
-      return "raw_u16";
-  }
-  return "?";
-}
-
 TokenFile::TokenFile(TokenFile&& other) noexcept {
   *this = std::move(other);
 }

@@ -9,19 +9,16 @@
 #include <cstdint>
 #include <string>
 
+#include "core/config_enums.h"
 #include "core/status.h"
 
 namespace strata {
 
-enum class TokenFormat { auto_detect, llmc, raw_u16 };
+// TokenFormat (data.format) is in core/config_enums.h.
 
 inline constexpr int32_t kLlmcMagic = 20240520;
 inline constexpr int32_t kLlmcVersion = 1;
 inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
-
-// "auto" | "llmc" | "raw_u16"; anything else is invalid_argument naming the value.
-Result<TokenFormat> parse_token_format(const std::string& s);
-const char* token_format_name(TokenFormat f);
 
 // A read-only mmap of a token file's payload. Move-only; unmaps in the destructor.
 class TokenFile {

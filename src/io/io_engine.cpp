@@ -118,18 +118,15 @@ std::string posix_description(const PosixEngine& engine) {
 
 Result<std::unique_ptr<IoEngine>> create_io_engine(const IoEngineOptions& options,
                                                    const std::string& probe_dir) {
-  if (options.kind == "posix") {
+  if (options.kind == IoEngineKind::posix) {
     STRATA_ASSIGN_OR_RETURN(auto engine, PosixEngine::create(options));
     log_info("storage engine: posix, " + posix_description(*engine) + " (asked for posix)");
     return std::unique_ptr<IoEngine>(std::move(engine));
   }
-  if (options.kind == "uring") {
+  if (options.kind == IoEngineKind::uring) {
     STRATA_ASSIGN_OR_RETURN(auto engine, UringEngine::create(options));
     log_info("storage engine: io_uring, " + engine->describe() + " (asked for io_uring)");
     return std::unique_ptr<IoEngine>(std::move(engine));
-  }
-  if (options.kind != "auto") {
-    return invalid_argument("io engine kind '" + options.kind + "' must be auto, uring or posix");
   }
 
   std::string reason;

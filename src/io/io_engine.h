@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/config_enums.h"
 #include "core/status.h"
 
 namespace strata {
@@ -77,7 +78,7 @@ class IoFaultHook {
 // of queue_depth entries, each ring owned by one thread; posix as workers x queue_depth threads
 // (at most 64), each running one block at a time.
 struct IoEngineOptions {
-  std::string kind = "auto";         // "auto" | "uring" | "posix"
+  IoEngineKind kind = IoEngineKind::automatic;  // io.engine
   int queue_depth = 32;              // blocks in flight per ring (uring) / per worker (posix)
   uint64_t block_size = 1ull << 20;  // requests are split into blocks of this size (4 KiB multiple)
   int workers = 1;                   // uring: rings, one thread each; posix: multiplies threads

@@ -83,7 +83,7 @@ RunChoice choice_of(const TrainConfig& cfg) {
 }
 
 ScheduleSpec planner_spec(const TrainConfig& cfg, const HardwareProfile& p) {
-  const bool vertical = cfg.schedule == "vertical";
+  const bool vertical = cfg.schedule == Schedule::vertical;
   ScheduleSpec s = offload_schedule_spec(sizing_device(), cfg, vertical, true);
   const int64_t n = s.block_elems, BT = cfg.batch_size * cfg.seq_len, C = cfg.model.n_embd,
                 V = cfg.model.vocab_size;
@@ -117,8 +117,8 @@ TierBudgets planner_budgets(const TrainConfig& cfg, const HardwareProfile& p) {
 }
 
 Result<Prediction> predict(const TrainConfig& cfg, const HardwareProfile& profile, bool keep_plan) {
-  if (cfg.schedule != "horizontal" && cfg.schedule != "vertical") {
-    return invalid_argument("train.schedule '" + cfg.schedule +
+  if (!is_offloaded(cfg.schedule)) {
+    return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
                             "': the planner predicts the offloaded schedules (horizontal, "
                             "vertical)");
   }
@@ -175,7 +175,7 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
     }
     return p;
   };
-  for (const std::string& sched : o.schedules) {
+  for (const Schedule sched : o.schedules) {
     bool sched_found = false;
     Prediction sched_best;
     for (int64_t B = 1; B <= std::min(N, o.max_micro_batch); B *= 2) {
@@ -184,7 +184,7 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
       c.schedule = sched;
       c.batch_size = B;
       c.micro_batches = N / B;
-      c.alpha = sched == "vertical" && !clip ? 0.5 : 1.0;
+      c.alpha = sched == Schedule::vertical && !clip ? 0.5 : 1.0;
       // Placement: more on host never costs time in this model (it only removes transfers), so
       // for each optimizer fraction take the largest params fraction that fits, checkpoints on
       // host first; the simulator picks among those.
@@ -206,7 +206,7 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
         if (placed) break;
       }
       if (!placed) continue;
-      if (sched == "vertical" && !clip) {
+      if (sched == Schedule::vertical && !clip) {
         RunChoice a = best.choice;
         for (double al : o.alphas) {
           if (al == best.choice.alpha) continue;
@@ -291,7 +291,7 @@ Result<TrainConfig> auto_configure(const TrainConfig& cfg, const std::string& pr
                 "--auto (profile %s): schedule %s, B %lld x M %lld, on host params %.2f optim "
                 "%.2f checkpoints %.2f, alpha %.2f; predicted %.3f s/iteration, %.4g tokens/s, "
                 "%s-bound",
-                prof.name.c_str(), c.schedule.c_str(), static_cast<long long>(c.batch_size),
+                prof.name.c_str(), enum_name(c.schedule), static_cast<long long>(c.batch_size),
                 static_cast<long long>(c.micro_batches), c.params_on_host, c.optim_on_host,
                 c.checkpoints_on_host, c.alpha, r.best.iter_s, r.best.tokens_per_s,
                 r.best.bound.c_str());

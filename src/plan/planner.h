@@ -32,9 +32,9 @@ Result<ModelPreset> find_preset(const std::string& name);
 
 // What the planner chooses; the rest of the run (model, T, optimizer) comes from the config.
 struct RunChoice {
-  std::string schedule = "vertical";  // horizontal | vertical
-  int64_t batch_size = 1;             // B, sequences per micro-batch
-  int64_t micro_batches = 1;          // M
+  Schedule schedule = Schedule::vertical;  // horizontal | vertical
+  int64_t batch_size = 1;                  // B, sequences per micro-batch
+  int64_t micro_batches = 1;               // M
   double params_on_host = 0, optim_on_host = 0, checkpoints_on_host = 1;
   double alpha = 1;  // vertical: part of each step deferred to the next forward
 };
@@ -70,7 +70,7 @@ Result<Prediction> predict(const TrainConfig& cfg, const HardwareProfile& profil
                            bool keep_plan = false);
 
 struct SearchOptions {
-  std::vector<std::string> schedules = {"horizontal", "vertical"};
+  std::vector<Schedule> schedules = {Schedule::horizontal, Schedule::vertical};
   // Sequences per optimizer step (B x M), kept fixed since it is part of the optimisation
   // problem, not of the machine; 0: the config's batch_size x grad_accum.
   int64_t sequences_per_step = 0;

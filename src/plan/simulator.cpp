@@ -29,10 +29,6 @@ SimOptions sim_options(const HardwareProfile& p) {
 
 namespace {
 
-bool starts_with(const std::string& s, const char* prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-
 double div_or_zero(double a, double b) {
   return b > 0 ? a / b : 0;
 }
@@ -57,13 +53,15 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
       case Resource::compute:
         s = p.task_overhead_s;
         switch (t.kind) {
-          case TaskKind::forward:
-            s += t.block < 0 ? p.embed_s_per_token * ctx.tokens : div_or_zero(t.flops, fwd_rate);
+          case TaskKind::embed_forward:
+          case TaskKind::embed_backward:
+            s += p.embed_s_per_token * ctx.tokens;
             break;
-          case TaskKind::backward:
-            if (t.block < 0) {
-              s += p.embed_s_per_token * ctx.tokens;
-            } else if (t.fused) {
+          case TaskKind::block_forward:
+            s += div_or_zero(t.flops, fwd_rate);
+            break;
+          case TaskKind::block_backward:
+            if (t.fused) {
               s += div_or_zero(t.flops, bwd_rate);
             } else {
               // The recompute is a forward: it runs at the forward's rate.
@@ -71,10 +69,10 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
               s += div_or_zero(re, fwd_rate) + div_or_zero(t.flops - re, bwd_rate);
             }
             break;
-          case TaskKind::loss:
+          case TaskKind::head_loss:
             s += div_or_zero(t.flops, head_rate);
             break;
-          case TaskKind::zero: {
+          case TaskKind::grad_zero: {
             int64_t zb = 0;
             for (const SlotUse& u : t.uses) {
               if (u.write && u.slot >= 0 && u.slot < static_cast<int32_t>(plan.slots.size())) {
@@ -103,9 +101,9 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
         break;
       case Resource::cpu_optim:
         s = p.optim_latency_s;
-        if (t.kind == TaskKind::optimizer) {
+        if (t.kind == TaskKind::block_step || t.kind == TaskKind::embed_step) {
           s += div_or_zero(bytes / ctx.optim_bytes_per_param, p.optim_params_per_s);
-        } else if (starts_with(t.label, "acc ") || starts_with(t.label, "sumsq ")) {
+        } else if (t.kind == TaskKind::grad_accumulate || t.kind == TaskKind::grad_sumsq) {
           s += div_or_zero(bytes, p.reduce_bytes_per_s);
         }
         break;

@@ -96,7 +96,7 @@ void InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
   }
 }
 
-StepStats InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
+Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   const float dloss = 1.0f / static_cast<float>(BT * cfg_.grad_accum);
@@ -127,9 +127,10 @@ StepStats InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targ
   return st;
 }
 
-void InMemoryTrainer::read_params(float* host) const {
+Status InMemoryTrainer::read_params(float* host) {
   dev_.copy(*stream_, host, params_.data(), layout_.total_elems * 4);
   stream_->synchronize();
+  return Status::ok_status();
 }
 
 void InMemoryTrainer::write_params(const float* host) {

@@ -13,31 +13,34 @@
 #include "model/gpt.h"
 #include "model/layout.h"
 #include "optim/lr_schedule.h"
+#include "sched/trainer.h"
 
 namespace strata {
 
-struct StepStats {
-  int64_t step = 0;      // 0-based index of the optimizer step just taken
-  double loss = 0;       // mean over all positions of all micro-batches
-  double grad_norm = 0;  // global L2 norm before clipping
-  float lr = 0;
-  bool skipped = false;  // non-finite gradient: no update was applied
-  double seconds = 0;    // wall time of the whole step
-};
-
-class InMemoryTrainer {
+class InMemoryTrainer final : public Trainer {
  public:
   // Allocates everything on `dev` (errors name the budget) and initialises the parameters from
   // cfg.seed.
   static Result<std::unique_ptr<InMemoryTrainer>> create(Device& dev, const TrainConfig& cfg);
-  ~InMemoryTrainer();
+  ~InMemoryTrainer() override;
 
-  const ParamLayout& layout() const { return layout_; }
-  int64_t steps_done() const { return steps_done_; }
-  int64_t tokens_per_step() const { return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum; }
-
-  // inputs, targets: (grad_accum, B, T) host int32. One optimizer step.
-  StepStats train_step(const int32_t* inputs, const int32_t* targets);
+  // Trainer. One whole optimizer step per call; nothing is ever left pending.
+  Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
+  Status finish() override { return Status::ok_status(); }
+  Status read_params(float* host) override;
+  Status read_slab_state(int64_t slab, float* master, float* m, float* v) override;
+  Status write_slab_state(int64_t slab, const float* master, const float* m,
+                          const float* v) override;
+  int64_t steps_done() const override { return steps_done_; }
+  int64_t adam_steps() const override { return adam_steps_; }
+  void set_progress(int64_t steps_done, int64_t adam_steps) override {
+    steps_done_ = steps_done;
+    adam_steps_ = adam_steps;
+  }
+  const ParamLayout& layout() const override { return layout_; }
+  int64_t tokens_per_step() const override {
+    return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum;
+  }
 
   // Pieces of a step, for tests: zero grads, then forward+backward of one (B, T) micro-batch
   // accumulating gradients scaled by dloss; returns the micro-batch's mean loss.
@@ -45,20 +48,9 @@ class InMemoryTrainer {
   double forward_backward(const int32_t* inputs, const int32_t* targets, float dloss);
 
   // Host copies of device state, (layout.total_elems) floats each; logits (B, T, V).
-  void read_params(float* host) const;
   void write_params(const float* host);
   void read_grads(float* host) const;
   void read_logits(float* host) const;
-
-  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
-  // floats each, and the step counters.
-  Status read_slab_state(int64_t slab, float* master, float* m, float* v);
-  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v);
-  int64_t adam_steps() const { return adam_steps_; }
-  void set_progress(int64_t steps_done, int64_t adam_steps) {
-    steps_done_ = steps_done;
-    adam_steps_ = adam_steps;
-  }
 
  private:
   InMemoryTrainer(Device& dev, const TrainConfig& cfg);

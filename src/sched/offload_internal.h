@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/math_util.h"
 #include "sched/offload_trainer.h"
 
 namespace strata {
@@ -25,6 +26,7 @@ struct OffloadTrainer::BoundPlan {
   std::vector<TaskAction> actions;  // one per task
   std::vector<SlotMemory*> slots;   // one per plan slot
   bool pending_steps = false, iteration = true;
+  PlanTraffic traffic;         // bytes one run of the plan moves (static: plan_traffic)
   int64_t acts_forwarded = 0;  // saved sets per step served from host instead of storage
 };
 

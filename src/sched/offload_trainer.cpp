@@ -16,17 +16,16 @@
 #include "sched/plan_checker.h"
 #include "sched/schedule_horizontal.h"
 #include "sched/schedule_vertical.h"
+#include "sched/slot_names.h"
 
 namespace strata {
+
+namespace names = slot_names;
 
 namespace {
 
 // Host buffers are whole direct-I/O blocks (Note [Direct ranges] in io/tensor_store.h).
 constexpr auto kIoAlign = static_cast<int64_t>(kDirectIoAlignment);
-
-int64_t round_up(int64_t x, int64_t a) {
-  return (x + a - 1) / a * a;
-}
 
 // Elements of the embed group: the embedding slab then the final-norm slab.
 int64_t embed_group_elems(const ParamLayout& layout) {
@@ -38,7 +37,7 @@ int64_t embed_group_elems(const ParamLayout& layout) {
 // whole I/O blocks (whole checksum chunks when checksums are on, since parts are written
 // separately). Note [Optimizer split].
 int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
-  if (cfg.schedule != "vertical" || cfg.optim.alpha >= 1.0) return 0;
+  if (cfg.schedule != Schedule::vertical || cfg.optim.alpha >= 1.0) return 0;
   if (cfg.optim.alpha <= 0.0) return n;
   const int64_t align = cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit / 4, 1024) : 1024;
   const auto a = static_cast<int64_t>(std::llround((1.0 - cfg.optim.alpha) * n / align)) * align;
@@ -81,26 +80,27 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.split_elems = split_elems_for(cfg, n);
   s.acts_bytes = block_saved_floats(d) * 4;
   s.compute_reads_host = dev.kind() == DeviceKind::cpu;
-  if (cfg.schedule == "vertical" && cfg.activations.policy != "recompute") {
+  if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsPolicy::recompute) {
     // "auto" starts from offloading everything; OffloadTrainer decides per block.
-    const ActPolicy offload = cfg.activations.tier == "host" ? ActPolicy::host : ActPolicy::storage;
+    const ActPolicy offload =
+        cfg.activations.tier == ActsTier::host ? ActPolicy::host : ActPolicy::storage;
     s.acts_at.assign(static_cast<size_t>(s.blocks),
-                     cfg.activations.policy == "keep" ? ActPolicy::keep : offload);
+                     cfg.activations.policy == ActsPolicy::keep ? ActPolicy::keep : offload);
   }
   s.pending_steps = pending_steps;
   s.iteration = iteration;
   return s;
 }
 
-Plan make_offload_plan(const ScheduleSpec& spec, const std::string& schedule) {
-  return schedule == "vertical" ? make_vertical_plan(spec) : make_horizontal_plan(spec);
+Plan make_offload_plan(const ScheduleSpec& spec, Schedule schedule) {
+  return schedule == Schedule::vertical ? make_vertical_plan(spec) : make_horizontal_plan(spec);
 }
 
 OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
     : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
   dims_ = block_dims(dev, cfg.batch_size, cfg.seq_len, cfg.model.n_embd, cfg.model.n_head);
-  vertical_ = cfg.schedule == "vertical";
+  vertical_ = cfg.schedule == Schedule::vertical;
   block_elems_ = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
   split_elems_ = split_elems_for(cfg, block_elems_);
   embed_elems_ = embed_group_elems(layout_);
@@ -124,8 +124,8 @@ OffloadTrainer::~OffloadTrainer() {
 
 Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
                                                                const TrainConfig& cfg) {
-  if (cfg.schedule != "horizontal" && cfg.schedule != "vertical") {
-    return invalid_argument("train.schedule '" + cfg.schedule +
+  if (!is_offloaded(cfg.schedule)) {
+    return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
                             "' is not an offloaded schedule (horizontal, vertical)");
   }
   if (dev.kind() != DeviceKind::cpu) {
@@ -192,7 +192,9 @@ double OffloadTrainer::measure_block_forward_s() {
 Status OffloadTrainer::decide_activation_policy() {
   const ScheduleSpec base = offload_schedule_spec(dev_, cfg_, false, true);
   acts_policy_ = base.acts_at;
-  if (cfg_.activations.policy != "auto" || acts_policy_.empty()) return Status::ok_status();
+  if (cfg_.activations.policy != ActsPolicy::automatic || acts_policy_.empty()) {
+    return Status::ok_status();
+  }
   const int64_t L = cfg_.model.n_layer, M = cfg_.grad_accum, S = base.acts_bytes;
   // Keep (on the device) the last blocks, whose backward comes soonest, as far as the device
   // budget allows beyond what the plan needs with everything offloaded; no budget: keep all.
@@ -210,7 +212,7 @@ Status OffloadTrainer::decide_activation_policy() {
   // micro-batch's forward of its block (the read comes back in a backward three times longer).
   const double f = measure_block_forward_s();
   const double w = static_cast<double>(cfg_.io.write_bytes_per_s);
-  const bool to_storage = cfg_.activations.tier == "storage";
+  const bool to_storage = cfg_.activations.tier == ActsTier::storage;
   const double write_s = to_storage && w > 0 ? static_cast<double>(S) / w : 0.0;
   const bool hidden = write_s <= f;
   std::string kept, offloaded, recomputed;
@@ -231,7 +233,7 @@ Status OffloadTrainer::decide_activation_policy() {
                 "activations (auto): keep blocks [%s] on the device (%s); offload [%s] to %s; "
                 "recompute [%s]: a saved set is %s, its write takes %.1f ms against %.1f ms of "
                 "forward per micro-batch (%s)",
-                kept.c_str(), why_keep.c_str(), offloaded.c_str(), cfg_.activations.tier.c_str(),
+                kept.c_str(), why_keep.c_str(), offloaded.c_str(), enum_name(cfg_.activations.tier),
                 recomputed.c_str(), format_bytes(S).c_str(), write_s * 1e3, f * 1e3,
                 hidden ? "hidden behind compute" : "not hidden: recomputing is cheaper");
   log_info(line);
@@ -244,6 +246,7 @@ Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out)
   ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, pending_steps, iteration);
   if (!spec.acts_at.empty()) spec.acts_at = acts_policy_;  // "auto" decided per block
   out.plan = make_offload_plan(spec, cfg_.schedule);
+  out.traffic = plan_traffic(out.plan);
   // Saved sets kept in host memory although their block offloads to storage: forwarded.
   out.acts_forwarded = 0;
   for (int32_t l = 0; iteration && l < static_cast<int32_t>(spec.acts_at.size()); ++l) {
@@ -252,11 +255,13 @@ Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out)
                             vertical_acts_forwarded(l, i, spec.blocks);
     }
   }
+  STRATA_RETURN_IF_ERROR(check_task_signatures(out.plan));
   const TierBudgets budgets{cfg_.memory.device_bytes, cfg_.memory.host_bytes, 0};
   Status st = check_plan(out.plan, budgets);
   if (!st.ok()) {
     return Status(st.code(),
-                  "the " + cfg_.schedule + " plan does not fit: " + st.message() +
+                  std::string("the ") + enum_name(cfg_.schedule) +
+                      " plan does not fit: " + st.message() +
                       " (lower train.batch_size or train.grad_accum, keep less on host with "
                       "offload.*_on_host, or raise memory.device_bytes / memory.host_bytes)");
   }
@@ -296,7 +301,7 @@ Status OffloadTrainer::allocate_slots() {
   }
 
   // The compute workspace is a slot too, so the device budget covers it.
-  SlotMemory& ws = *memory_.at("compute.workspace");
+  SlotMemory& ws = *memory_.at(names::kWorkspace);
   FloatCarver carver(ws.buf.f32());
   ws_ = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size);
 
@@ -321,99 +326,28 @@ Status OffloadTrainer::allocate_slots() {
   return Status::ok_status();
 }
 
-Status OffloadTrainer::write_slot(const std::string& name, int64_t offset, const void* src,
-                                  int64_t bytes) {
-  SlotMemory& m = *memory_.at(name);
-  if (m.tier != Tier::storage) {
-    if (m.tier == Tier::device) {
-      dev_.copy(*h2d_, static_cast<char*>(m.buf.data()) + offset, src, bytes);
-      h2d_->synchronize();
-    } else {
-      std::memcpy(static_cast<char*>(m.buf.data()) + offset, src, static_cast<size_t>(bytes));
-    }
-    return Status::ok_status();
-  }
-  return store_io(m, IoOp::write, offset, const_cast<void*>(src), bytes);
-}
-
-Status OffloadTrainer::read_slot(const std::string& name, int64_t offset, void* dst,
-                                 int64_t bytes) {
-  SlotMemory& m = *memory_.at(name);
-  if (m.tier != Tier::storage) {
-    if (m.tier == Tier::device) {
-      dev_.copy(*d2h_, dst, static_cast<const char*>(m.buf.data()) + offset, bytes);
-      d2h_->synchronize();
-    } else {
-      std::memcpy(dst, static_cast<const char*>(m.buf.data()) + offset, static_cast<size_t>(bytes));
-    }
-    return Status::ok_status();
-  }
-  return store_io(m, IoOp::read, offset, dst, bytes);
-}
-
-Status OffloadTrainer::initialize_state() {
-  const int64_t n = block_elems_;
-  // Staging for storage writes comes from slots that are idle before step 1 (block 0's host
-  // gradient, an optimizer stage), so the host peak stays what the plan says.
-  float* slab = memory_.at("grad.host.blk0")->buf.f32();  // (n)
-  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    std::memset(slab, 0, static_cast<size_t>(n * 4));
-    init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
-    const std::string blk = "blk" + std::to_string(l);
-    STRATA_RETURN_IF_ERROR(write_slot("params.store." + blk, 0, slab, n * 4));
-    for (int32_t part : {-1, 0, 1}) {
-      const std::string name =
-          "optim.store." + blk + (part >= 0 ? ".p" + std::to_string(part) : std::string());
-      auto it = memory_.find(name);
-      if (it == memory_.end()) continue;
-      const auto [lo, hi] = part_range(part);
-      const int64_t pe = hi - lo;
-      // (3, pe): master, m, v of the part.
-      float* state = it->second->tier == Tier::storage ? memory_.at("optim.stage0")->buf.f32()
-                                                       : it->second->buf.f32();
-      std::memset(state, 0, static_cast<size_t>(pe * 12));
-      std::memcpy(state, slab + lo, static_cast<size_t>(pe * 4));  // master; m = v = 0
-      if (it->second->tier == Tier::storage) {
-        STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
-      }
-    }
-  }
-  std::memset(slab, 0, static_cast<size_t>(n * 4));
-  // The embed group: params on the device, master copy and zeroed moments on host.
-  const int64_t E = embed_elems_;
-  const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
-  std::vector<float> group(static_cast<size_t>(E), 0.0f);
-  init_gpt2_slab(layout_, layout_.embed_slab(), group.data(), static_cast<uint64_t>(cfg_.seed));
-  init_gpt2_slab(layout_, layout_.final_slab(), group.data() + ne,
-                 static_cast<uint64_t>(cfg_.seed));
-  STRATA_RETURN_IF_ERROR(write_slot("embed.params", 0, group.data(), E * 4));
-  float* es = memory_.at("embed.optim")->buf.f32();
-  std::memset(es, 0, static_cast<size_t>(E * 12));
-  std::memcpy(es, group.data(), static_cast<size_t>(E * 4));
-  return Status::ok_status();
-}
-
 std::pair<int64_t, int64_t> OffloadTrainer::part_range(int32_t part) const {
   if (part < 0) return {0, block_elems_};
   if (part == 0) return {0, split_elems_};
   return {split_elems_, block_elems_};
 }
 
+void OffloadTraffic::add(const PlanTraffic& t, int64_t forwarded_sets) {
+  storage_read_bytes += t.on(Resource::storage_read);
+  storage_write_bytes += t.on(Resource::storage_write);
+  h2d_bytes += t.on(Resource::h2d);
+  d2h_bytes += t.on(Resource::d2h);
+  acts_storage_read_bytes += t.of(StateKind::acts, Resource::storage_read);
+  acts_storage_write_bytes += t.of(StateKind::acts, Resource::storage_write);
+  acts_forwarded_sets += forwarded_sets;
+}
+
 Status OffloadTrainer::run(BoundPlan& bp) {
   ExecutorOptions o;
   o.record_trace = record_trace_;
-  for (auto& b : bytes_) b.store(0);
-  acts_read_bytes_ = 0;
-  acts_write_bytes_ = 0;
   auto report = execute_plan(bp.plan, bp.actions, o);
-  traffic_.acts_storage_read_bytes += acts_read_bytes_.load();
-  traffic_.acts_storage_write_bytes += acts_write_bytes_.load();
-  traffic_.acts_forwarded_sets += bp.acts_forwarded;
-  traffic_.storage_read_bytes += bytes_[static_cast<int>(Resource::storage_read)].load();
-  traffic_.storage_write_bytes += bytes_[static_cast<int>(Resource::storage_write)].load();
-  traffic_.h2d_bytes += bytes_[static_cast<int>(Resource::h2d)].load();
-  traffic_.d2h_bytes += bytes_[static_cast<int>(Resource::d2h)].load();
   if (!report.ok()) return report.status();
+  traffic_.add(bp.traffic, bp.acts_forwarded);
   last_report_ = std::move(*report);
   last_ = &bp;
   return Status::ok_status();
@@ -422,7 +356,7 @@ Status OffloadTrainer::run(BoundPlan& bp) {
 Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
-  int32_t* tok = memory_.at("tokens.host")->buf.i32();
+  int32_t* tok = memory_.at(names::kTokensHost)->buf.i32();
   for (int64_t k = 0; k < cfg_.grad_accum; ++k) {
     std::memcpy(tok + k * 2 * BT, inputs + k * BT, static_cast<size_t>(BT * 4));
     std::memcpy(tok + k * 2 * BT + BT, targets + k * BT, static_cast<size_t>(BT * 4));
@@ -437,7 +371,7 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
   StepStats s;
   s.step = steps_done_;
   double loss_sum = 0;  // as the in-memory trainer: per micro-batch in order, then the mean
-  const float* losses = memory_.at("losses.host")->buf.f32();
+  const float* losses = memory_.at(names::kLosses)->buf.f32();
   for (int64_t k = 0; k < cfg_.grad_accum; ++k) {
     double sum = 0;
     for (int64_t i = 0; i < BT; ++i) sum += losses[k * BT + i];
@@ -468,24 +402,6 @@ Status OffloadTrainer::finish() {
   return Status::ok_status();
 }
 
-Status OffloadTrainer::read_params(float* host) {
-  STRATA_RETURN_IF_ERROR(finish());
-  const int64_t n = block_elems_;
-  // Block 0's host gradient is idle once no step is pending: the staging for storage reads.
-  float* tmp = memory_.at("grad.host.blk0")->buf.f32();
-  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    STRATA_RETURN_IF_ERROR(read_slot("params.store.blk" + std::to_string(l), 0, tmp, n * 4));
-    const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
-    std::memcpy(host + s.offset, tmp, static_cast<size_t>(n * 4));
-  }
-  const float* master = memory_.at("embed.optim")->buf.f32();
-  const Slab& e = layout_.slabs[static_cast<size_t>(layout_.embed_slab())];
-  const Slab& f = layout_.slabs[static_cast<size_t>(layout_.final_slab())];
-  std::memcpy(host + e.offset, master, static_cast<size_t>(e.numel * 4));
-  std::memcpy(host + f.offset, master + e.numel, static_cast<size_t>(f.numel * 4));
-  return Status::ok_status();
-}
-
 const Plan& OffloadTrainer::last_plan() const {
   return last_ != nullptr ? last_->plan : plans_.front()->plan;
 }
@@ -499,88 +415,6 @@ std::vector<std::string> OffloadTrainer::store_files() const {
   return files;
 }
 
-std::string OffloadTrainer::store_description() const {
-  if (!store_) return "";
-  std::string d;
-  for (const std::string& f : store_files()) d += (d.empty() ? "" : ", ") + f;
-  return d + " (" + format_bytes(static_cast<int64_t>(store_->logical_bytes())) + ", " +
-         (store_->options().direct ? "O_DIRECT" : "buffered") + ")";
-}
-
 }  // namespace strata
 
-namespace strata {
-
-std::vector<std::pair<std::string, int32_t>> OffloadTrainer::optim_parts(int64_t block) const {
-  std::vector<std::pair<std::string, int32_t>> out;
-  const std::string base = "optim.store.blk" + std::to_string(block);
-  for (int32_t part : {-1, 0, 1}) {
-    const std::string name = base + (part >= 0 ? ".p" + std::to_string(part) : std::string());
-    if (memory_.count(name) != 0) out.emplace_back(name, part);
-  }
-  return out;
-}
-
-Status OffloadTrainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
-  STRATA_RETURN_IF_ERROR(finish());
-  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    // The embed group on host: (3, E) master, m, v; the embedding slab first, then the final.
-    const float* st = memory_.at("embed.optim")->buf.f32();
-    const int64_t E = embed_elems_;
-    const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
-    std::memcpy(master, st + at, static_cast<size_t>(s.numel * 4));
-    std::memcpy(m, st + E + at, static_cast<size_t>(s.numel * 4));
-    std::memcpy(v, st + 2 * E + at, static_cast<size_t>(s.numel * 4));
-    return Status::ok_status();
-  }
-  const int64_t block = slab - layout_.block_slab(0);
-  for (const auto& [name, part] : optim_parts(block)) {
-    const SlotMemory& sm = *memory_.at(name);
-    const auto [lo, hi] = part_range(part);
-    const int64_t pe = hi - lo;
-    const float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
-    if (sm.tier == Tier::storage) {
-      float* stage = memory_.at("optim.stage0")->buf.f32();
-      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, stage, pe * 12));
-      st = stage;
-    }
-    std::memcpy(master + lo, st, static_cast<size_t>(pe * 4));
-    std::memcpy(m + lo, st + pe, static_cast<size_t>(pe * 4));
-    std::memcpy(v + lo, st + 2 * pe, static_cast<size_t>(pe * 4));
-  }
-  return Status::ok_status();
-}
-
-Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const float* m,
-                                        const float* v) {
-  pending_ = false;
-  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    float* st = memory_.at("embed.optim")->buf.f32();
-    const int64_t E = embed_elems_;
-    const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
-    std::memcpy(st + at, master, static_cast<size_t>(s.numel * 4));
-    std::memcpy(st + E + at, m, static_cast<size_t>(s.numel * 4));
-    std::memcpy(st + 2 * E + at, v, static_cast<size_t>(s.numel * 4));
-    // The device's working copy is the master (f32).
-    return write_slot("embed.params", at * 4, master, s.numel * 4);
-  }
-  const int64_t block = slab - layout_.block_slab(0);
-  for (const auto& [name, part] : optim_parts(block)) {
-    SlotMemory& sm = *memory_.at(name);
-    const auto [lo, hi] = part_range(part);
-    const int64_t pe = hi - lo;
-    float* st = sm.tier == Tier::storage ? memory_.at("optim.stage0")->buf.f32() : sm.buf.f32();
-    std::memcpy(st, master + lo, static_cast<size_t>(pe * 4));
-    std::memcpy(st + pe, m + lo, static_cast<size_t>(pe * 4));
-    std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
-    if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
-  }
-  // The working params (f32: the master itself), staged through block 0's idle host gradient.
-  float* stage = memory_.at("grad.host.blk0")->buf.f32();
-  std::memcpy(stage, master, static_cast<size_t>(s.numel * 4));
-  return write_slot("params.store.blk" + std::to_string(block), 0, stage, s.numel * 4);
-}
-
-}  // namespace strata
+namespace strata {}  // namespace strata

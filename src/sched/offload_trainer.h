@@ -2,7 +2,7 @@
 // real: a plan from schedule_horizontal.h / schedule_vertical.h, checked against the tier budgets
 // before step 1, its slots given memory (device buffers, pinned host buffers, extents of one
 // striped store over io.dirs), each task bound to an action, and the executor running it.
-// DESIGN.md §2-§5, §8, §9.
+// docs/design.md §2-§5, §8, §10.
 //
 // What lives where
 //  - each block's working params (f32: on the CPU backend compute is f32, so working copy and
@@ -22,7 +22,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,67 +37,71 @@
 #include "model/layout.h"
 #include "optim/lr_schedule.h"
 #include "sched/executor.h"
-#include "sched/in_memory_trainer.h"
 #include "sched/offload_workspace.h"
 #include "sched/plan.h"
 #include "sched/schedule_spec.h"
+#include "sched/trainer.h"
 
 namespace strata {
 
-// Bytes moved, cumulative over the run.
+// Bytes moved, cumulative over the run (each plan's static traffic, plan_traffic, counted once
+// per run of the plan).
 struct OffloadTraffic {
   int64_t storage_read_bytes = 0, storage_write_bytes = 0, h2d_bytes = 0, d2h_bytes = 0;
-  // Of those, saved activations (DESIGN §6), and the saved sets served from host memory
+  // Of those, saved activations (docs/design.md §6), and the saved sets served from host memory
   // instead of a storage round trip (forwarded).
   int64_t acts_storage_read_bytes = 0, acts_storage_write_bytes = 0, acts_forwarded_sets = 0;
+  void add(const PlanTraffic& t, int64_t forwarded_sets);
 };
 
 // The plan inputs for a config (exposed for tests, the planner and the fit check).
 ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bool pending_steps,
                                    bool iteration);
-// Makes the plan of cfg.train.schedule ("horizontal" or "vertical").
-Plan make_offload_plan(const ScheduleSpec& spec, const std::string& schedule);
+// Makes the plan of an offloaded schedule (horizontal or vertical).
+Plan make_offload_plan(const ScheduleSpec& spec, Schedule schedule);
 
-class OffloadTrainer {
+class OffloadTrainer final : public Trainer {
  public:
   // Builds and checks the plans (a plan that does not fit the memory.* budgets is refused here,
   // invalid_argument with the numbers and what to change), allocates every slot, creates the
   // store in io.dirs (no_space naming the directory when it cannot hold the state) and writes
   // the initial parameters and zeroed optimizer state.
   static Result<std::unique_ptr<OffloadTrainer>> create(Device& dev, const TrainConfig& cfg);
-  ~OffloadTrainer();
+  ~OffloadTrainer() override;
   OffloadTrainer(const OffloadTrainer&) = delete;
   OffloadTrainer& operator=(const OffloadTrainer&) = delete;
 
-  // inputs, targets: (grad_accum, B, T) host int32. One optimizer step (the vertical schedule may
-  // leave part of it pending until the next call or finish()). A storage error or a failed task
-  // stops the run: the Status names the task, the tensor and the file.
-  Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets);
-  // Applies the steps still pending (vertical). Idempotent.
-  Status finish();
-  // All parameters, laid out as ParamLayout (layout.total_elems floats); finish()es first.
-  Status read_params(float* host);
-
-  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
-  // floats each, and the step counters. Reading finish()es first, so the state is the one at
-  // the step boundary; writing leaves no step pending.
-  Status read_slab_state(int64_t slab, float* master, float* m, float* v);
-  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v);
-  int64_t steps_done() const { return steps_done_; }
-  int64_t adam_steps() const { return adam_steps_; }
-  void set_progress(int64_t steps_done, int64_t adam_steps) {
+  // Trainer. A storage error or a failed task stops the run: the Status names the task, the
+  // tensor and the file. The vertical schedule leaves part-1 steps pending (finish applies them).
+  Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
+  Status finish() override;
+  Status read_params(float* host) override;
+  Status read_slab_state(int64_t slab, float* master, float* m, float* v) override;
+  Status write_slab_state(int64_t slab, const float* master, const float* m,
+                          const float* v) override;
+  int64_t steps_done() const override { return steps_done_; }
+  int64_t adam_steps() const override { return adam_steps_; }
+  void set_progress(int64_t steps_done, int64_t adam_steps) override {
     steps_done_ = steps_done;
     adam_steps_ = adam_steps;
     pending_ = false;
   }
+  const ParamLayout& layout() const override { return layout_; }
+  int64_t tokens_per_step() const override {
+    return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum;
+  }
+  std::vector<std::string> describe() const override;
+  // Per-step bytes per direction, busy seconds per resource, and the roofline (docs/design.md
+  // §10).
+  void add_step_metrics(nlohmann::json& line, double iter_s) const override;
+  bool can_trace() const override { return true; }
+  void set_record_trace(bool on) override { record_trace_ = on; }
+  Result<nlohmann::json> last_step_trace() const override;
 
-  const ParamLayout& layout() const { return layout_; }
-  int64_t tokens_per_step() const { return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum; }
   const OffloadTraffic& traffic() const { return traffic_; }
   // The plan of the last step, and its execution report (timings when tracing is on).
   const Plan& last_plan() const;
   const ExecutionReport& last_report() const { return last_report_; }
-  void set_record_trace(bool on) { record_trace_ = on; }
   // Bytes of each tier the plans hold (device, host, storage): the fit the budgets were checked
   // against.
   std::array<int64_t, kTierCount> planned_bytes() const { return planned_bytes_; }
@@ -124,13 +127,24 @@ class OffloadTrainer {
   Status initialize_state();
   Status run(BoundPlan& bp);
   TaskAction bind(const BoundPlan& bp, int32_t task);
-  // Actions, by what the task does (task_binding in offload_actions.cpp).
+  // Actions, one per task kind (offload_actions.cpp).
   Status do_transfer(const BoundPlan& bp, const Task& t);
-  Status do_compute(const BoundPlan& bp, const Task& t);
-  Status do_optimizer(const BoundPlan& bp, const Task& t);
-  Status do_host_other(const BoundPlan& bp, const Task& t);
+  Status do_grad_zero(const BoundPlan& bp, const Task& t);
+  Status do_embed_forward(const BoundPlan& bp, const Task& t);
+  Status do_block_forward(const BoundPlan& bp, const Task& t);
+  Status do_head_loss(const BoundPlan& bp, const Task& t);
+  Status do_block_backward(const BoundPlan& bp, const Task& t);
+  Status do_embed_backward(const BoundPlan& bp, const Task& t);
+  Status do_grad_accumulate(const BoundPlan& bp, const Task& t);
+  Status do_grad_sumsq(const BoundPlan& bp, const Task& t);
+  Status do_grad_norm(const BoundPlan& bp, const Task& t);
+  Status do_block_step(const BoundPlan& bp, const Task& t);
+  Status do_embed_step(const BoundPlan& bp, const Task& t);
   Status step_block_part(const BoundPlan& bp, const Task& t, const StepState& st);
-  Status step_embed(const BoundPlan& bp, const Task& t);
+  // The memory of the task's slot in `role` (null when it has none), and its micro-batch's
+  // tokens (inputs, then targets at + B*T).
+  float* f32_of(const BoundPlan& bp, const Task& t, Role role) const;
+  const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;
   void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
   StepState early_step_state() const;
   // BlockActs whose saved set lives at `saved` (a plan slot), forward-only tensors in the
@@ -179,8 +193,6 @@ class OffloadTrainer {
   bool record_trace_ = false;
   float dloss_ = 0;
   OffloadTraffic traffic_;
-  std::atomic<int64_t> bytes_[kResourceCount] = {};
-  std::atomic<int64_t> acts_read_bytes_{0}, acts_write_bytes_{0};
   ExecutionReport last_report_;
 };
 

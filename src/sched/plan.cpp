@@ -34,28 +34,6 @@ const char* tier_name(Tier t) {
   return "?";
 }
 
-const char* task_kind_name(TaskKind k) {
-  switch (k) {
-    case TaskKind::fetch:
-      return "fetch";
-    case TaskKind::store:
-      return "store";
-    case TaskKind::forward:
-      return "forward";
-    case TaskKind::backward:
-      return "backward";
-    case TaskKind::loss:
-      return "loss";
-    case TaskKind::optimizer:
-      return "optimizer";
-    case TaskKind::zero:
-      return "zero";
-    case TaskKind::other:
-      return "other";
-  }
-  return "?";
-}
-
 int32_t Plan::add_slot(std::string name, Tier tier, int64_t bytes, bool initialized) {
   slots.push_back(Slot{std::move(name), tier, bytes, initialized});
   return static_cast<int32_t>(slots.size()) - 1;
@@ -83,6 +61,26 @@ std::string Plan::describe_slot(int32_t slot) const {
   return "'" + s.name + "' (" + tier_name(s.tier) + ")";
 }
 
+int64_t PlanTraffic::on(Resource r) const {
+  int64_t total = 0;
+  for (int64_t b : bytes[static_cast<size_t>(r)]) total += b;
+  return total;
+}
+
+int64_t PlanTraffic::of(StateKind s, Resource r) const {
+  return bytes[static_cast<size_t>(r)][static_cast<size_t>(s)];
+}
+
+PlanTraffic plan_traffic(const Plan& plan) {
+  PlanTraffic t;
+  for (const Task& task : plan.tasks) {
+    if (!is_transfer(task.kind)) continue;
+    const auto r = static_cast<size_t>(task.resource);
+    if (r < t.bytes.size()) t.bytes[r][static_cast<size_t>(moved_state(task.kind))] += task.bytes;
+  }
+  return t;
+}
+
 nlohmann::json plan_to_json(const Plan& plan) {
   nlohmann::json slots = nlohmann::json::array();
   for (const Slot& s : plan.slots) {
@@ -95,7 +93,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
     nlohmann::json reads = nlohmann::json::array(), writes = nlohmann::json::array();
-    for (const SlotUse& u : t.uses) (u.write ? writes : reads).push_back(u.slot);
+    nlohmann::json uses = nlohmann::json::array();
+    for (const SlotUse& u : t.uses) {
+      (u.write ? writes : reads).push_back(u.slot);
+      uses.push_back({{"slot", u.slot}, {"write", u.write}, {"role", role_name(u.role)}});
+    }
     tasks.push_back({{"index", i},
                      {"kind", task_kind_name(t.kind)},
                      {"resource", resource_name(t.resource)},
@@ -105,6 +107,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                      {"deps", t.deps},
                      {"reads", reads},
                      {"writes", writes},
+                     {"uses", uses},
                      {"bytes", t.bytes},
                      {"flops", t.flops},
                      {"src_offset", t.src_offset},

@@ -32,10 +32,13 @@
 // full barrier between them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
+
+#include "sched/task_kind.h"
 
 namespace strata {
 
@@ -67,34 +70,24 @@ struct Slot {
   bool initialized = false;
 };
 
-// What the executor does for a task. The checker only looks at resources, deps and slot uses.
-enum class TaskKind : uint8_t {
-  fetch,      // copy into a slot nearer the device (storage -> host, host -> device)
-  store,      // copy into a slot farther from the device (device -> host, host -> storage)
-  forward,    // forward of one block (or the embedding) for one micro-batch
-  backward,   // backward of one block for one micro-batch (recompute included)
-  loss,       // head + loss (+ its backward) for one micro-batch
-  optimizer,  // optimizer step over one block's (part of) parameters
-  zero,       // clear a slot (gradient accumulator)
-  other,      // anything else (norms, barriers); the label says what
-};
-const char* task_kind_name(TaskKind k);
-
+// One slot a task reads or writes, and what it is to the task (Note [Task signatures] in
+// task_kind.h). A task that reads and writes a slot lists it twice, with the same role.
 struct SlotUse {
   int32_t slot = -1;
   bool write = false;
+  Role role = Role::unspecified;
 };
-inline SlotUse slot_read(int32_t slot) {
-  return {slot, false};
+inline SlotUse slot_read(int32_t slot, Role role = Role::unspecified) {
+  return {slot, false, role};
 }
-inline SlotUse slot_write(int32_t slot) {
-  return {slot, true};
+inline SlotUse slot_write(int32_t slot, Role role = Role::unspecified) {
+  return {slot, true, role};
 }
 
 struct Task {
-  TaskKind kind = TaskKind::other;
+  TaskKind kind{};  // what it does; fixes the resource and the roles of its uses
   Resource resource = Resource::compute;
-  std::string label{};  // "fwd blk.3 mb.2": shows in traces and checker errors
+  std::string label{};  // "fwd blk.3 mb.2": for people (traces, errors); never interpreted
   int32_t block = -1, micro_batch = -1;
   std::vector<int32_t> deps{};  // indices of tasks that must finish before this one starts
   std::vector<SlotUse> uses{};  // slots read / written
@@ -127,9 +120,20 @@ struct Plan {
   std::string describe_slot(int32_t slot) const;
 };
 
+// Bytes a plan moves, a static property of its transfer tasks (Note [Task signatures]): per
+// resource queue and, within it, per kind of state moved.
+struct PlanTraffic {
+  // [resource][state]: indexed by Resource and StateKind.
+  std::array<std::array<int64_t, kStateKindCount>, kResourceCount> bytes{};
+  int64_t on(Resource r) const;               // every state
+  int64_t of(StateKind s, Resource r) const;  // one state on one queue
+};
+PlanTraffic plan_traffic(const Plan& plan);
+
 // For debugging and for the simulator: {"slots": [{name, tier, bytes, initialized}],
-// "tasks": [{index, kind, resource, label, block, micro_batch, deps, reads, writes, bytes,
-// flops, src_offset, dst_offset, part, fused}]}. Slot references are indices into "slots".
+// "tasks": [{index, kind, resource, label, block, micro_batch, deps, reads, writes,
+// uses: [{slot, write, role}], bytes, flops, src_offset, dst_offset, part, fused}]}. Slot
+// references are indices into "slots".
 nlohmann::json plan_to_json(const Plan& plan);
 
 }  // namespace strata

@@ -325,6 +325,7 @@ PlanStats plan_stats(const Plan& plan) {
     if (q < kResourceCount) ++stats.tasks_per_resource[q];
   }
   stats.bytes_per_tier = bytes_per_tier(plan);
+  stats.traffic = plan_traffic(plan);
   Order order;
   if (check_structure(plan).ok() && build_order(plan, order).ok()) {
     stats.critical_path_tasks = 0;

@@ -37,6 +37,7 @@ struct PlanStats {
   std::array<int64_t, kTierCount> bytes_per_tier{};          // indexed by Tier: sum of slots
   // Tasks on the longest happens-before chain; -1 when the plan has a bad dep or a cycle.
   int64_t critical_path_tasks = -1;
+  PlanTraffic traffic;  // bytes moved per resource and kind of state
 };
 PlanStats plan_stats(const Plan& plan);
 

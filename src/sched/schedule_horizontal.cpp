@@ -4,125 +4,152 @@
 #include <string>
 #include <vector>
 
+#include "sched/schedule_common.h"
+#include "sched/slot_names.h"
+
 namespace strata {
 
-Plan make_horizontal_plan(const ScheduleSpec& s) {
-  SlotDepBuilder b;
-  const int L = s.blocks, M = s.micro_batches;
-  const int64_t P = s.block_param_bytes, G = s.block_grad_bytes, O = s.block_optim_bytes,
-                C = s.checkpoint_bytes;
-  const BlockTiers tiers = block_tiers(s);
+namespace {
 
-  // ---- Slots ----------------------------------------------------------------------------------
-  const CommonSlots c = add_common_slots(b, s);
-  std::vector<int32_t> pstore, ostore, gacc, ckpt;
-  for (int l = 0; l < L; ++l) {
-    const std::string n = std::to_string(l);
-    pstore.push_back(b.slot("params.store.blk" + n, tiers.params[l], P, true));
-    ostore.push_back(b.slot("optim.store.blk" + n, tiers.optim[l], O, true));
-    gacc.push_back(b.slot("grad.host.blk" + n, Tier::host, G));
-    ckpt.push_back(b.slot("ckpt.blk" + n, tiers.checkpoints[l], C));  // reused by every micro-batch
+namespace names = slot_names;
+
+class HorizontalPlan {
+ public:
+  explicit HorizontalPlan(const ScheduleSpec& s)
+      : s_(s),
+        L_(s.blocks),
+        M_(s.micro_batches),
+        tiers_(block_tiers(s)),
+        c_(add_common_slots(b_, s)) {
+    add_slots();
   }
-  const int32_t act = b.slot("act", Tier::device, C);    // forward activation, updated in place
-  const int32_t dact = b.slot("dact", Tier::device, C);  // gradient w.r.t. the current activation
-  // Double buffers; the ones that only stage for storage exist only when something is there.
-  std::vector<int32_t> pbuf, pstage, gbuf, gstage, bin, cstage, ostage, pwstage;
-  for (int k = 0; k < 2; ++k) {
-    const std::string n = std::to_string(k);
-    pbuf.push_back(b.slot("params.buf" + n, Tier::device, P));
-    gbuf.push_back(b.slot("grad.buf" + n, Tier::device, G));
-    gstage.push_back(b.slot("grad.stage" + n, Tier::host, G));
-    bin.push_back(b.slot("bwd.in.buf" + n, Tier::device, C));
-    if (tiers.params_on_storage) {
-      pstage.push_back(b.slot("params.stage" + n, Tier::host, P));
-      pwstage.push_back(b.slot("params.wstage" + n, Tier::host, P));
+
+  Plan build() {
+    add_iteration_start(b_, c_, s_);
+    for (int m = 0; m < M_; ++m) {
+      forward(m);
+      backward(m);
     }
-    if (tiers.checkpoints_on_storage) cstage.push_back(b.slot("ckpt.stage" + n, Tier::host, C));
-    if (tiers.optim_on_storage) ostage.push_back(b.slot("optim.stage" + n, Tier::host, O));
+    // The norm, then the optimizer step after the last backward, pipelined over blocks.
+    add_iteration_end(b_, c_, s_, [this] {
+      for (int l = L_ - 1; l >= 0; --l) {
+        const bool on_storage = tiers_.params[l] == Tier::storage;
+        add_optimizer_step(b_, c_, s_,
+                           {.block = l,
+                            .grad = grad_host_[l],
+                            .state_store = optim_store_[l],
+                            .params_out = on_storage ? params_wstage_.take() : params_store_[l],
+                            .params_store = params_store_[l]},
+                           optim_stage_);
+      }
+    });
+    return b_.take();
   }
 
-  // ---- Helpers --------------------------------------------------------------------------------
-  int fetches = 0, cstages = 0, grads = 0, loads = 0;
+ private:
+  void add_slots() {
+    const int64_t P = s_.block_param_bytes, G = s_.block_grad_bytes, C = s_.checkpoint_bytes;
+    for (int l = 0; l < L_; ++l) {
+      params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l], P, true));
+      optim_store_.push_back(
+          b_.slot(names::optim_store(l), tiers_.optim[l], s_.block_optim_bytes, true));
+      grad_host_.push_back(b_.slot(names::grad_host(l), Tier::host, G));
+      ckpt_.push_back(b_.slot(names::ckpt(l), tiers_.checkpoints[l], C));  // every micro-batch's
+    }
+    act_ = b_.slot("act", Tier::device, C);    // forward activation, updated in place
+    dact_ = b_.slot("dact", Tier::device, C);  // gradient w.r.t. the current activation
+    for (int k = 0; k < 2; ++k) {
+      params_buf_.push_back(b_.slot(names::ring("params", "buf", k), Tier::device, P));
+      grad_buf_.push_back(b_.slot(names::ring("grad", "buf", k), Tier::device, G));
+      grad_stage_.push_back(b_.slot(names::ring("grad", "stage", k), Tier::host, G));
+      bwd_in_.push_back(b_.slot(names::ring("bwd.in", "buf", k), Tier::device, C));
+    }
+    params_stage_ = add_stage_ring(b_, "params", "stage", Tier::host, P, tiers_.params_on_storage);
+    params_wstage_ =
+        add_stage_ring(b_, "params", "wstage", Tier::host, P, tiers_.params_on_storage);
+    // One ring for both directions: a checkpoint is read back only after every write.
+    ckpt_stage_ = add_stage_ring(b_, "ckpt", "stage", Tier::host, C, tiers_.checkpoints_on_storage);
+    optim_stage_ = add_stage_ring(b_, "optim", "stage", Tier::host, s_.block_optim_bytes,
+                                  tiers_.optim_on_storage);
+  }
+
   // storage -> host stage (if on storage) -> device double buffer; returns the device slot.
-  auto fetch_params = [&](int l) {
-    const int k = fetches++ % 2;
-    int32_t src = pstore[l];
-    if (tiers.params[l] == Tier::storage) {
-      b.task(TaskKind::fetch, Resource::storage_read, "read.params " + blk_tag(l), l, -1,
-             {slot_read(pstore[l]), slot_write(pstage[k])}, P);
-      src = pstage[k];
-    }
-    b.task(TaskKind::fetch, Resource::h2d, "fetch.params " + blk_tag(l), l, -1,
-           {slot_read(src), slot_write(pbuf[k])}, P);
-    return pbuf[k];
-  };
-
-  // ---- Forward and backward, one micro-batch at a time ----------------------------------------
-  add_iteration_start(b, c, s);
-  for (int m = 0; m < M; ++m) {
-    const std::string mb = "mb." + std::to_string(m);
-    b.task(TaskKind::forward, Resource::compute, "embed.fwd " + mb, -1, m,
-           {slot_read(c.embed), slot_read(c.tokens_device), slot_write(act)});
-    for (int l = 0; l < L; ++l) {
-      const int32_t params = fetch_params(l);
-      // The block's input leaves the device before the forward overwrites it in place.
-      if (tiers.checkpoints[l] == Tier::storage) {
-        const int32_t st = cstage[cstages++ % 2];
-        b.task(TaskKind::store, Resource::d2h, "ckpt.write " + blk_tag(l, m), l, m,
-               {slot_read(act), slot_write(st)}, C);
-        b.task(TaskKind::store, Resource::storage_write, "ckpt.flush " + blk_tag(l, m), l, m,
-               {slot_read(st), slot_write(ckpt[l])}, C);
-      } else {
-        b.task(TaskKind::store, Resource::d2h, "ckpt.write " + blk_tag(l, m), l, m,
-               {slot_read(act), slot_write(ckpt[l])}, C);
-      }
-      b.task(TaskKind::forward, Resource::compute, "fwd " + blk_tag(l, m), l, m,
-             {slot_read(params), slot_read(act), slot_write(act)}, 0, s.block_fwd_flops);
-    }
-    b.task(TaskKind::loss, Resource::compute, "loss " + mb, L - 1, m,
-           {slot_read(act), slot_read(c.embed), slot_read(c.tokens_device), slot_write(dact),
-            slot_read(c.embed_grad), slot_write(c.embed_grad), slot_write(c.losses)},
-           0, s.head_flops);
-    for (int l = L - 1; l >= 0; --l) {
-      const int32_t params = fetch_params(l);
-      const int32_t in = bin[loads++ % 2];
-      int32_t src = ckpt[l];
-      if (tiers.checkpoints[l] == Tier::storage) {
-        src = cstage[cstages++ % 2];
-        b.task(TaskKind::fetch, Resource::storage_read, "ckpt.read " + blk_tag(l, m), l, m,
-               {slot_read(ckpt[l]), slot_write(src)}, C);
-      }
-      b.task(TaskKind::fetch, Resource::h2d, "ckpt.load " + blk_tag(l, m), l, m,
-             {slot_read(src), slot_write(in)}, C);
-      const int j = grads++ % 2;
-      b.task(TaskKind::backward, Resource::compute, "bwd " + blk_tag(l, m), l, m,
-             {slot_read(params), slot_read(in), slot_read(dact), slot_write(dact),
-              slot_write(gbuf[j])},
-             0, s.block_fwd_flops + s.block_bwd_flops);
-      // The partial gradient leaves the device every micro-batch and is summed on host.
-      b.task(TaskKind::store, Resource::d2h, "grad.out " + blk_tag(l, m), l, m,
-             {slot_read(gbuf[j]), slot_write(gstage[j])}, G);
-      std::vector<SlotUse> acc = {slot_read(gstage[j]), slot_write(gacc[l])};
-      if (m > 0) acc.push_back(slot_read(gacc[l]));
-      b.task(TaskKind::other, Resource::cpu_optim, "acc " + blk_tag(l, m), l, m, acc, G);
-      if (m == M - 1) add_grad_sumsq(b, l, gacc[l], G, c.sums);
-    }
-    b.task(TaskKind::backward, Resource::compute, "embed.bwd " + mb, -1, m,
-           {slot_read(dact), slot_read(c.tokens_device), slot_read(c.embed_grad),
-            slot_write(c.embed_grad)});
+  int32_t fetch_params(int l) {
+    const int k = fetch_count_++ % 2;
+    const int32_t src = b_.to_host(TaskKind::params_read, {.block = l}, params_store_[l],
+                                   params_stage_, s_.block_param_bytes);
+    b_.transfer(TaskKind::params_fetch, {.block = l}, src, params_buf_[k], s_.block_param_bytes);
+    return params_buf_[k];
   }
 
-  // ---- Norm, then the optimizer step after the last backward, pipelined over blocks ------------
-  add_iteration_end(b, c, s, [&] {
-    for (int l = L - 1, k = 0; l >= 0; --l, k ^= 1) {
-      const bool pst = tiers.params[l] == Tier::storage;
-      add_optimizer_step(
-          b, s, l, -1,
-          {gacc[l], c.clip, ostore[l], tiers.optim[l] == Tier::storage ? ostage[k] : -1,
-           pst ? pwstage[k] : pstore[l], pstore[l]});
+  // Micro-batch m through every block, then the loss. Each block's input leaves the device (its
+  // checkpoint) before the forward overwrites it in place.
+  void forward(int m) {
+    b_.task(TaskKind::embed_forward, {.micro_batch = m},
+            {slot_read(c_.embed, Role::params), slot_read(c_.tokens_device, Role::tokens),
+             slot_write(act_, Role::output)});
+    for (int l = 0; l < L_; ++l) {
+      const int32_t params = fetch_params(l);
+      b_.move_out(TaskKind::ckpt_write, TaskKind::ckpt_flush, {.block = l, .micro_batch = m}, act_,
+                  ckpt_[l], ckpt_stage_, s_.checkpoint_bytes);
+      b_.task(TaskKind::block_forward, {.block = l, .micro_batch = m},
+              {slot_read(params, Role::params), slot_read(act_, Role::input),
+               slot_write(act_, Role::output)},
+              0, s_.block_fwd_flops);
     }
-  });
-  return b.take();
+    b_.task(TaskKind::head_loss, {.block = L_ - 1, .micro_batch = m},
+            {slot_read(act_, Role::input), slot_read(c_.embed, Role::params),
+             slot_read(c_.tokens_device, Role::tokens), slot_write(dact_, Role::dact),
+             slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad),
+             slot_write(c_.losses, Role::losses)},
+            0, s_.head_flops);
+  }
+
+  // Micro-batch m back through every block (each recomputed from its checkpoint); each block's
+  // partial gradient leaves the device and is summed on host.
+  void backward(int m) {
+    for (int l = L_ - 1; l >= 0; --l) {
+      const TaskTag tag{.block = l, .micro_batch = m};
+      const int32_t params = fetch_params(l);
+      const int32_t in = bwd_in_[load_count_++ % 2];
+      const int32_t src =
+          b_.to_host(TaskKind::ckpt_read, tag, ckpt_[l], ckpt_stage_, s_.checkpoint_bytes);
+      b_.transfer(TaskKind::ckpt_load, tag, src, in, s_.checkpoint_bytes);
+      const int j = grad_count_++ % 2;
+      b_.task(TaskKind::block_backward, tag,
+              {slot_read(params, Role::params), slot_read(in, Role::input),
+               slot_read(dact_, Role::dact), slot_write(dact_, Role::dact),
+               slot_write(grad_buf_[j], Role::grad)},
+              0, s_.block_fwd_flops + s_.block_bwd_flops);
+      b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
+      std::vector<SlotUse> acc = {slot_read(grad_stage_[j], Role::src),
+                                  slot_write(grad_host_[l], Role::grad)};
+      if (m > 0) acc.push_back(slot_read(grad_host_[l], Role::grad));
+      b_.task(TaskKind::grad_accumulate, tag, std::move(acc), s_.block_grad_bytes);
+      if (m == M_ - 1) add_grad_sumsq(b_, c_, l, grad_host_[l], s_.block_grad_bytes);
+    }
+    b_.task(TaskKind::embed_backward, {.micro_batch = m},
+            {slot_read(dact_, Role::dact), slot_read(c_.tokens_device, Role::tokens),
+             slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
+  }
+
+  const ScheduleSpec& s_;
+  const int L_, M_;
+  const BlockTiers tiers_;
+  PlanBuilder b_;
+  const CommonSlots c_;
+
+  std::vector<int32_t> params_store_, optim_store_, grad_host_, ckpt_;  // per block
+  int32_t act_ = -1, dact_ = -1;
+  std::vector<int32_t> params_buf_, grad_buf_, grad_stage_, bwd_in_;  // double buffers
+  StageRing params_stage_, params_wstage_, ckpt_stage_, optim_stage_;
+  int fetch_count_ = 0, load_count_ = 0, grad_count_ = 0;
+};
+
+}  // namespace
+
+Plan make_horizontal_plan(const ScheduleSpec& s) {
+  return HorizontalPlan(s).build();
 }
 
 }  // namespace strata

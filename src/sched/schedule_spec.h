@@ -1,11 +1,9 @@
-// Inputs of the offloaded schedule generators (schedule_horizontal.h, schedule_vertical.h), and
-// the small plan builder they share. DESIGN.md §2 (layout of state), §3 (tiers), §5 (schedules).
+// Inputs of the offloaded schedule generators (schedule_horizontal.h, schedule_vertical.h): sizes,
+// placement per block, the optimizer split and the activation policy. DESIGN.md §2 (layout of
+// state), §3 (tiers), §5 (schedules).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
-#include <utility>
 #include <vector>
 
 #include "sched/plan.h"
@@ -96,133 +94,10 @@ inline Tier placement_tier(Placement p) {
   return Tier::host;
 }
 
-// Builds a plan whose deps are derived from slot uses, so that check_plan's rules 2 and 3 hold
-// by construction: a read depends on the slot's last writer; a write on the last writer and on
-// every read since (write-after-read). Deps that queue order already gives (same resource) are
-// left out. Tasks must be added in an order where each read's writer comes first; the order of
-// additions is also each resource's queue order, so generators emit prefetches early on purpose.
-class SlotDepBuilder {
- public:
-  int32_t slot(std::string name, Tier tier, int64_t bytes, bool initialized = false) {
-    last_write_.push_back(-1);
-    readers_.emplace_back();
-    return plan_.add_slot(std::move(name), tier, bytes, initialized);
-  }
-
-  int32_t task(Task t) {
-    auto dep = [&](int32_t d) {
-      if (d >= 0 && plan_.tasks[d].resource != t.resource &&
-          std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end()) {
-        t.deps.push_back(d);
-      }
-    };
-    for (const SlotUse& u : t.uses) {
-      dep(last_write_[u.slot]);
-      if (u.write) {
-        for (int32_t r : readers_[u.slot]) dep(r);
-      }
-    }
-    const int32_t id = static_cast<int32_t>(plan_.tasks.size());
-    for (const SlotUse& u : t.uses) {
-      if (u.write) {
-        last_write_[u.slot] = id;
-        readers_[u.slot].clear();
-      }
-    }
-    for (const SlotUse& u : t.uses) {
-      if (!u.write) readers_[u.slot].push_back(id);
-    }
-    return plan_.add_task(std::move(t));
-  }
-
-  // Shorthand for the common case.
-  int32_t task(TaskKind kind, Resource r, std::string label, int32_t block, int32_t mb,
-               std::vector<SlotUse> uses, int64_t bytes = 0, double flops = 0) {
-    Task t{.kind = kind, .resource = r, .label = std::move(label)};
-    t.block = block;
-    t.micro_batch = mb;
-    t.uses = std::move(uses);
-    t.bytes = bytes;
-    t.flops = flops;
-    return task(std::move(t));
-  }
-
-  Tier peek_tier(int32_t slot) const { return plan_.slots[slot].tier; }
-
-  Plan take() { return std::move(plan_); }
-
- private:
-  Plan plan_;
-  std::vector<int32_t> last_write_;
-  std::vector<std::vector<int32_t>> readers_;
-};
-
 // Where offloaded state lives between uses. Placement::device is modelled as host: the CPU
 // optimizer works on host buffers, and device-resident state is the in-memory schedule's job.
 inline Tier offload_tier(Placement p) {
   return p == Placement::storage ? Tier::storage : Tier::host;
-}
-
-// One block's CPU optimizer step (or one part of it, Note [Optimizer split]) once its gradient
-// is in host slot `grad` and the clip factor in slot `clip` (-1: the step does not need it):
-// the optimizer state of the part is read from `state_store` through `state_stage` when it lives
-// on storage (-1 otherwise); AdamW runs on cpu_optim and writes the part's range of the new
-// working params into `params_out`, at the part's offset; when `params_store` is not
-// params_out (params on storage) that range is then written to the store. Shared by both
-// schedules.
-struct OptimizerStepSlots {
-  int32_t grad, clip, state_store, state_stage, params_out, params_store;
-};
-void add_optimizer_step(SlotDepBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
-                        const OptimizerStepSlots& slots);
-
-// The embedding and final-norm parameters (the "embed" group: both slabs, contiguous) live on
-// the device; their master copy and AdamW state on host.
-struct EmbedStepSlots {
-  int32_t grad_device, grad_host, clip, state, params_host, params_device;
-};
-// Before the norm: their gradient leaves the device and its sums of squares are taken.
-void add_embed_grad_out(SlotDepBuilder& b, const ScheduleSpec& s, const EmbedStepSlots& slots,
-                        int32_t sums);
-// After the norm: AdamW on host, and the new parameters go back to the device.
-void add_embed_step(SlotDepBuilder& b, const ScheduleSpec& s, const EmbedStepSlots& slots);
-
-// The sums of squares of one block's host gradient (block -1: the embed group) into its entries
-// of slot `sums` (one double per slab), as soon as the gradient is complete on host.
-int32_t add_grad_sumsq(SlotDepBuilder& b, int32_t block, int32_t grad_host, int64_t grad_bytes,
-                       int32_t sums);
-// Once every sum is in: the global norm, and from it slot `clip` (the clip factor, or "skip"
-// for a non-finite norm), which every step that must see the norm reads.
-void add_grad_norm(SlotDepBuilder& b, int32_t sums, int32_t clip);
-
-// Slots every offloaded plan has, beside the per-block ones.
-struct CommonSlots {
-  int32_t tokens_host;        // host (M, 2, B, T) int32, initialized: inputs then targets
-  int32_t tokens_device;      // device copy, uploaded by the first task
-  int32_t workspace;          // device scratch of compute tasks (no uses: only its bytes count)
-  int32_t embed;              // device embed group params, initialized
-  int32_t embed_grad;         // device, accumulated by the loss and embed.bwd tasks
-  int32_t embed_grad_host;    // host
-  int32_t embed_state;        // host master + m + v, initialized
-  int32_t embed_params_host;  // host, the new working params on their way to the device
-  int32_t sums;               // host, one double per slab
-  int32_t clip;               // host, the clip factor; initialized when steps are pending
-  int32_t losses;             // host (M, B, T) f32, per-position losses written by the loss tasks
-};
-CommonSlots add_common_slots(SlotDepBuilder& b, const ScheduleSpec& s);
-// First tasks of an iteration: upload the tokens, zero the embed gradient.
-void add_iteration_start(SlotDepBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
-// Last tasks of an iteration: embed gradient out, the norm, then `steps` (the block steps that
-// must see the norm), then the embed step.
-template <typename Steps>
-void add_iteration_end(SlotDepBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
-                       Steps&& steps) {
-  const EmbedStepSlots e{c.embed_grad,  c.embed_grad_host,   c.clip,
-                         c.embed_state, c.embed_params_host, c.embed};
-  add_embed_grad_out(b, s, e, c.sums);
-  add_grad_norm(b, c.sums, c.clip);
-  steps();
-  add_embed_step(b, s, e);
 }
 
 // Per block, the tier each kind of state lives on between uses (offload_tier of its placement),
@@ -232,10 +107,5 @@ struct BlockTiers {
   bool params_on_storage = false, optim_on_storage = false, checkpoints_on_storage = false;
 };
 BlockTiers block_tiers(const ScheduleSpec& s);
-
-// "blk.3", "blk.3 mb.2"
-inline std::string blk_tag(int l, int m = -1) {
-  return "blk." + std::to_string(l) + (m >= 0 ? " mb." + std::to_string(m) : "");
-}
 
 }  // namespace strata

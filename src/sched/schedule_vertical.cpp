@@ -1,9 +1,15 @@
-// The vertical (GreedySnake) plan generator; see schedule_vertical.h.
+// The vertical (GreedySnake) plan generator; see schedule_vertical.h for the shape of the plan.
+// VerticalPlan reads top to bottom: slots, then the phases of one iteration (forward_block,
+// last_block, backward_block), with the optimizer split (pending_step, finish_block) and the
+// activation policy (store_acts, load_acts) each in one place.
 #include "sched/schedule_vertical.h"
 
 #include <array>
 #include <string>
 #include <vector>
+
+#include "sched/schedule_common.h"
+#include "sched/slot_names.h"
 
 namespace strata {
 
@@ -19,346 +25,402 @@ bool vertical_acts_forwarded(int32_t block, int32_t position, int32_t blocks) {
   return block == blocks - 2 && position < 2;
 }
 
-Plan make_vertical_plan(const ScheduleSpec& s) {
-  SlotDepBuilder b;
-  const int L = s.blocks, M = s.micro_batches;
-  const int64_t P = s.block_param_bytes, G = s.block_grad_bytes, O = s.block_optim_bytes,
-                C = s.checkpoint_bytes;
-  const int64_t n = s.block_elems, a = s.split_elems;
-  const bool has_part0 = a > 0, has_part1 = n <= 0 || a < n;
-  const int64_t part1_offset = part_bytes(P, n, a, 0);  // where part 1 starts in the params
-  const BlockTiers tiers = block_tiers(s);
+namespace {
 
+namespace names = slot_names;
+
+class VerticalPlan {
+ public:
+  explicit VerticalPlan(const ScheduleSpec& s)
+      : s_(s),
+        L_(s.blocks),
+        M_(s.micro_batches),
+        tiers_(block_tiers(s)),
+        has_part0_(s.split_elems > 0),
+        has_part1_(s.block_elems <= 0 || s.split_elems < s.block_elems),
+        c_(add_common_slots(b_, s)) {
+    add_block_slots();
+    add_acts_slots();
+    add_buffers();
+    pending_.assign(static_cast<size_t>(L_), s.pending_steps && has_part1_);
+    params_slot_.assign(static_cast<size_t>(L_), -1);
+  }
+
+  Plan build() {
+    if (!s_.iteration) {  // the flush: only the pending steps
+      for (int l = 0; l < L_; ++l) pending_step(l, /*fetch=*/false);
+      return b_.take();
+    }
+    add_iteration_start(b_, c_, s_);
+    fetch_params(0);
+    emit_queued_fetch();
+    for (int l = 0; l + 1 < L_; ++l) forward_block(l);
+    last_block();
+    // Backward of blocks L-2..0, each in its forward order (continuing the snake).
+    if (L_ >= 2) fetch_params(L_ - 2);
+    emit_queued_fetch();
+    for (int l = L_ - 2; l >= 0; --l) backward_block(l);
+    for (int m = 0; m < M_; ++m) {
+      b_.task(TaskKind::embed_backward, {.micro_batch = m},
+              {slot_read(dact_[m], Role::dact), slot_read(c_.tokens_device, Role::tokens),
+               slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
+    }
+    // Block steps: part 0 ran in backward, part 1 runs in the next plan (pending_step).
+    add_iteration_end(b_, c_, s_, [] {});
+    return b_.take();
+  }
+
+ private:
   // ---- Slots ----------------------------------------------------------------------------------
-  const CommonSlots c = add_common_slots(b, s);
-  std::vector<int32_t> pstore, ghost;
-  std::vector<std::array<int32_t, 2>> ostore;                              // [block][part]
-  std::vector<std::vector<int32_t>> ckpt(L, std::vector<int32_t>(M, -1));  // [block][mb]
-  for (int l = 0; l < L; ++l) {
-    const std::string n_l = std::to_string(l);
-    pstore.push_back(b.slot("params.store.blk" + n_l, tiers.params[l], P, true));
-    std::array<int32_t, 2> parts{-1, -1};
-    for (int part = 0; part < 2; ++part) {
-      if (part == 0 ? has_part0 : has_part1) {
-        parts[part] = b.slot("optim.store.blk" + n_l + ".p" + std::to_string(part), tiers.optim[l],
-                             part_bytes(O, n, a, part), true);
+  void add_block_slots() {
+    const int64_t n = s_.block_elems, a = s_.split_elems;
+    for (int l = 0; l < L_; ++l) {
+      params_store_.push_back(
+          b_.slot(names::params_store(l), tiers_.params[l], s_.block_param_bytes, true));
+      std::array<int32_t, 2> parts{-1, -1};
+      for (int part = 0; part < 2; ++part) {
+        if (part == 0 ? has_part0_ : has_part1_) {
+          parts[part] = b_.slot(names::optim_store(l, part), tiers_.optim[l],
+                                part_bytes(s_.block_optim_bytes, n, a, part), true);
+        }
+      }
+      optim_store_.push_back(parts);
+      // Read by the pending part-1 steps before this iteration's backward writes it again.
+      grad_host_.push_back(
+          b_.slot(names::grad_host(l), Tier::host, s_.block_grad_bytes, s_.pending_steps));
+      ckpt_.emplace_back(static_cast<size_t>(M_), -1);
+      for (int i = 0; s_.iteration && i < M_; ++i) {
+        const int m = vertical_micro_batch(l, i, M_);
+        const Tier t = vertical_checkpoint_pinned(i, M_) ? Tier::host : tiers_.checkpoints[l];
+        ckpt_[l][m] = b_.slot(names::ckpt(l, m), t, s_.checkpoint_bytes);
       }
     }
-    ostore.push_back(parts);
-    // Read by the pending part-1 steps before this iteration's backward writes it again.
-    ghost.push_back(b.slot("grad.host.blk" + n_l, Tier::host, G, s.pending_steps));
-    if (!s.iteration) continue;
-    for (int i = 0; i < M; ++i) {
-      const int m = vertical_micro_batch(l, i, M);
-      const Tier t = vertical_checkpoint_pinned(i, M) ? Tier::host : tiers.checkpoints[l];
-      ckpt[l][m] = b.slot("ckpt.blk" + n_l + ".mb" + std::to_string(m), t, C);
-    }
-  }
-  // Saved activations (DESIGN §6): per block the policy, per (block, micro-batch) where its
-  // saved set lives between forward and backward.
-  auto apol = [&](int l) {
-    return s.acts_at.empty() || l == L - 1 ? ActPolicy::recompute
-                                           : s.acts_at[static_cast<size_t>(l)];
-  };
-  const int64_t A = s.acts_bytes;
-  bool a_offload = false, a_storage = false;
-  std::vector<std::vector<int32_t>> acts(L, std::vector<int32_t>(M, -1));  // [block][mb]
-  for (int l = 0; s.iteration && l < L; ++l) {
-    const ActPolicy p = apol(l);
-    if (p == ActPolicy::recompute) continue;
-    a_offload |= p == ActPolicy::host || p == ActPolicy::storage;
-    for (int i = 0; i < M; ++i) {
-      const int m = vertical_micro_batch(l, i, M);
-      const bool forwarded = p == ActPolicy::storage && vertical_acts_forwarded(l, i, L);
-      const Tier t = p == ActPolicy::keep                ? Tier::device
-                     : p == ActPolicy::host || forwarded ? Tier::host
-                                                         : Tier::storage;
-      a_storage |= t == Tier::storage;
-      acts[l][m] = b.slot("acts.blk" + std::to_string(l) + ".mb" + std::to_string(m), t, A);
-    }
-  }
-  std::vector<int32_t> aout, ain, awstage, arstage;  // device and host double buffers
-  for (int k = 0; a_offload && k < 2; ++k) {
-    const std::string n_k = std::to_string(k);
-    if (!s.compute_reads_host) {
-      aout.push_back(b.slot("acts.out.buf" + n_k, Tier::device, A));
-      ain.push_back(b.slot("acts.in.buf" + n_k, Tier::device, A));
-    }
-    if (a_storage) {
-      awstage.push_back(b.slot("acts.wstage" + n_k, Tier::host, A));
-      arstage.push_back(b.slot("acts.rstage" + n_k, Tier::host, A));
-    }
-  }
-  std::vector<int32_t> dact;
-  for (int m = 0; s.iteration && m < M; ++m) {
-    dact.push_back(b.slot("dact.mb" + std::to_string(m), Tier::device, C));
-  }
-  const int32_t last_out = b.slot("last.out", Tier::device, C);  // the last block's output
-  std::vector<int32_t> pbuf, pstage, abuf, bin, gacc, cwstage, crstage, ostage, pwstage;
-  for (int k = 0; k < 2; ++k) {
-    const std::string n_k = std::to_string(k);
-    pbuf.push_back(b.slot("params.buf" + n_k, Tier::device, P));
-    abuf.push_back(b.slot("act.buf" + n_k, Tier::device, C));
-    bin.push_back(b.slot("bwd.in.buf" + n_k, Tier::device, C));
-    gacc.push_back(b.slot("grad.acc.buf" + n_k, Tier::device, G));
-    if (tiers.params_on_storage) {
-      pstage.push_back(b.slot("params.stage" + n_k, Tier::host, P));
-      pwstage.push_back(b.slot("params.wstage" + n_k, Tier::host, P));
-    }
-    if (tiers.checkpoints_on_storage) {
-      cwstage.push_back(b.slot("ckpt.wstage" + n_k, Tier::host, C));
-      crstage.push_back(b.slot("ckpt.rstage" + n_k, Tier::host, C));
-    }
-    if (tiers.optim_on_storage) ostage.push_back(b.slot("optim.stage" + n_k, Tier::host, O));
   }
 
-  // ---- Helpers --------------------------------------------------------------------------------
-  int fetches = 0, cwrites = 0, creads = 0, steps = 0;
-  std::vector<bool> pending(L, s.pending_steps && has_part1);
-  std::vector<int32_t> params_slot(L, -1);
-  // One part of block l's step; new params go to `params_out` (a host slot).
-  auto step = [&](int l, int part, int32_t params_out, bool needs_norm) {
-    const int k = steps++ % 2;
-    add_optimizer_step(b, s, l, part,
-                       {ghost[l], needs_norm ? c.clip : -1, ostore[l][part],
-                        tiers.optim[l] == Tier::storage ? ostage[k] : -1, params_out, pstore[l]});
-  };
-  // The copy of a block's params to the device is queued apart from its storage read (see
-  // emit_fetch): the h2d queue runs in order, and a params copy that waits on storage must not
-  // hold up the checkpoint loads the current block needs first.
-  struct QueuedFetch {
-    int l = -1;
-    int32_t src = -1, dst = -1;
-  } queued;
-  auto emit_fetch = [&] {
-    if (queued.l < 0) return;
-    b.task(TaskKind::fetch, Resource::h2d, "fetch.params " + blk_tag(queued.l), queued.l, -1,
-           {slot_read(queued.src), slot_write(queued.dst)}, P);
-    queued = {};
-  };
-  // The pending part-1 step of block l (previous iteration's gradient), then, when `fetch`, the
-  // block's params read toward the device (the h2d copy left to emit_fetch). On storage, part
-  // 1's new params land in the fetch's stage and only part 0's range is read from storage.
-  auto fetch_params = [&](int l, bool fetch) {
-    const int k = fetches++ % 2;
-    const bool on_storage = tiers.params[l] == Tier::storage;
-    int32_t src = pstore[l];
-    if (pending[l]) {
-      pending[l] = false;
+  // Saved activations (docs/design.md §6): per block the policy, per (block, micro-batch) where
+  // its saved set lives between forward and backward.
+  ActPolicy acts_policy(int l) const {
+    return s_.acts_at.empty() || l == L_ - 1 ? ActPolicy::recompute
+                                             : s_.acts_at[static_cast<size_t>(l)];
+  }
+  static bool offloaded(ActPolicy p) { return p == ActPolicy::host || p == ActPolicy::storage; }
+
+  void add_acts_slots() {
+    acts_.assign(static_cast<size_t>(L_), std::vector<int32_t>(static_cast<size_t>(M_), -1));
+    for (int l = 0; s_.iteration && l < L_; ++l) {
+      const ActPolicy p = acts_policy(l);
+      if (p == ActPolicy::recompute) continue;
+      any_acts_offloaded_ |= offloaded(p);
+      for (int i = 0; i < M_; ++i) {
+        const int m = vertical_micro_batch(l, i, M_);
+        const bool forwarded = p == ActPolicy::storage && vertical_acts_forwarded(l, i, L_);
+        const Tier t = p == ActPolicy::keep                ? Tier::device
+                       : p == ActPolicy::host || forwarded ? Tier::host
+                                                           : Tier::storage;
+        any_acts_on_storage_ |= t == Tier::storage;
+        acts_[l][m] = b_.slot(names::acts(l, m), t, s_.acts_bytes);
+      }
+    }
+  }
+
+  void add_buffers() {
+    const int64_t A = s_.acts_bytes, C = s_.checkpoint_bytes, P = s_.block_param_bytes;
+    const bool device_acts = any_acts_offloaded_ && !s_.compute_reads_host;
+    for (int k = 0; k < 2; ++k) {
+      if (device_acts) {
+        acts_out_.push_back(b_.slot(names::ring("acts", "out.buf", k), Tier::device, A));
+        acts_in_.push_back(b_.slot(names::ring("acts", "in.buf", k), Tier::device, A));
+      }
+    }
+    const bool acts_stage = any_acts_offloaded_ && any_acts_on_storage_;
+    acts_wstage_ = add_stage_ring(b_, "acts", "wstage", Tier::host, A, acts_stage);
+    acts_rstage_ = add_stage_ring(b_, "acts", "rstage", Tier::host, A, acts_stage);
+    for (int m = 0; s_.iteration && m < M_; ++m) {
+      dact_.push_back(b_.slot(names::dact(m), Tier::device, C));
+    }
+    last_out_ = b_.slot("last.out", Tier::device, C);  // the last block's output
+    for (int k = 0; k < 2; ++k) {
+      params_buf_.push_back(b_.slot(names::ring("params", "buf", k), Tier::device, P));
+      act_buf_.push_back(b_.slot(names::ring("act", "buf", k), Tier::device, C));
+      bwd_in_.push_back(b_.slot(names::ring("bwd.in", "buf", k), Tier::device, C));
+      grad_acc_.push_back(
+          b_.slot(names::ring("grad.acc", "buf", k), Tier::device, s_.block_grad_bytes));
+    }
+    params_stage_ = add_stage_ring(b_, "params", "stage", Tier::host, P, tiers_.params_on_storage);
+    params_wstage_ =
+        add_stage_ring(b_, "params", "wstage", Tier::host, P, tiers_.params_on_storage);
+    ckpt_wstage_ =
+        add_stage_ring(b_, "ckpt", "wstage", Tier::host, C, tiers_.checkpoints_on_storage);
+    ckpt_rstage_ =
+        add_stage_ring(b_, "ckpt", "rstage", Tier::host, C, tiers_.checkpoints_on_storage);
+    optim_stage_ = add_stage_ring(b_, "optim", "stage", Tier::host, s_.block_optim_bytes,
+                                  tiers_.optim_on_storage);
+  }
+
+  // ---- Parameters and the optimizer split (Note [Optimizer split]) ----------------------------
+  void step(int l, int part, int32_t params_out, bool needs_norm) {
+    add_optimizer_step(b_, c_, s_,
+                       {.block = l,
+                        .part = part,
+                        .grad = grad_host_[l],
+                        .state_store = optim_store_[l][part],
+                        .params_out = params_out,
+                        .params_store = params_store_[l],
+                        .needs_norm = needs_norm},
+                       optim_stage_);
+  }
+
+  // The pending part-1 step of block l (the previous iteration's gradient), then, when `fetch`,
+  // the block's params read toward the device. On storage, part 1's new params land in the
+  // fetch's stage and only part 0's range is read from storage. Returns the host slot the
+  // device copy reads from.
+  int32_t pending_step(int l, bool fetch) {
+    const int k = fetch_count_++ % 2;
+    const bool on_storage = tiers_.params[l] == Tier::storage;
+    int32_t src = params_store_[l];
+    if (pending_[l]) {
+      pending_[l] = false;
       if (on_storage) {
-        src = pstage[k];
-        if (fetch && part1_offset > 0) {
-          Task t{.kind = TaskKind::fetch,
-                 .resource = Resource::storage_read,
-                 .label = "read.params " + blk_tag(l) + " p0"};
-          t.block = l;
-          t.uses = {slot_read(pstore[l]), slot_write(src)};
-          t.bytes = part1_offset;
-          b.task(std::move(t));
+        src = params_stage_.slots[k];
+        const int64_t part0_bytes =
+            part_bytes(s_.block_param_bytes, s_.block_elems, s_.split_elems, 0);
+        if (fetch && part0_bytes > 0) {
+          b_.transfer(TaskKind::params_read, {.block = l, .part = 0}, params_store_[l], src,
+                      part0_bytes);
         }
       }
       step(l, 1, src, true);
     } else if (on_storage && fetch) {
-      b.task(TaskKind::fetch, Resource::storage_read, "read.params " + blk_tag(l), l, -1,
-             {slot_read(pstore[l]), slot_write(pstage[k])}, P);
-      src = pstage[k];
+      src = params_stage_.slots[k];
+      b_.transfer(TaskKind::params_read, {.block = l}, params_store_[l], src, s_.block_param_bytes);
     }
-    if (!fetch) return;
-    emit_fetch();  // at most one copy waits at a time
-    queued = {l, src, pbuf[k]};
-    params_slot[l] = pbuf[k];
-  };
-  // Device slot `from` -> checkpoint of block l's input for micro-batch m.
-  auto write_ckpt = [&](int l, int m, int32_t from) {
-    const int32_t dst = ckpt[l][m];
-    if (b.peek_tier(dst) == Tier::storage) {
-      const int32_t st = cwstage[cwrites++ % 2];
-      b.task(TaskKind::store, Resource::d2h, "ckpt.write " + blk_tag(l, m), l, m,
-             {slot_read(from), slot_write(st)}, C);
-      b.task(TaskKind::store, Resource::storage_write, "ckpt.flush " + blk_tag(l, m), l, m,
-             {slot_read(st), slot_write(dst)}, C);
-    } else {
-      b.task(TaskKind::store, Resource::d2h, "ckpt.write " + blk_tag(l, m), l, m,
-             {slot_read(from), slot_write(dst)}, C);
-    }
-  };
-  auto load_ckpt = [&](int l, int m, int32_t to) {
-    int32_t src = ckpt[l][m];
-    if (b.peek_tier(src) == Tier::storage) {
-      const int32_t st = crstage[creads++ % 2];
-      b.task(TaskKind::fetch, Resource::storage_read, "ckpt.read " + blk_tag(l, m), l, m,
-             {slot_read(src), slot_write(st)}, C);
-      src = st;
-    }
-    b.task(TaskKind::fetch, Resource::h2d, "ckpt.load " + blk_tag(l, m), l, m,
-           {slot_read(src), slot_write(to)}, C);
-  };
-  // The saved set of (l, m), just written by the forward into device slot `from`, to its place
-  // (host, or storage through a host stage), while the forward goes on.
-  int awrites = 0, areads = 0;
-  auto store_acts = [&](int l, int m, int32_t from) {
-    const int32_t dst = acts[l][m];
-    if (s.compute_reads_host) {  // produced in place: `from` is the host slot or the stage
-      if (from != dst) {
-        b.task(TaskKind::store, Resource::storage_write, "acts.flush " + blk_tag(l, m), l, m,
-               {slot_read(from), slot_write(dst)}, A);
-      }
+    return src;
+  }
+
+  // Block l's params onto the device, into the double buffer the fetch count says. The h2d copy
+  // is queued apart from the storage read (emit_queued_fetch): the h2d queue runs in order, and
+  // a params copy that waits on storage must not hold up the checkpoint loads the current block
+  // needs first.
+  void fetch_params(int l) {
+    const int k = fetch_count_ % 2;  // pending_step takes this index
+    const int32_t src = pending_step(l, /*fetch=*/true);
+    emit_queued_fetch();  // at most one copy waits at a time
+    queued_ = {l, src, params_buf_[k]};
+    params_slot_[l] = params_buf_[k];
+  }
+  void emit_queued_fetch() {
+    if (queued_.block < 0) return;
+    b_.transfer(TaskKind::params_fetch, {.block = queued_.block}, queued_.src, queued_.dst,
+                s_.block_param_bytes);
+    queued_ = {};
+  }
+
+  // ---- Checkpoints and saved activations ------------------------------------------------------
+  void write_ckpt(int l, int m, int32_t from) {
+    b_.move_out(TaskKind::ckpt_write, TaskKind::ckpt_flush, {.block = l, .micro_batch = m}, from,
+                ckpt_[l][m], ckpt_wstage_, s_.checkpoint_bytes);
+  }
+  void load_ckpt(int l, int m, int32_t to) {
+    const TaskTag tag{.block = l, .micro_batch = m};
+    const int32_t src =
+        b_.to_host(TaskKind::ckpt_read, tag, ckpt_[l][m], ckpt_rstage_, s_.checkpoint_bytes);
+    b_.transfer(TaskKind::ckpt_load, tag, src, to, s_.checkpoint_bytes);
+  }
+
+  // Where block l's forward writes the saved set of micro-batch position i: its kept device
+  // slot, a device buffer it is offloaded from, or (compute reaches host memory) straight into
+  // its host slot or a storage stage. -1: recomputed, nothing saved.
+  int32_t saved_slot(int l, int i, int m) {
+    const ActPolicy p = acts_policy(l);
+    if (p == ActPolicy::keep) return acts_[l][m];
+    if (!offloaded(p)) return -1;
+    if (!s_.compute_reads_host) return acts_out_[static_cast<size_t>(i % 2)];
+    return b_.tier(acts_[l][m]) == Tier::host ? acts_[l][m] : acts_wstage_.take();
+  }
+  // The saved set of (l, m), just written by the forward into `from`, to its place (host, or
+  // storage through a host stage), while the forward goes on.
+  void store_acts(int l, int m, int32_t from) {
+    const TaskTag tag{.block = l, .micro_batch = m};
+    const int32_t dst = acts_[l][m];
+    if (s_.compute_reads_host) {  // produced in place: `from` is the host slot or the stage
+      if (from != dst) b_.transfer(TaskKind::acts_flush, tag, from, dst, s_.acts_bytes);
       return;
     }
-    if (b.peek_tier(dst) == Tier::storage) {
-      const int32_t st = awstage[awrites++ % 2];
-      b.task(TaskKind::store, Resource::d2h, "acts.write " + blk_tag(l, m), l, m,
-             {slot_read(from), slot_write(st)}, A);
-      b.task(TaskKind::store, Resource::storage_write, "acts.flush " + blk_tag(l, m), l, m,
-             {slot_read(st), slot_write(dst)}, A);
-    } else {
-      b.task(TaskKind::store, Resource::d2h, "acts.write " + blk_tag(l, m), l, m,
-             {slot_read(from), slot_write(dst)}, A);
-    }
-  };
-  // The saved set of (l, m) back onto the device for its backward; returns the device slot.
-  auto load_acts = [&](int l, int m, int32_t to) {
-    int32_t src = acts[l][m];
-    if (b.peek_tier(src) == Tier::device) return src;  // kept
-    if (b.peek_tier(src) == Tier::storage) {
-      const int32_t st = arstage[areads++ % 2];
-      b.task(TaskKind::fetch, Resource::storage_read, "acts.read " + blk_tag(l, m), l, m,
-             {slot_read(src), slot_write(st)}, A);
-      src = st;
-    }
-    if (s.compute_reads_host) return src;  // consumed in place
-    b.task(TaskKind::fetch, Resource::h2d, "acts.load " + blk_tag(l, m), l, m,
-           {slot_read(src), slot_write(to)}, A);
+    b_.move_out(TaskKind::acts_write, TaskKind::acts_flush, tag, from, dst, acts_wstage_,
+                s_.acts_bytes);
+  }
+  // The saved set of (l, m) back for its backward; returns the slot the backward reads.
+  int32_t load_acts(int l, int m, int j) {
+    const TaskTag tag{.block = l, .micro_batch = m};
+    if (b_.tier(acts_[l][m]) == Tier::device) return acts_[l][m];  // kept
+    const int32_t src =
+        b_.to_host(TaskKind::acts_read, tag, acts_[l][m], acts_rstage_, s_.acts_bytes);
+    if (s_.compute_reads_host) return src;  // consumed in place
+    const int32_t to = acts_in_[static_cast<size_t>(j)];
+    b_.transfer(TaskKind::acts_load, tag, src, to, s_.acts_bytes);
     return to;
-  };
+  }
+
+  // ---- Gradients ------------------------------------------------------------------------------
+  void zero_grad(int l) {
+    b_.task(TaskKind::grad_zero, {.block = l}, {slot_write(grad_acc_[l % 2], Role::grad)});
+  }
   // The gradient leaves the device once; its sum of squares, then part 0's step (clipping
   // off), run on cpu_optim while compute goes on with earlier blocks.
-  auto finish_block = [&](int l) {
-    b.task(TaskKind::store, Resource::d2h, "grad.out " + blk_tag(l), l, -1,
-           {slot_read(gacc[l % 2]), slot_write(ghost[l])}, G);
-    add_grad_sumsq(b, l, ghost[l], G, c.sums);
-    if (has_part0) {
-      step(l, 0, tiers.params[l] == Tier::storage ? pwstage[l % 2] : pstore[l], false);
-    }
-  };
-  auto zero_grad = [&](int l) {
-    b.task(TaskKind::zero, Resource::compute, "grad.zero " + blk_tag(l), l, -1,
-           {slot_write(gacc[l % 2])});
-  };
-
-  if (!s.iteration) {  // the flush: only the pending steps
-    for (int l = 0; l < L; ++l) fetch_params(l, false);
-    return b.take();
-  }
-
-  // ---- Forward (the last block: forward, loss and backward together) --------------------------
-  add_iteration_start(b, c, s);
-  fetch_params(0, true);
-  emit_fetch();
-  int k = 0;  // act.buf holding the current micro-batch's input
-  for (int l = 0; l < L; ++l) {
-    // Queued now so that the storage queues fetch block l+1 while block l computes; its h2d copy
-    // goes after block l's last checkpoint load.
-    if (l + 1 < L) fetch_params(l + 1, true);
-    if (M == 1) emit_fetch();
-    const bool last = l == L - 1;
-    if (last) zero_grad(l);
-    // Brings the input of the micro-batch at position i into act.buf[kk].
-    auto prepare = [&](int i, int kk) {
-      const int m = vertical_micro_batch(l, i, M);
-      if (l == 0) {
-        b.task(TaskKind::forward, Resource::compute, "embed.fwd mb." + std::to_string(m), -1, m,
-               {slot_read(c.embed), slot_read(c.tokens_device), slot_write(abuf[kk])});
-        write_ckpt(0, m, abuf[kk]);
-      } else {
-        load_ckpt(l, m, abuf[kk]);
-      }
-    };
-    // Position 0 of block l > 0 is the micro-batch that ended block l-1: already on device.
-    if (l == 0) prepare(0, k);
-    for (int i = 0; i < M; ++i) {
-      const int m = vertical_micro_batch(l, i, M);
-      if (i + 1 < M) prepare(i + 1, 1 - k);  // prefetch into the other buffer
-      if (i + 2 == M) emit_fetch();
-      const int32_t in = abuf[k];
-      const std::string t = blk_tag(l, m);
-      if (!last) {
-        // The saved set goes to its kept slot, or to a device buffer it is offloaded from.
-        int32_t saved = -1;
-        if (apol(l) == ActPolicy::keep) saved = acts[l][m];
-        if (apol(l) == ActPolicy::host || apol(l) == ActPolicy::storage) {
-          // Straight into its host slot or storage stage when compute reaches host memory.
-          const int32_t dst = acts[l][m];
-          saved = !s.compute_reads_host            ? aout[i % 2]
-                  : b.peek_tier(dst) == Tier::host ? dst
-                                                   : awstage[awrites++ % 2];
-        }
-        std::vector<SlotUse> uses = {slot_read(params_slot[l]), slot_read(in), slot_write(in)};
-        if (saved >= 0) uses.push_back(slot_write(saved));
-        b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m, uses, 0, s.block_fwd_flops);
-        write_ckpt(l + 1, m, in);  // the output is the next block's input
-        if (saved >= 0 && apol(l) != ActPolicy::keep) store_acts(l, m, saved);
-      } else {
-        b.task(TaskKind::forward, Resource::compute, "fwd " + t, l, m,
-               {slot_read(params_slot[l]), slot_read(in), slot_write(last_out)}, 0,
-               s.block_fwd_flops);
-        b.task(TaskKind::loss, Resource::compute, "loss mb." + std::to_string(m), l, m,
-               {slot_read(last_out), slot_read(c.embed), slot_read(c.tokens_device),
-                slot_write(dact[m]), slot_read(c.embed_grad), slot_write(c.embed_grad),
-                slot_write(c.losses)},
-               0, s.head_flops);
-        Task bwd{.kind = TaskKind::backward, .resource = Resource::compute, .label = "bwd " + t};
-        bwd.block = l;
-        bwd.micro_batch = m;
-        bwd.uses = {slot_read(params_slot[l]), slot_read(in),          slot_read(dact[m]),
-                    slot_write(dact[m]),       slot_read(gacc[l % 2]), slot_write(gacc[l % 2])};
-        bwd.flops = s.block_bwd_flops;
-        bwd.fused = true;
-        b.task(std::move(bwd));
-      }
-      if (i + 1 < M) k = 1 - k;
+  void finish_block(int l) {
+    b_.transfer(TaskKind::grad_out, {.block = l}, grad_acc_[l % 2], grad_host_[l],
+                s_.block_grad_bytes);
+    add_grad_sumsq(b_, c_, l, grad_host_[l], s_.block_grad_bytes);
+    if (has_part0_) {
+      const bool on_storage = tiers_.params[l] == Tier::storage;
+      step(l, 0, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false);
     }
   }
-  finish_block(L - 1);
 
-  // ---- Backward, blocks L-2..0, each in its forward order (continuing the snake) --------------
-  if (L >= 2) fetch_params(L - 2, true);
-  emit_fetch();
-  int j = 0;
-  for (int l = L - 2; l >= 0; --l) {
-    if (l >= 1) fetch_params(l - 1, true);
+  // ---- Forward --------------------------------------------------------------------------------
+  // Brings the input of block l's micro-batch at position i into act.buf[k]: the embedding for
+  // block 0 (its output is block 0's checkpoint), else the checkpoint.
+  void prepare_input(int l, int i, int k) {
+    const int m = vertical_micro_batch(l, i, M_);
+    if (l == 0) {
+      b_.task(TaskKind::embed_forward, {.micro_batch = m},
+              {slot_read(c_.embed, Role::params), slot_read(c_.tokens_device, Role::tokens),
+               slot_write(act_buf_[k], Role::output)});
+      write_ckpt(0, m, act_buf_[k]);
+    } else {
+      load_ckpt(l, m, act_buf_[k]);
+    }
+  }
+
+  // Runs `body(i, m, input slot)` for block l's micro-batches in snake order, each input
+  // prefetched into the other act buffer while the previous one computes. Position 0 of block
+  // l > 0 is the micro-batch that ended block l-1: already on the device.
+  template <typename Body>
+  void over_micro_batches(int l, Body body) {
+    if (l + 1 < L_) fetch_params(l + 1);  // storage fetches block l+1 while block l computes
+    if (M_ == 1) emit_queued_fetch();
+    if (l == 0) prepare_input(l, 0, act_k_);
+    for (int i = 0; i < M_; ++i) {
+      if (i + 1 < M_) prepare_input(l, i + 1, 1 - act_k_);
+      if (i + 2 == M_) emit_queued_fetch();  // after this block's last checkpoint load
+      body(i, vertical_micro_batch(l, i, M_), act_buf_[act_k_]);
+      if (i + 1 < M_) act_k_ = 1 - act_k_;
+    }
+  }
+
+  // Block l < L-1: forward in place, its output checkpointed as block l+1's input, the saved
+  // set (if any) kept or offloaded.
+  void forward_block(int l) {
+    over_micro_batches(l, [this, l](int i, int m, int32_t in) {
+      const int32_t saved = saved_slot(l, i, m);
+      std::vector<SlotUse> uses = {slot_read(params_slot_[l], Role::params),
+                                   slot_read(in, Role::input), slot_write(in, Role::output)};
+      if (saved >= 0) uses.push_back(slot_write(saved, Role::saved));
+      b_.task(TaskKind::block_forward, {.block = l, .micro_batch = m}, std::move(uses), 0,
+              s_.block_fwd_flops);
+      write_ckpt(l + 1, m, in);  // the output is the next block's input
+      if (offloaded(acts_policy(l))) store_acts(l, m, saved);
+    });
+  }
+
+  // The last block: forward, loss and backward together per micro-batch (its params serve both
+  // passes), then its gradient leaves the device.
+  void last_block() {
+    const int l = L_ - 1;
     zero_grad(l);
-    const bool saved = apol(l) != ActPolicy::recompute;
-    std::vector<int32_t> acts_in(2, -1);  // device slot of the saved set, per double buffer
-    load_ckpt(l, vertical_micro_batch(l, 0, M), bin[j]);
-    if (saved) acts_in[j] = load_acts(l, vertical_micro_batch(l, 0, M), ain.empty() ? -1 : ain[j]);
-    if (M == 1) emit_fetch();
-    for (int i = 0; i < M; ++i) {
-      const int m = vertical_micro_batch(l, i, M);
-      if (i + 1 < M) {
-        const int next = vertical_micro_batch(l, i + 1, M);
-        load_ckpt(l, next, bin[1 - j]);
-        if (saved) acts_in[1 - j] = load_acts(l, next, ain.empty() ? -1 : ain[1 - j]);
-      }
-      if (i + 2 == M) emit_fetch();
-      std::vector<SlotUse> uses = {slot_read(params_slot[l]), slot_read(bin[j]),
-                                   slot_read(dact[m]),        slot_write(dact[m]),
-                                   slot_read(gacc[l % 2]),    slot_write(gacc[l % 2])};
+    over_micro_batches(l, [this, l](int, int m, int32_t in) {
+      const TaskTag tag{.block = l, .micro_batch = m};
+      b_.task(TaskKind::block_forward, tag,
+              {slot_read(params_slot_[l], Role::params), slot_read(in, Role::input),
+               slot_write(last_out_, Role::output)},
+              0, s_.block_fwd_flops);
+      b_.task(TaskKind::head_loss, tag,
+              {slot_read(last_out_, Role::input), slot_read(c_.embed, Role::params),
+               slot_read(c_.tokens_device, Role::tokens), slot_write(dact_[m], Role::dact),
+               slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad),
+               slot_write(c_.losses, Role::losses)},
+              0, s_.head_flops);
+      Task bwd{.kind = TaskKind::block_backward};
+      bwd.block = l;
+      bwd.micro_batch = m;
+      bwd.uses = {
+          slot_read(params_slot_[l], Role::params), slot_read(in, Role::input),
+          slot_read(dact_[m], Role::dact),          slot_write(dact_[m], Role::dact),
+          slot_read(grad_acc_[l % 2], Role::grad),  slot_write(grad_acc_[l % 2], Role::grad)};
+      bwd.flops = s_.block_bwd_flops;
+      bwd.fused = true;  // the forward just ran on this queue: nothing to recompute
+      b_.task(std::move(bwd));
+    });
+    finish_block(l);
+  }
+
+  // ---- Backward -------------------------------------------------------------------------------
+  // Block l < L-1 in its forward order: per micro-batch the checkpoint (and the saved set) loaded
+  // into a double buffer ahead of use, the backward accumulating into the block's gradient.
+  void backward_block(int l) {
+    if (l >= 1) fetch_params(l - 1);
+    zero_grad(l);
+    const bool saved = acts_policy(l) != ActPolicy::recompute;
+    std::array<int32_t, 2> acts_in{-1, -1};  // slot of the saved set, per double buffer
+    auto load = [&](int i, int j) {
+      const int m = vertical_micro_batch(l, i, M_);
+      load_ckpt(l, m, bwd_in_[j]);
+      if (saved) acts_in[j] = load_acts(l, m, j);
+    };
+    load(0, bwd_j_);
+    if (M_ == 1) emit_queued_fetch();
+    for (int i = 0; i < M_; ++i) {
+      const int m = vertical_micro_batch(l, i, M_);
+      if (i + 1 < M_) load(i + 1, 1 - bwd_j_);
+      if (i + 2 == M_) emit_queued_fetch();
+      std::vector<SlotUse> uses = {
+          slot_read(params_slot_[l], Role::params), slot_read(bwd_in_[bwd_j_], Role::input),
+          slot_read(dact_[m], Role::dact),          slot_write(dact_[m], Role::dact),
+          slot_read(grad_acc_[l % 2], Role::grad),  slot_write(grad_acc_[l % 2], Role::grad)};
       // With the saved set there is nothing to recompute.
-      if (saved) uses.push_back(slot_read(acts_in[j]));
-      b.task(TaskKind::backward, Resource::compute, "bwd " + blk_tag(l, m), l, m, uses, 0,
-             saved ? s.block_bwd_flops : s.block_fwd_flops + s.block_bwd_flops);
-      j = 1 - j;
+      if (saved) uses.push_back(slot_read(acts_in[bwd_j_], Role::saved));
+      b_.task(TaskKind::block_backward, {.block = l, .micro_batch = m}, std::move(uses), 0,
+              saved ? s_.block_bwd_flops : s_.block_fwd_flops + s_.block_bwd_flops);
+      bwd_j_ = 1 - bwd_j_;
     }
     finish_block(l);
   }
-  for (int m = 0; m < M; ++m) {
-    b.task(TaskKind::backward, Resource::compute, "embed.bwd mb." + std::to_string(m), -1, m,
-           {slot_read(dact[m]), slot_read(c.tokens_device), slot_read(c.embed_grad),
-            slot_write(c.embed_grad)});
-  }
-  add_iteration_end(b, c, s, [] {});  // block steps: part 0 above, part 1 in the next plan
-  return b.take();
+
+  const ScheduleSpec& s_;
+  const int L_, M_;
+  const BlockTiers tiers_;
+  const bool has_part0_, has_part1_;
+  PlanBuilder b_;
+  const CommonSlots c_;
+
+  // Per block: state between plans, checkpoints and saved sets ([block][micro-batch]).
+  std::vector<int32_t> params_store_, grad_host_;
+  std::vector<std::array<int32_t, 2>> optim_store_;  // [block][part]
+  std::vector<std::vector<int32_t>> ckpt_, acts_;
+  bool any_acts_offloaded_ = false, any_acts_on_storage_ = false;
+  // Device double buffers and per-micro-batch gradients of activations.
+  std::vector<int32_t> params_buf_, act_buf_, bwd_in_, grad_acc_, acts_out_, acts_in_, dact_;
+  int32_t last_out_ = -1;
+  // Host staging rings for what lives on storage.
+  StageRing params_stage_, params_wstage_, ckpt_wstage_, ckpt_rstage_, optim_stage_, acts_wstage_,
+      acts_rstage_;
+
+  // Progress through the iteration.
+  int fetch_count_ = 0;        // params fetches so far: picks params.buf / params.stage
+  int act_k_ = 0;              // act.buf holding the current micro-batch's input
+  int bwd_j_ = 0;              // bwd.in.buf (and acts.in.buf) of the current backward micro-batch
+  std::vector<bool> pending_;  // part-1 steps not yet emitted, per block
+  std::vector<int32_t> params_slot_;  // device buffer holding each block's params
+  struct QueuedFetch {
+    int block = -1;
+    int32_t src = -1, dst = -1;
+  } queued_;
+};
+
+}  // namespace
+
+Plan make_vertical_plan(const ScheduleSpec& s) {
+  return VerticalPlan(s).build();
 }
 
 }  // namespace strata

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   cfg.batch_size = B;
   cfg.seq_len = T;
   cfg.grad_accum = 1;
-  cfg.schedule = "in_memory";
+  cfg.schedule = Schedule::in_memory;
   cfg.memory.device_bytes = 0;
 
   auto st = read_safetensors(exported);

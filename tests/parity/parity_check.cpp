@@ -143,7 +143,9 @@ TEST_F(ParityTorch, TenAdamWStepsWithClippingAndSchedule) {
   int clipped = 0;
   for (int64_t k = 0; k < cfg_.steps; k++) {
     batch(k, in, tgt);
-    const StepStats st = trainer->train_step(in.data(), tgt.data());
+    auto step = trainer->train_step(in.data(), tgt.data());
+    ASSERT_TRUE(step.ok()) << step.status().to_string();
+    const StepStats& st = *step;
     const double err = std::fabs(st.loss - want[static_cast<size_t>(k)]) / std::fabs(want[k]);
     EXPECT_LE(err, 1e-4) << "step " << k << ": loss " << st.loss << " torch " << want[k];
     if (st.grad_norm > cfg_.optim.grad_clip) clipped++;

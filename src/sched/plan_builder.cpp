@@ -1,0 +1,156 @@
+#include "sched/plan_builder.h"
+
+#include <algorithm>
+
+namespace strata {
+
+namespace {
+
+// The short names traces show; `group` kinds say "embed" when they have no block.
+struct LabelStem {
+  const char* stem;
+  bool group;
+};
+
+LabelStem label_stem(TaskKind k) {
+  switch (k) {
+    case TaskKind::tokens_upload:
+      return {"tokens.load", false};
+    case TaskKind::params_read:
+      return {"read.params", false};
+    case TaskKind::params_fetch:
+      return {"fetch.params", true};
+    case TaskKind::params_write:
+      return {"write.params", false};
+    case TaskKind::optim_read:
+      return {"read.optim", false};
+    case TaskKind::optim_write:
+      return {"write.optim", false};
+    case TaskKind::grad_out:
+      return {"grad.out", true};
+    case TaskKind::ckpt_write:
+      return {"ckpt.write", false};
+    case TaskKind::ckpt_flush:
+      return {"ckpt.flush", false};
+    case TaskKind::ckpt_read:
+      return {"ckpt.read", false};
+    case TaskKind::ckpt_load:
+      return {"ckpt.load", false};
+    case TaskKind::acts_write:
+      return {"acts.write", false};
+    case TaskKind::acts_flush:
+      return {"acts.flush", false};
+    case TaskKind::acts_read:
+      return {"acts.read", false};
+    case TaskKind::acts_load:
+      return {"acts.load", false};
+    case TaskKind::grad_zero:
+      return {"grad.zero", true};
+    case TaskKind::embed_forward:
+      return {"embed.fwd", false};
+    case TaskKind::block_forward:
+      return {"fwd", false};
+    case TaskKind::head_loss:
+      return {"loss", false};
+    case TaskKind::block_backward:
+      return {"bwd", false};
+    case TaskKind::embed_backward:
+      return {"embed.bwd", false};
+    case TaskKind::grad_accumulate:
+      return {"acc", false};
+    case TaskKind::grad_sumsq:
+      return {"sumsq", true};
+    case TaskKind::grad_norm:
+      return {"grad.norm", false};
+    case TaskKind::block_step:
+      return {"adamw", false};
+    case TaskKind::embed_step:
+      return {"adamw", true};
+  }
+  return {"?", false};
+}
+
+}  // namespace
+
+std::string task_label(TaskKind kind, const TaskTag& tag) {
+  const LabelStem s = label_stem(kind);
+  std::string label = s.stem;
+  // The head runs on the last block's output, but it is one per micro-batch, not a block's.
+  if (tag.block >= 0 && kind != TaskKind::head_loss) label += " blk." + std::to_string(tag.block);
+  if (tag.block < 0 && s.group) label += " embed";
+  if (tag.micro_batch >= 0) label += " mb." + std::to_string(tag.micro_batch);
+  if (tag.part >= 0) label += " p" + std::to_string(tag.part);
+  return label;
+}
+
+int32_t PlanBuilder::slot(std::string name, Tier tier, int64_t bytes, bool initialized) {
+  last_write_.push_back(-1);
+  readers_.emplace_back();
+  return plan_.add_slot(std::move(name), tier, bytes, initialized);
+}
+
+int32_t PlanBuilder::task(Task t) {
+  t.resource = kind_resource(t.kind);
+  if (t.label.empty()) t.label = task_label(t.kind, {t.block, t.micro_batch, t.part});
+  auto dep = [&](int32_t d) {
+    if (d >= 0 && plan_.tasks[static_cast<size_t>(d)].resource != t.resource &&
+        std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end()) {
+      t.deps.push_back(d);
+    }
+  };
+  for (const SlotUse& u : t.uses) {
+    dep(last_write_[static_cast<size_t>(u.slot)]);
+    if (u.write) {
+      for (int32_t r : readers_[static_cast<size_t>(u.slot)]) dep(r);
+    }
+  }
+  const auto id = static_cast<int32_t>(plan_.tasks.size());
+  for (const SlotUse& u : t.uses) {
+    if (u.write) {
+      last_write_[static_cast<size_t>(u.slot)] = id;
+      readers_[static_cast<size_t>(u.slot)].clear();
+    }
+  }
+  for (const SlotUse& u : t.uses) {
+    if (!u.write) readers_[static_cast<size_t>(u.slot)].push_back(id);
+  }
+  return plan_.add_task(std::move(t));
+}
+
+int32_t PlanBuilder::task(TaskKind kind, const TaskTag& tag, std::vector<SlotUse> uses,
+                          int64_t bytes, double flops) {
+  Task t{.kind = kind};
+  t.block = tag.block;
+  t.micro_batch = tag.micro_batch;
+  t.part = tag.part;
+  t.uses = std::move(uses);
+  t.bytes = bytes;
+  t.flops = flops;
+  return task(std::move(t));
+}
+
+int32_t PlanBuilder::transfer(TaskKind kind, const TaskTag& tag, int32_t src, int32_t dst,
+                              int64_t bytes) {
+  return task(kind, tag, {slot_read(src, Role::src), slot_write(dst, Role::dst)}, bytes);
+}
+
+void PlanBuilder::move_out(TaskKind copy, TaskKind flush, const TaskTag& tag, int32_t from,
+                           int32_t to, StageRing& ring, int64_t bytes) {
+  if (tier(to) != Tier::storage) {
+    transfer(copy, tag, from, to, bytes);
+    return;
+  }
+  const int32_t stage = ring.take();
+  transfer(copy, tag, from, stage, bytes);
+  transfer(flush, tag, stage, to, bytes);
+}
+
+int32_t PlanBuilder::to_host(TaskKind read, const TaskTag& tag, int32_t from, StageRing& ring,
+                             int64_t bytes) {
+  if (tier(from) != Tier::storage) return from;
+  const int32_t stage = ring.take();
+  transfer(read, tag, from, stage, bytes);
+  return stage;
+}
+
+}  // namespace strata

@@ -1,0 +1,90 @@
+#include "sched/schedule_common.h"
+
+#include "sched/slot_names.h"
+
+namespace strata {
+
+namespace names = slot_names;
+
+CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s) {
+  CommonSlots c{};
+  c.tokens_host = b.slot(names::kTokensHost, Tier::host, s.tokens_bytes, true);
+  c.tokens_device = b.slot(names::kTokensDevice, Tier::device, s.tokens_bytes);
+  c.workspace = b.slot(names::kWorkspace, Tier::device, s.workspace_bytes);
+  c.embed = b.slot(names::kEmbedParams, Tier::device, s.embed_param_bytes, true);
+  c.embed_grad = b.slot(names::kEmbedGrad, Tier::device, s.embed_param_bytes);
+  c.embed_grad_host = b.slot(names::kEmbedGradHost, Tier::host, s.embed_param_bytes);
+  c.embed_state = b.slot(names::kEmbedOptim, Tier::host, s.embed_optim_bytes, true);
+  c.embed_params_host = b.slot(names::kEmbedParamsHost, Tier::host, s.embed_param_bytes);
+  c.sums = b.slot(names::kGradSums, Tier::host, int64_t{8} * (s.blocks + 2));
+  c.clip = b.slot(names::kGradClip, Tier::host, 8, s.pending_steps);
+  c.losses = b.slot(names::kLosses, Tier::host, s.losses_bytes);
+  return c;
+}
+
+void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
+  b.transfer(TaskKind::tokens_upload, {}, c.tokens_host, c.tokens_device, s.tokens_bytes);
+  b.task(TaskKind::grad_zero, {}, {slot_write(c.embed_grad, Role::grad)});
+}
+
+void add_grad_sumsq(PlanBuilder& b, const CommonSlots& c, int32_t block, int32_t grad_host,
+                    int64_t grad_bytes) {
+  b.task(TaskKind::grad_sumsq, {.block = block},
+         {slot_read(grad_host, Role::grad), slot_write(c.sums, Role::sums)}, grad_bytes);
+}
+
+void add_grad_norm(PlanBuilder& b, const CommonSlots& c) {
+  b.task(TaskKind::grad_norm, {}, {slot_read(c.sums, Role::sums), slot_write(c.clip, Role::clip)});
+}
+
+void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
+  b.transfer(TaskKind::grad_out, {}, c.embed_grad, c.embed_grad_host, s.embed_param_bytes);
+  add_grad_sumsq(b, c, -1, c.embed_grad_host, s.embed_param_bytes);
+}
+
+void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
+  b.task(TaskKind::embed_step, {},
+         {slot_read(c.embed_grad_host, Role::grad), slot_read(c.clip, Role::clip),
+          slot_read(c.embed_state, Role::state), slot_write(c.embed_state, Role::state),
+          slot_write(c.embed_params_host, Role::params)},
+         s.embed_optim_bytes);
+  b.transfer(TaskKind::params_fetch, {}, c.embed_params_host, c.embed, s.embed_param_bytes);
+}
+
+void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
+                        const OptimizerStep& x, StageRing& state_ring) {
+  const TaskTag tag{.block = x.block, .part = x.part};
+  const int64_t n = s.block_elems, a = s.split_elems;
+  const int64_t O = part_bytes(s.block_optim_bytes, n, a, x.part);
+  const int64_t P = part_bytes(s.block_param_bytes, n, a, x.part);
+  const int64_t p_off = x.part == 1 ? part_bytes(s.block_param_bytes, n, a, 0) : 0;
+
+  const int32_t state = b.to_host(TaskKind::optim_read, tag, x.state_store, state_ring, O);
+  std::vector<SlotUse> uses = {slot_read(x.grad, Role::grad), slot_read(state, Role::state),
+                               slot_write(state, Role::state),
+                               slot_write(x.params_out, Role::params)};
+  if (x.needs_norm) uses.push_back(slot_read(c.clip, Role::clip));
+  b.task(TaskKind::block_step, tag, std::move(uses), O);
+  if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, x.state_store, O);
+  if (x.params_store != x.params_out) {
+    Task t{.kind = TaskKind::params_write};
+    t.block = x.block;
+    t.part = x.part;
+    t.uses = {slot_read(x.params_out, Role::src), slot_write(x.params_store, Role::dst)};
+    t.bytes = P;
+    t.src_offset = p_off;
+    t.dst_offset = p_off;
+    b.task(std::move(t));
+  }
+}
+
+StageRing add_stage_ring(PlanBuilder& b, const char* what, const char* kind, Tier tier,
+                         int64_t bytes, bool needed) {
+  StageRing r;
+  for (int k = 0; needed && k < 2; ++k) {
+    r.slots.push_back(b.slot(names::ring(what, kind, k), tier, bytes));
+  }
+  return r;
+}
+
+}  // namespace strata

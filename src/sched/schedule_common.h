@@ -1,0 +1,71 @@
+// The pieces both offloaded generators share: the slots every plan has, an iteration's first and
+// last tasks (tokens in; the embed group's gradient, the norm, the embed step), a block's CPU
+// optimizer step, and the sums of squares behind the global norm. docs/design.md §5.
+#pragma once
+
+#include <cstdint>
+
+#include "sched/plan_builder.h"
+#include "sched/schedule_spec.h"
+
+namespace strata {
+
+// Slots every offloaded plan has, beside the per-block ones (names: slot_names.h).
+struct CommonSlots {
+  int32_t tokens_host;        // host (M, 2, B, T) int32, initialized: inputs then targets
+  int32_t tokens_device;      // device copy, uploaded by the first task
+  int32_t workspace;          // device scratch of compute tasks (no uses: only its bytes count)
+  int32_t embed;              // device embed group params, initialized
+  int32_t embed_grad;         // device, accumulated by the loss and embed backward tasks
+  int32_t embed_grad_host;    // host
+  int32_t embed_state;        // host master + m + v, initialized
+  int32_t embed_params_host;  // host, the new working params on their way to the device
+  int32_t sums;               // host, one double per slab
+  int32_t clip;               // host, the clip factor; initialized when steps are pending
+  int32_t losses;             // host (M, B, T) f32, per-position losses written by the loss tasks
+};
+CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s);
+
+// First tasks of an iteration: upload the tokens, zero the embed gradient.
+void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
+
+// The sums of squares of one block's host gradient (block -1: the embed group) into its entries
+// of the sums slot, as soon as the gradient is complete on host.
+void add_grad_sumsq(PlanBuilder& b, const CommonSlots& c, int32_t block, int32_t grad_host,
+                    int64_t grad_bytes);
+// Once every sum is in: the global norm, and from it the clip slot (the clip factor, or "skip"
+// for a non-finite norm), which every step that must see the norm reads.
+void add_grad_norm(PlanBuilder& b, const CommonSlots& c);
+
+// Last tasks of an iteration: the embed gradient out and its sums of squares, the norm, then
+// `steps` (the block steps that must see the norm), then the embed step and its new params
+// back to the device.
+void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
+void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
+template <typename Steps>
+void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, Steps&& steps) {
+  add_embed_grad_out(b, c, s);
+  add_grad_norm(b, c);
+  steps();
+  add_embed_step(b, c, s);
+}
+
+// One block's CPU optimizer step (or one part of it, Note [Optimizer split]) once its gradient
+// is in host slot `grad` and, when `needs_norm`, the clip factor is known: the part's optimizer
+// state is read from `state_store` (through the next stage of `state_ring` when on storage);
+// AdamW runs on cpu_optim and writes the part's range of the new working params into
+// `params_out` at the part's offset; when `params_store` is not params_out (params on storage)
+// that range is then written to the store. Shared by both schedules.
+struct OptimizerStep {
+  int32_t block = -1, part = -1;
+  int32_t grad = -1, state_store = -1, params_out = -1, params_store = -1;
+  bool needs_norm = true;
+};
+void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
+                        const OptimizerStep& step, StageRing& state_ring);
+
+// Host staging rings (two slots each) of one kind of state, present only when `needed`.
+StageRing add_stage_ring(PlanBuilder& b, const char* what, const char* kind, Tier tier,
+                         int64_t bytes, bool needed);
+
+}  // namespace strata

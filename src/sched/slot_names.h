@@ -1,0 +1,71 @@
+// One naming scheme for the slots of the offloaded plans, shared by both generators and by the
+// trainer that gives the slots memory. Slots with one name are one piece of memory in every plan
+// of a run (state that outlives a plan: parameters, optimizer state, host gradients), so a name
+// is a contract between plans; it is spelled here once.
+//
+// Scheme: "<what>.<where or role>[.blk<L>][.mb<M>][.p<P>]" for per-block state, and
+// "<what>.<buffer kind><K>" for the double buffers and staging rings (K = 0, 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace strata::slot_names {
+
+inline std::string blk(int64_t l) {
+  return ".blk" + std::to_string(l);
+}
+inline std::string blk_mb(int64_t l, int64_t m) {
+  return blk(l) + ".mb" + std::to_string(m);
+}
+
+// Per block, living between plans.
+inline std::string params_store(int64_t l) {  // working params, host or storage
+  return "params.store" + blk(l);
+}
+// Optimizer state (master, m, v) of a block, or of one of its parts (Note [Optimizer split]).
+inline std::string optim_store(int64_t l, int32_t part = -1) {
+  return "optim.store" + blk(l) + (part >= 0 ? ".p" + std::to_string(part) : std::string());
+}
+inline std::string grad_host(int64_t l) {  // a block's gradient on host until its step
+  return "grad.host" + blk(l);
+}
+
+// Per block (and micro-batch) within an iteration.
+inline std::string ckpt(int64_t l) {  // horizontal: reused by every micro-batch
+  return "ckpt" + blk(l);
+}
+inline std::string ckpt(int64_t l, int64_t m) {
+  return "ckpt" + blk_mb(l, m);
+}
+inline std::string acts(int64_t l, int64_t m) {  // a saved activation set
+  return "acts" + blk_mb(l, m);
+}
+inline std::string dact(int64_t m) {  // vertical: the gradient w.r.t. micro-batch m's activation
+  return "dact.mb" + std::to_string(m);
+}
+
+// Double buffers and staging rings: "<what>.<kind><k>".
+inline std::string ring(const char* what, const char* kind, int k) {
+  return std::string(what) + "." + kind + std::to_string(k);
+}
+
+// Slots every offloaded plan has.
+inline constexpr const char* kTokensHost = "tokens.host";
+inline constexpr const char* kTokensDevice = "tokens";
+inline constexpr const char* kWorkspace = "compute.workspace";
+inline constexpr const char* kEmbedParams = "embed.params";
+inline constexpr const char* kEmbedGrad = "embed.grad";
+inline constexpr const char* kEmbedGradHost = "embed.grad.host";
+inline constexpr const char* kEmbedOptim = "embed.optim";
+inline constexpr const char* kEmbedParamsHost = "embed.params.host";
+inline constexpr const char* kGradSums = "grad.sums";
+inline constexpr const char* kGradClip = "grad.clip";
+inline constexpr const char* kLosses = "losses.host";
+// Host staging of optimizer state on storage; ring slot 0 also stages the trainer's own reads
+// and writes of state outside plans.
+inline std::string optim_stage(int k) {
+  return ring("optim", "stage", k);
+}
+
+}  // namespace strata::slot_names

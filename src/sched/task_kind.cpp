@@ -1,0 +1,234 @@
+// The signature of every task kind (Note [Task signatures] in task_kind.h): one table.
+#include "sched/task_kind.h"
+
+#include <array>
+#include <string>
+
+#include "sched/plan.h"
+
+namespace strata {
+
+namespace {
+
+enum class Access : uint8_t {
+  read,
+  write,
+  read_write,
+  write_maybe_read,  // written; also read when the task accumulates into it
+};
+
+struct RoleSpec {
+  Role role;
+  Access access;
+  bool optional = false;
+};
+
+struct KindInfo {
+  const char* name;
+  Resource resource;
+  StateKind moves;  // transfers only
+  std::array<RoleSpec, 6> roles;
+  int role_count;
+};
+
+constexpr RoleSpec rd(Role r, bool optional = false) {
+  return {r, Access::read, optional};
+}
+constexpr RoleSpec wr(Role r, bool optional = false) {
+  return {r, Access::write, optional};
+}
+constexpr RoleSpec rw(Role r) {
+  return {r, Access::read_write, false};
+}
+constexpr RoleSpec acc(Role r) {
+  return {r, Access::write_maybe_read, false};
+}
+
+constexpr KindInfo transfer(const char* name, Resource r, StateKind moves) {
+  return {name, r, moves, {rd(Role::src), wr(Role::dst)}, 2};
+}
+
+// Indexed by TaskKind; the static_assert below keeps it in step with the enum.
+constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
+    transfer("tokens_upload", Resource::h2d, StateKind::tokens),
+    transfer("params_read", Resource::storage_read, StateKind::params),
+    transfer("params_fetch", Resource::h2d, StateKind::params),
+    transfer("params_write", Resource::storage_write, StateKind::params),
+    transfer("optim_read", Resource::storage_read, StateKind::optim),
+    transfer("optim_write", Resource::storage_write, StateKind::optim),
+    transfer("grad_out", Resource::d2h, StateKind::grads),
+    transfer("ckpt_write", Resource::d2h, StateKind::checkpoints),
+    transfer("ckpt_flush", Resource::storage_write, StateKind::checkpoints),
+    transfer("ckpt_read", Resource::storage_read, StateKind::checkpoints),
+    transfer("ckpt_load", Resource::h2d, StateKind::checkpoints),
+    transfer("acts_write", Resource::d2h, StateKind::acts),
+    transfer("acts_flush", Resource::storage_write, StateKind::acts),
+    transfer("acts_read", Resource::storage_read, StateKind::acts),
+    transfer("acts_load", Resource::h2d, StateKind::acts),
+    {"grad_zero", Resource::compute, StateKind::none, {wr(Role::grad)}, 1},
+    {"embed_forward",
+     Resource::compute,
+     StateKind::none,
+     {rd(Role::params), rd(Role::tokens), wr(Role::output)},
+     3},
+    {"block_forward",
+     Resource::compute,
+     StateKind::none,
+     {rd(Role::params), rd(Role::input), wr(Role::output), wr(Role::saved, true)},
+     4},
+    {"head_loss",
+     Resource::compute,
+     StateKind::none,
+     {rd(Role::input), rd(Role::params), rd(Role::tokens), wr(Role::dact), rw(Role::grad),
+      wr(Role::losses)},
+     6},
+    {"block_backward",
+     Resource::compute,
+     StateKind::none,
+     {rd(Role::params), rd(Role::input), rw(Role::dact), acc(Role::grad), rd(Role::saved, true)},
+     5},
+    {"embed_backward",
+     Resource::compute,
+     StateKind::none,
+     {rd(Role::dact), rd(Role::tokens), rw(Role::grad)},
+     3},
+    {"grad_accumulate", Resource::cpu_optim, StateKind::none, {rd(Role::src), acc(Role::grad)}, 2},
+    {"grad_sumsq", Resource::cpu_optim, StateKind::none, {rd(Role::grad), wr(Role::sums)}, 2},
+    {"grad_norm", Resource::cpu_optim, StateKind::none, {rd(Role::sums), wr(Role::clip)}, 2},
+    {"block_step",
+     Resource::cpu_optim,
+     StateKind::none,
+     {rd(Role::grad), rw(Role::state), wr(Role::params), rd(Role::clip, true)},
+     4},
+    {"embed_step",
+     Resource::cpu_optim,
+     StateKind::none,
+     {rd(Role::grad), rd(Role::clip), rw(Role::state), wr(Role::params)},
+     4},
+}};
+static_assert(static_cast<int>(TaskKind::embed_step) + 1 == kTaskKindCount);
+
+const KindInfo& info(TaskKind k) {
+  return kKinds[static_cast<size_t>(k)];
+}
+
+bool access_fits(Access a, bool reads, bool writes) {
+  switch (a) {
+    case Access::read:
+      return reads && !writes;
+    case Access::write:
+      return writes && !reads;
+    case Access::read_write:
+      return reads && writes;
+    case Access::write_maybe_read:
+      return writes;
+  }
+  return false;
+}
+
+const char* access_name(Access a) {
+  switch (a) {
+    case Access::read:
+      return "read";
+    case Access::write:
+      return "written";
+    case Access::read_write:
+      return "read and written";
+    case Access::write_maybe_read:
+      return "written";
+  }
+  return "?";
+}
+
+// "" when task t fits its kind's signature, else why not.
+std::string signature_mismatch(const Task& t) {
+  if (static_cast<int>(t.kind) >= kTaskKindCount) return "unknown kind";
+  const KindInfo& k = info(t.kind);
+  if (t.resource != k.resource) {
+    return std::string("runs on ") + resource_name(t.resource) + " but " + k.name + " runs on " +
+           resource_name(k.resource);
+  }
+  std::array<bool, kRoleCount> reads{}, writes{}, allowed{};
+  for (int i = 0; i < k.role_count; ++i) allowed[static_cast<size_t>(k.roles[i].role)] = true;
+  for (const SlotUse& u : t.uses) {
+    const auto r = static_cast<size_t>(u.role);
+    if (r >= allowed.size() || !allowed[r]) {
+      return std::string("uses a slot as '") + role_name(u.role) + "', which " + k.name +
+             " does not have";
+    }
+    (u.write ? writes : reads)[r] = true;
+  }
+  for (int i = 0; i < k.role_count; ++i) {
+    const RoleSpec& s = k.roles[i];
+    const auto r = static_cast<size_t>(s.role);
+    if (!reads[r] && !writes[r]) {
+      if (s.optional) continue;
+      return std::string("has no '") + role_name(s.role) + "' slot";
+    }
+    if (!access_fits(s.access, reads[r], writes[r])) {
+      return std::string("'") + role_name(s.role) + "' must be " + access_name(s.access);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+const char* task_kind_name(TaskKind k) {
+  return static_cast<int>(k) < kTaskKindCount ? info(k).name : "?";
+}
+
+const char* role_name(Role r) {
+  static constexpr std::array<const char*, kRoleCount> kNames = {
+      "unspecified", "src",  "dst",    "params", "input", "output", "saved",
+      "grad",        "dact", "tokens", "losses", "state", "clip",   "sums"};
+  static_assert(static_cast<int>(Role::sums) + 1 == kRoleCount);
+  return static_cast<int>(r) < kRoleCount ? kNames[static_cast<size_t>(r)] : "?";
+}
+
+const char* state_kind_name(StateKind s) {
+  static constexpr std::array<const char*, kStateKindCount> kNames = {
+      "none", "tokens", "params", "optim", "grads", "checkpoints", "acts"};
+  static_assert(static_cast<int>(StateKind::acts) + 1 == kStateKindCount);
+  return static_cast<int>(s) < kStateKindCount ? kNames[static_cast<size_t>(s)] : "?";
+}
+
+Resource kind_resource(TaskKind k) {
+  return info(k).resource;
+}
+
+bool is_transfer(TaskKind k) {
+  return info(k).moves != StateKind::none;
+}
+
+StateKind moved_state(TaskKind k) {
+  return info(k).moves;
+}
+
+int32_t slot_of(const Task& t, Role role) {
+  for (const SlotUse& u : t.uses) {
+    if (u.role == role) return u.slot;
+  }
+  return -1;
+}
+
+bool reads_role(const Task& t, Role role) {
+  for (const SlotUse& u : t.uses) {
+    if (u.role == role && !u.write) return true;
+  }
+  return false;
+}
+
+Status check_task_signatures(const Plan& plan) {
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const std::string why = signature_mismatch(plan.tasks[i]);
+    if (!why.empty()) {
+      return invalid_argument("plan: task #" + std::to_string(i) + " " +
+                              plan.describe(static_cast<int32_t>(i)) + " of kind " +
+                              task_kind_name(plan.tasks[i].kind) + " " + why);
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace strata

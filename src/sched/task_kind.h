@@ -1,0 +1,100 @@
+// What a task of a plan does (its kind), what each slot it uses is for (its role), and the
+// signature that ties the two together (docs/design.md §5).
+//
+// Note [Task signatures]
+// A task's kind says what it does; every slot use carries a role. The kind's signature (the
+// table in task_kind.cpp) lists the roles the task may use, whether each is read, written or
+// both, and which are optional; it also names the one resource queue the kind runs on and, for
+// transfers, which kind of state they move. Generators write tasks that fit their signature
+// (check_task_signatures proves it for a whole plan; tests run it on every generated plan), and
+// everything that interprets a task — the trainer's actions, the simulator, the profiler, the
+// traffic statistics — asks for `slot_of(task, Role::saved)`, never for a position in `uses` or
+// a label. Labels are for people and traces only.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace strata {
+
+enum class Resource : uint8_t;
+struct Task;
+struct Plan;
+
+enum class TaskKind : uint8_t {
+  // Transfers: {src read, dst write}; `bytes` from src_offset of src to dst_offset of dst.
+  tokens_upload,  // the step's tokens, host -> device
+  params_read,    // a block's working params, storage -> host stage
+  params_fetch,   // working params (a block's, or the embed group's), host -> device
+  params_write,   // a block's new working params (the part a step wrote), host -> storage
+  optim_read,     // a block's optimizer state (one part), storage -> host stage
+  optim_write,    // the same, host stage -> storage
+  grad_out,       // a gradient (per micro-batch, per block, or the embed group's), device -> host
+  ckpt_write,     // a block-input checkpoint, device -> host slot or stage
+  ckpt_flush,     // the same, host stage -> storage
+  ckpt_read,      // the same, storage -> host stage
+  ckpt_load,      // the same, host -> device
+  acts_write,     // a saved activation set (Note [Saved activations]), device -> host slot or stage
+  acts_flush,     // the same, host stage -> storage
+  acts_read,      // the same, storage -> host stage
+  acts_load,      // the same, host -> device
+  // The device's compute stream.
+  grad_zero,       // {grad write}
+  embed_forward,   // {params read, tokens read, output write}
+  block_forward,   // {params read, input read, output write, [saved write]}
+  head_loss,       // {input read, params read, tokens read, dact write, grad read+write,
+                   //  losses write}: final norm, LM head, loss and their backward
+  block_backward,  // {params read, input read, dact read+write, grad [read+]write, [saved read]}
+  embed_backward,  // {dact read, tokens read, grad read+write}
+  // The CPU optimizer workers.
+  grad_accumulate,  // {src read, grad [read+]write}: grad = [grad +] src
+  grad_sumsq,       // {grad read, sums write}: the slabs' sums of squares
+  grad_norm,        // {sums read, clip write}: global norm -> clip factor (or skip)
+  block_step,       // {grad read, state read+write, params write, [clip read]}: AdamW, one part
+  embed_step,       // {grad read, clip read, state read+write, params write}
+};
+inline constexpr int kTaskKindCount = 26;
+const char* task_kind_name(TaskKind k);  // "params_fetch", ...
+
+// What a slot is to the task that uses it.
+enum class Role : uint8_t {
+  unspecified,  // abstract plans in checker tests only; check_task_signatures rejects it
+  src,          // transfers: the slot read
+  dst,          // transfers: the slot written
+  params,       // weights (a block's, or the embed group's)
+  input,        // the activation a compute task starts from
+  output,       // the activation it produces
+  saved,        // a block's saved activation set
+  grad,         // a gradient or gradient accumulator
+  dact,         // the gradient w.r.t. the current activation
+  tokens,       // inputs then targets, every micro-batch
+  losses,       // per-position losses
+  state,        // optimizer state (master, m, v)
+  clip,         // the clip factor (or "skip") from the global norm
+  sums,         // per-slab sums of squares of the gradient
+};
+inline constexpr int kRoleCount = 14;
+const char* role_name(Role r);  // "params", ...
+
+// Which kind of state a transfer moves (Plan statistics count bytes per state and resource).
+enum class StateKind : uint8_t { none, tokens, params, optim, grads, checkpoints, acts };
+inline constexpr int kStateKindCount = 7;
+const char* state_kind_name(StateKind s);
+
+// The resource queue tasks of this kind run on.
+Resource kind_resource(TaskKind k);
+// Whether the kind is a transfer ({src, dst}, moving `bytes`), and what it moves (none if not).
+bool is_transfer(TaskKind k);
+StateKind moved_state(TaskKind k);
+
+// The slot of the task's first use with `role`, or -1 when the task has none.
+int32_t slot_of(const Task& t, Role role);
+// Whether the task reads the slot it uses in `role` (grad accumulators: read+write vs write).
+bool reads_role(const Task& t, Role role);
+
+// OK, or invalid_argument naming the first task whose resource, roles or access do not fit its
+// kind's signature (Note [Task signatures]).
+Status check_task_signatures(const Plan& plan);
+
+}  // namespace strata

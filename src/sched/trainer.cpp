@@ -1,0 +1,42 @@
+#include "sched/trainer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "sched/in_memory_trainer.h"
+#include "sched/offload_trainer.h"
+
+namespace strata {
+
+Result<nlohmann::json> Trainer::last_step_trace() const {
+  return unavailable("this trainer records no trace (an offloaded schedule does)");
+}
+
+Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg) {
+  if (cfg.schedule == Schedule::in_memory) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryTrainer> t, InMemoryTrainer::create(dev, cfg));
+    return std::unique_ptr<Trainer>(std::move(t));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t, OffloadTrainer::create(dev, cfg));
+  return std::unique_ptr<Trainer>(std::move(t));
+}
+
+Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg) {
+  switch (cfg.device) {
+    case DeviceKind::cpu: {
+      CpuDeviceOptions o;
+      o.device_budget_bytes = cfg.memory.device_bytes;
+      return create_cpu_device(o);
+    }
+    case DeviceKind::cuda: {
+      auto dev = create_cuda_device(0, cfg.memory.device_bytes);
+      if (!dev.ok()) {
+        return Status(dev.status().code(),
+                      "device cuda cannot run here: " + dev.status().message());
+      }
+      return dev;
+    }
+  }
+  return invalid_argument("device: unknown kind");
+}
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+// The one interface `strata train` (and the tests, checkpoints and export) train through
+// (docs/design.md §1): the in-memory trainer (the numerical reference) and the offloaded trainer
+// (horizontal and vertical plans) implement it, and create_trainer picks one from the config.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/config.h"
+#include "core/status.h"
+#include "model/layout.h"
+
+namespace strata {
+
+struct StepStats {
+  int64_t step = 0;      // 0-based index of the optimizer step just taken
+  double loss = 0;       // mean over all positions of all micro-batches
+  double grad_norm = 0;  // global L2 norm before clipping
+  float lr = 0;
+  bool skipped = false;  // non-finite gradient: no update was applied
+  double seconds = 0;    // wall time of the whole step
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+
+  // ---- training -----------------------------------------------------------------------------
+  // inputs, targets: (grad_accum, B, T) host int32. One optimizer step (a schedule may leave
+  // part of it pending until the next call or finish()). A failure stops the run: the Status
+  // names what failed (task, tensor, file).
+  virtual Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) = 0;
+  // Applies whatever the last step left pending. Idempotent.
+  virtual Status finish() = 0;
+
+  // ---- state ----------------------------------------------------------------------------------
+  // All parameters, laid out as layout() (layout().total_elems floats); finish()es first.
+  virtual Status read_params(float* host) = 0;
+  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
+  // floats each. Reading finish()es first, so the state is the one at the step boundary.
+  virtual Status read_slab_state(int64_t slab, float* master, float* m, float* v) = 0;
+  virtual Status write_slab_state(int64_t slab, const float* master, const float* m,
+                                  const float* v) = 0;
+
+  // ---- progress and shape ---------------------------------------------------------------------
+  virtual int64_t steps_done() const = 0;
+  virtual int64_t adam_steps() const = 0;  // updates applied (skipped steps do not count)
+  // After a resume: the step counters of the checkpoint (no step is left pending).
+  virtual void set_progress(int64_t steps_done, int64_t adam_steps) = 0;
+  virtual const ParamLayout& layout() const = 0;
+  virtual int64_t tokens_per_step() const = 0;
+
+  // ---- reporting (optional: the in-memory trainer has nothing to add) -------------------------
+  // Lines for the run's log before step 1 (the plan's memory per tier, the store).
+  virtual std::vector<std::string> describe() const { return {}; }
+  // Adds the last step's schedule-specific figures to its metrics line (docs/design.md §10).
+  virtual void add_step_metrics(nlohmann::json& line, double iter_s) const {}
+  // Whether steps can be traced; when on, the next steps record timings and last_step_trace()
+  // is the last one as Chrome-trace JSON.
+  virtual bool can_trace() const { return false; }
+  virtual void set_record_trace(bool on) {}
+  virtual Result<nlohmann::json> last_step_trace() const;
+};
+
+// The trainer for cfg.schedule on `dev`: errors name the budget or setting at fault.
+Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg);
+
+// The device cfg.device names ("cpu", "cuda"), with memory.device_bytes as its budget.
+// unavailable with one line naming why when it cannot run here (no GPU, built without CUDA).
+Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg);
+
+}  // namespace strata
