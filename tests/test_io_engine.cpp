@@ -1,6 +1,7 @@
-// Storage engines (DESIGN §4): every test runs against both io_uring and posix. Files live under
-// the build tree (a real disk, so O_DIRECT works); faults are injected through IoFaultHook so the
-// engines' own resubmission and error paths run.
+// Storage engines (DESIGN §4): every test runs against both io_uring and posix, except the
+// io_uring submission-failure tests (posix has no submission step). Files live under the build
+// tree (a real disk, so O_DIRECT works); faults are injected through IoFaultHook so the engines'
+// own resubmission and error paths run.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
@@ -14,8 +15,11 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "io/io_engine.h"
@@ -513,6 +517,223 @@ INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest, ::testing::Values("uring", "posi
                          [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Engines, FaultTest, ::testing::Values("uring", "posix"),
                          [](const auto& info) { return info.param; });
+
+// Note [A failed submission breaks the io_uring engine]. io_uring only: the posix engine has no
+// submission step. The failure is injected through IoFaultHook::on_uring_submit, so the
+// engine's real recovery path runs; every wait is bounded, so a hang fails the test instead of
+// stalling it.
+class SubmitFaultHook : public IoFaultHook {
+ public:
+  int64_t on_result(const IoRequest&, uint64_t, int, int64_t result) override { return result; }
+  int on_uring_submit(uint64_t) override {
+    if (submissions.fetch_add(1) != fail_at.load()) return 0;
+    // Holding the failure back lets a test be blocked in wait() when it happens.
+    while (hold.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return err;
+  }
+  // The next submission that carries blocks fails (call with the ring idle).
+  void fail_next() { fail_at = submissions.load(); }
+  bool fired() const { return submissions.load() > fail_at.load() && fail_at.load() >= 0; }
+
+  int err = EBADF;
+  std::atomic<int64_t> fail_at{-1};  // which block-carrying submission fails, from 0; -1: none
+  std::atomic<int64_t> submissions{0};
+  std::atomic<bool> hold{false};
+};
+
+// The ticket's status, or nullopt if it has not finished within `limit` (a hang).
+std::optional<Status> finish_within(IoEngine& engine, Ticket ticket,
+                                    std::chrono::seconds limit = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto status = engine.poll(ticket)) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return std::nullopt;
+}
+
+class UringSubmitFailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto probe = UringEngine::create(IoEngineOptions{});
+    if (!probe.ok()) GTEST_SKIP() << "io_uring unavailable here: " << probe.status().to_string();
+    dir_ = test::make_temp_dir(std::string("io_engine_submit_") +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  std::unique_ptr<UringEngine> make_engine(int workers, int queue_depth, uint64_t block_size) {
+    IoEngineOptions o;
+    o.workers = workers;
+    o.queue_depth = queue_depth;
+    o.block_size = block_size;
+    o.fault_hook = hook_;
+    auto engine = UringEngine::create(o);
+    EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+    return engine.ok() ? std::move(engine).value() : nullptr;
+  }
+  std::unique_ptr<IoFile> open_file(const std::string& name) {
+    auto f = open_io_file(dir_ + "/" + name, /*create=*/true, /*direct=*/true);
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    return f.ok() ? std::move(f).value() : nullptr;
+  }
+  // What every request failed by the injected submission error says.
+  std::string submission_error() const {
+    return "io_uring submission failed on ring 0: " + std::string(std::strerror(hook_->err)) +
+           " (errno " + std::to_string(hook_->err) + ")";
+  }
+
+  std::shared_ptr<SubmitFaultHook> hook_ = std::make_shared<SubmitFaultHook>();
+  std::string dir_;
+};
+
+TEST_F(UringSubmitFailureTest, FailedSubmissionFailsItsRequestAndBreaksTheEngine) {
+  Aligned before(64 * KiB), after(64 * KiB), back(64 * KiB);  // outlive the engine
+  auto engine = make_engine(/*workers=*/1, /*queue_depth=*/4, /*block_size=*/16 * KiB);
+  auto file = open_file("broken.bin");
+  ASSERT_TRUE(engine && file);
+  fill(before.data, before.size, 1);
+  fill(after.data, after.size, 2);
+  ASSERT_TRUE(run(*engine, IoOp::write, file.get(), 0, before.data, before.size).ok());
+
+  hook_->hold = true;
+  hook_->fail_next();
+  auto ticket = engine->submit({IoOp::write, file.get(), 64 * KiB, after.data, after.size});
+  ASSERT_TRUE(ticket.ok()) << ticket.status().to_string();  // it failed after submit() returned
+  // A waiter already blocked in wait() when the submission fails is woken with the error.
+  std::promise<Status> waited;
+  std::future<Status> wait_result = waited.get_future();
+  std::thread waiter([&] { waited.set_value(engine->wait(ticket.value())); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it block (either way is valid)
+  hook_->hold = false;
+  if (wait_result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    waiter.detach();  // still blocked: joining would hang the test binary
+    FAIL() << "the waiter of the failed submission was never woken";
+  }
+  waiter.join();
+  const Status failed = wait_result.get();
+  EXPECT_TRUE(hook_->fired());
+  EXPECT_EQ(failed.code(), ErrorCode::io_error) << failed.to_string();
+  EXPECT_TRUE(contains(failed.message(), submission_error())) << failed.message();
+  EXPECT_TRUE(contains(failed.message(), "write " + file->path)) << failed.message();
+  EXPECT_EQ(failed.message().find('\n'), std::string::npos) << failed.message();
+  EXPECT_EQ(engine->in_flight(), 0);
+
+  // Broken: later requests are refused at once, naming the first failure.
+  auto refused = engine->submit({IoOp::read, file.get(), 0, back.data, back.size});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::io_error);
+  EXPECT_TRUE(contains(refused.status().message(), "io_uring engine is broken"))
+      << refused.status().message();
+  EXPECT_TRUE(contains(refused.status().message(), submission_error()))
+      << refused.status().message();
+  Status registration = engine->register_buffers({{back.data, back.size}});
+  EXPECT_EQ(registration.code(), ErrorCode::io_error) << registration.to_string();
+  EXPECT_TRUE(contains(registration.message(), "broken")) << registration.message();
+  EXPECT_TRUE(engine->wait_all().ok());  // nothing left outstanding
+  EXPECT_EQ(engine->in_flight(), 0);
+
+  // What finished before the failure is on disk, and nothing of the failed write reached it.
+  EXPECT_TRUE(matches(file_bytes(file->path, 0, before.size).data(), before.size, 1));
+  EXPECT_EQ(std::filesystem::file_size(file->path), before.size);
+  engine.reset();  // the ring thread has stopped submitting; destruction must not hang
+}
+
+TEST_F(UringSubmitFailureTest, BlocksTheKernelHoldsFinishAndQueuedBlocksFail) {
+  // Depth 2: a pipe read parks one entry in the kernel until the pipe has data, leaving one
+  // entry for the 4 blocks of the request whose submission fails (1 prepared, 3 queued).
+  Aligned piped(4 * KiB), held(4 * KiB), probe(4 * KiB), queued(16 * KiB);  // outlive the engine
+  auto engine = make_engine(/*workers=*/1, /*queue_depth=*/2, /*block_size=*/4 * KiB);
+  auto file = open_file("held.bin");
+  ASSERT_TRUE(engine && file);
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
+  // Declared after the engine, so on an early return the write end closes first: the parked
+  // read then ends (end of file) and the engine's destructor does not wait on it forever.
+  IoFile pipe_read_end(fds[0], "pipe", /*direct=*/false);
+  IoFile pipe_write_end(fds[1], "pipe (write end)", /*direct=*/false);
+  fill(piped.data, piped.size, 3);
+  auto parked = engine->submit({IoOp::read, &pipe_read_end, 0, held.data, held.size});
+  ASSERT_TRUE(parked.ok()) << parked.status().to_string();
+  // The ring submits in order, so once this later request is done the pipe read is in the kernel.
+  ASSERT_TRUE(run(*engine, IoOp::write, file.get(), 0, probe.data, probe.size).ok());
+  ASSERT_FALSE(engine->poll(parked.value()).has_value()) << "the pipe read finished with no data";
+
+  hook_->fail_next();
+  auto doomed = engine->submit({IoOp::write, file.get(), 4 * KiB, queued.data, queued.size});
+  ASSERT_TRUE(doomed.ok()) << doomed.status().to_string();
+  const std::optional<Status> failed = finish_within(*engine, doomed.value());
+  ASSERT_TRUE(failed.has_value()) << "queued blocks of the failed submission were never failed";
+  EXPECT_TRUE(hook_->fired());
+  EXPECT_EQ(failed->code(), ErrorCode::io_error) << failed->to_string();
+  EXPECT_TRUE(contains(failed->message(), submission_error())) << failed->message();
+  EXPECT_FALSE(engine->submit({IoOp::read, file.get(), 0, probe.data, probe.size}).ok());
+
+  // The kernel still holds the pipe read's buffer: it is not failed early, and it finishes
+  // normally once data arrives.
+  EXPECT_FALSE(engine->poll(parked.value()).has_value());
+  EXPECT_EQ(engine->in_flight(), 1);
+  // One write of at most PIPE_BUF bytes is atomic: the read gets all of it at once.
+  ASSERT_EQ(write(pipe_write_end.fd, piped.data, piped.size), static_cast<ssize_t>(piped.size));
+  const std::optional<Status> read = finish_within(*engine, parked.value());
+  ASSERT_TRUE(read.has_value()) << "the request held by the kernel never finished";
+  EXPECT_TRUE(read->ok()) << read->to_string();
+  EXPECT_TRUE(matches(held.data, held.size, 3));
+  EXPECT_EQ(engine->in_flight(), 0);
+}
+
+TEST_F(UringSubmitFailureTest, ConcurrentSubmittersAcrossRingsNeverHang) {
+  // Two rings, requests striped over both: one ring breaks mid-stream while four threads submit
+  // and wait. Every request must succeed, be refused at submit, or fail with an io_error.
+  Aligned last(4 * KiB);
+  auto engine = make_engine(/*workers=*/2, /*queue_depth=*/4, /*block_size=*/16 * KiB);
+  auto file = open_file("threads.bin");
+  ASSERT_TRUE(engine && file);
+  hook_->fail_at = 40;
+  constexpr int kThreads = 4, kRounds = 40;
+  std::atomic<int> succeeded{0}, refused{0}, failed{0}, hung{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++) {
+    threads.emplace_back([&, t] {
+      Aligned buffer(64 * KiB);
+      fill(buffer.data, buffer.size, t);
+      for (int r = 0; r < kRounds; r++) {
+        auto ticket =
+            engine->submit({IoOp::write, file.get(), t * 64 * KiB, buffer.data, buffer.size});
+        if (!ticket.ok()) {
+          refused++;
+          if (!contains(ticket.status().message(), "io_uring engine is broken")) wrong++;
+          continue;
+        }
+        const std::optional<Status> status = finish_within(*engine, ticket.value());
+        if (!status.has_value()) {
+          hung++;
+          return;
+        }
+        if (status->ok()) {
+          succeeded++;
+        } else {
+          failed++;
+          if (status->code() != ErrorCode::io_error ||
+              !contains(status->message(), "io_uring submission failed on ring")) {
+            wrong++;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(hung.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_TRUE(hook_->fired());
+  EXPECT_GT(succeeded.load(), 0);
+  EXPECT_GT(failed.load(), 0);
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_EQ(succeeded + refused + failed, kThreads * kRounds);
+  EXPECT_EQ(engine->in_flight(), 0);
+  auto after = engine->submit({IoOp::write, file.get(), 0, last.data, last.size});
+  ASSERT_FALSE(after.ok());
+  EXPECT_TRUE(contains(after.status().message(), "io_uring engine is broken"))
+      << after.status().message();
+}
 
 TEST(IoEngineCreate, AutoKindsAndOptions) {
   const std::string dir = test::make_temp_dir("io_engine_create");

@@ -1,12 +1,26 @@
-// Small integer helpers shared by every layer.
+// Small integer helpers shared by every module, so each file does not carry its own copy.
 #pragma once
 
-#include <cstdint>
+#include <concepts>
+#include <limits>
+#include <type_traits>
+
+#include "core/check.h"
 
 namespace strata {
 
-// x rounded up to a multiple of `multiple` (> 0).
-constexpr int64_t round_up(int64_t x, int64_t multiple) {
+// The smallest multiple of `multiple` that is >= x (x itself when it already is one), for sizes,
+// offsets and element counts. Preconditions, checked because breaking one silently yields a wrong
+// size: multiple > 0, x >= 0, and the result fits in T. The multiple takes x's type, so
+// round_up(bytes, 4096) works for int64_t and uint64_t alike.
+template <std::integral T>
+constexpr T round_up(T x, std::type_identity_t<T> multiple) {
+  STRATA_CHECK_MSG(multiple > 0, "round_up: the multiple must be positive");
+  if constexpr (std::is_signed_v<T>) {
+    STRATA_CHECK_MSG(x >= 0, "round_up: x must not be negative");  // would round toward zero
+  }
+  STRATA_CHECK_MSG(x <= std::numeric_limits<T>::max() - (multiple - 1),
+                   "round_up: the result overflows");
   return (x + multiple - 1) / multiple * multiple;
 }
 

@@ -17,13 +17,6 @@ namespace {
 // is wrong; an endless retry loop would hide it.
 constexpr int kMaxStalls = 100;
 
-std::string errno_text(int err) {
-  char buf[128];
-  // GNU strerror_r: thread safe, returns a pointer to the text (not always into buf).
-  const char* text = strerror_r(err, buf, sizeof buf);
-  return std::string(text) + " (errno " + std::to_string(err) + ")";
-}
-
 uint32_t ticket_index(Ticket t) {
   return static_cast<uint32_t>(t & 0xffffffffu);
 }
@@ -36,6 +29,13 @@ Ticket make_ticket(uint32_t index, uint32_t generation) {
 }
 
 }  // namespace
+
+std::string errno_text(int err) {
+  char buf[128];
+  // GNU strerror_r: thread safe, returns a pointer to the text (not always into buf).
+  const char* text = strerror_r(err, buf, sizeof buf);
+  return std::string(text) + " (errno " + std::to_string(err) + ")";
+}
 
 Status validate_engine_options(const IoEngineOptions& o) {
   if (o.queue_depth < 1 || o.queue_depth > 4096) {
@@ -87,6 +87,9 @@ Result<Ticket> BlockEngine::submit(const IoRequest& r) {
                               " (the file is opened with O_DIRECT)");
     }
   }
+
+  // A request that races with the engine breaking gets a ticket and fails in enqueue instead.
+  if (broken()) return broken_error("submit " + path);
 
   const uint64_t blocks = (r.length + options_.block_size - 1) / options_.block_size;
   RequestSlot* slot = nullptr;
@@ -283,6 +286,33 @@ void BlockEngine::finish_block(const Block& b, Status* error) {
   // The slot may already be consumed and reused by now; a spurious wake is harmless, and slots
   // are never freed while the engine lives.
   slot->done.notify_all();
+}
+
+void BlockEngine::fail_block(const Block& b, const std::string& why) {
+  Status error = block_error(b, 0, why.c_str());
+  finish_block(b, &error);
+}
+
+void BlockEngine::fail_blocks(RequestSlot* slot, uint64_t first, uint64_t step,
+                              const std::string& why) {
+  for (uint64_t i = first; i < slot->blocks; i += step) fail_block(make_block(slot, i), why);
+}
+
+void BlockEngine::mark_broken(const std::string& why) {
+  std::lock_guard lock(table_mu_);
+  if (broken_.load(std::memory_order_relaxed)) return;  // the first failure is the cause
+  broken_reason_ = why;
+  broken_.store(true, std::memory_order_release);
+}
+
+std::string BlockEngine::broken_message() const {
+  STRATA_CHECK(broken());  // broken_reason_ is only safe to read once broken_ is set
+  return std::string(name()) + " engine is broken, no new requests are accepted: " + broken_reason_;
+}
+
+Status BlockEngine::broken_error(const std::string& context) const {
+  if (!broken()) return Status();
+  return io_error(context + ": " + broken_message());
 }
 
 }  // namespace strata::io_detail

@@ -16,6 +16,10 @@
 //   reuses slots and allocates nothing.
 //   THREAD SAFETY. The slot table is guarded by one mutex, taken once at submit and twice per
 //   wait; waiting itself blocks on the slot's atomic (a futex), not on the mutex.
+//   BROKEN. An engine that can no longer hand work to the kernel (Note [A failed submission
+//   breaks the io_uring engine], uring_engine.h) calls mark_broken: from then on submit() refuses
+//   every request at once with io_error naming the first failure. Tickets already issued still
+//   finish (with that error if their blocks can no longer run), so no waiter hangs.
 #pragma once
 
 #include <atomic>
@@ -23,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -87,6 +92,20 @@ class BlockEngine : public IoEngine {
   Next finish_attempt(Block& block, int64_t raw);
   // Accounts one finished block, with its error if it failed; finishes the request with its last.
   void finish_block(const Block& block, Status* error);
+  // Finishes a block that will never be transferred, failing its request with io_error
+  // "<op> <path> at offset ... [<engine>]: <why>".
+  void fail_block(const Block& block, const std::string& why);
+  // fail_block for blocks first, first + step, ... of the slot's request (one ring's stripe).
+  void fail_blocks(RequestSlot* slot, uint64_t first, uint64_t step, const std::string& why);
+
+  // See BROKEN above. `why` is one line naming the failed operation and its errno; only the first
+  // call's reason is kept.
+  void mark_broken(const std::string& why);
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+  // "<engine> engine is broken, no new requests are accepted: <why>"; only once broken().
+  std::string broken_message() const;
+  // ok while the engine works; else io_error "<context>: " + broken_message().
+  Status broken_error(const std::string& context) const;
 
   const IoEngineOptions options_;
 
@@ -101,9 +120,15 @@ class BlockEngine : public IoEngine {
   std::vector<uint32_t> free_slots_;                 // guarded
   uint64_t next_sequence_ = 0;                       // guarded
   std::atomic<int64_t> in_flight_{0};
+  // Written once, under table_mu_, before broken_ is set; read after seeing broken_ set.
+  std::string broken_reason_;
+  std::atomic<bool> broken_{false};
 };
 
 // Checks options shared by both engines (queue depth, block size, workers).
 Status validate_engine_options(const IoEngineOptions& options);
+
+// "Bad file descriptor (errno 9)", thread safe.
+std::string errno_text(int err);
 
 }  // namespace strata::io_detail

@@ -11,14 +11,11 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/math_util.h"
 
 namespace strata {
 
 namespace {
-
-uint64_t round_up(uint64_t x, uint64_t a) {
-  return (x + a - 1) / a * a;
-}
 
 // One line per process: a small RLIMIT_MEMLOCK is the normal case in containers and CI, and
 // unlocked buffers still work (they may be paged out under memory pressure, costing speed).

@@ -6,7 +6,8 @@
 // passes silently. Here every completion's byte count is compared with what was asked: EINTR
 // and EAGAIN are resubmitted, a short transfer is resubmitted for the remainder, and anything else
 // becomes the ticket's Status (errno, path, offset, length). A failed request never poisons the
-// engine: the next request on it runs normally.
+// engine: the next request on it runs normally. (A failed io_uring submission is another matter:
+// Note [A failed submission breaks the io_uring engine], uring_engine.h.)
 //
 // Note [Direct I/O alignment]
 // For files opened with O_DIRECT the buffer address, the file offset and the length must all be
@@ -72,6 +73,12 @@ class IoFaultHook {
   // -EAGAIN to fail it. May sleep to add latency. Called from engine threads: must be thread safe.
   virtual int64_t on_result(const IoRequest& request, uint64_t done, int attempt,
                             int64_t result) = 0;
+  // Test only, io_uring engine only: called on a ring's thread before each io_uring_enter that
+  // offers the kernel `blocks` (> 0) block transfers; calls that carry only the engine's own
+  // wake-up read are not shown. Return 0 to enter the kernel as usual, or an errno to fail that
+  // submission with it without entering, as a failing io_uring_enter would (Note [A failed
+  // submission breaks the io_uring engine], uring_engine.h). Must be thread safe.
+  virtual int on_uring_submit(uint64_t blocks) { return 0; }
 };
 
 // Both engines keep at most workers x queue_depth blocks in flight: io_uring as `workers` rings

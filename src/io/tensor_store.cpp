@@ -12,15 +12,12 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/math_util.h"
 #include "io/crc32c.h"
 
 namespace strata {
 
 namespace {
-
-uint64_t round_up(uint64_t x, uint64_t a) {
-  return (x + a - 1) / a * a;
-}
 
 std::string quoted(const std::string& s) {
   return "'" + s + "'";

@@ -19,6 +19,7 @@
 namespace strata {
 
 using io_detail::Block;
+using io_detail::errno_text;
 using io_detail::Next;
 using io_detail::RequestSlot;
 
@@ -91,15 +92,19 @@ class UringEngine::Ring {
     close_eventfd();
   }
 
-  void push(const WorkItem& item) {
+  // False when the ring has stopped submitting (Note [A failed submission breaks the io_uring
+  // engine]): the item was not taken and the caller fails its blocks.
+  bool push(const WorkItem& item) {
     {
       std::lock_guard lock(mu_);
+      if (broken_) return false;
       incoming_.push_back(item);
       has_work_.store(true, std::memory_order_seq_cst);
     }
     // Pairs with the thread's store to sleeping_ then load of has_work_: either it sees our work
     // before sleeping, or we see it asleep and wake it.
     if (sleeping_.exchange(false, std::memory_order_seq_cst)) wake();
+    return true;
   }
 
   // Runs on the ring's thread: replaces the registered buffers (none for an empty list).
@@ -108,6 +113,7 @@ class UringEngine::Ring {
     std::future<Status> result = done.get_future();
     {
       std::lock_guard lock(mu_);
+      if (broken_) return engine_.broken_error("io_uring_register_buffers");
       register_iovecs_ = &iovecs;
       register_done_ = &done;
       has_work_.store(true, std::memory_order_seq_cst);
@@ -123,17 +129,37 @@ class UringEngine::Ring {
   void run();
   void take_incoming();
   void fill();
+  int submit_and_wait();
   void reap();
   void prepare(uint32_t entry);
   void arm_wake();
   Status apply_registration(const std::vector<iovec>& iovecs);
   int find_registered(const IoRequest& io) const;
 
+  // Note [A failed submission breaks the io_uring engine], in the order it happens.
+  void stop_submitting(int err);
+  void fail_unsubmitted();
+  void drain_in_flight();
+  void fail_in_flight(const std::string& why);
+  uint64_t unsubmitted_blocks() const;
+  // Calls visit(user_data) for each SQE prepared but not yet taken by the kernel, oldest first.
+  // Without SQPOLL the kernel takes SQEs only inside io_uring_enter, so after a failed enter
+  // these are exactly the ones it never saw.
+  template <typename Visit>
+  void for_each_unsubmitted(Visit&& visit) const {
+    for (unsigned at = *ring_.sq.khead; at != ring_.sq.sqe_tail; at++) {
+      visit(ring_.sq.sqes[at & ring_.sq.ring_mask].user_data);
+    }
+  }
+
   void wake() {
     const uint64_t one = 1;
-    // EAGAIN means the counter is saturated: the thread is being woken anyway.
-    if (write(efd_, &one, sizeof one) != static_cast<ssize_t>(sizeof one) && errno != EAGAIN) {
-      STRATA_CHECK_MSG(false, "eventfd write failed");
+    // Not a runtime condition: adding 1 to our own eventfd fails only if the fd was closed or
+    // clobbered behind our back (EBADF, a bug elsewhere). Filling the counter would take 2^64 - 2
+    // unread wakes, and on this blocking eventfd would wait rather than fail. Going on would
+    // leave the ring asleep with work queued, a silent hang.
+    if (write(efd_, &one, sizeof one) != static_cast<ssize_t>(sizeof one)) {
+      STRATA_CHECK_MSG(false, ("eventfd write failed: " + errno_text(errno)).c_str());
     }
   }
   void close_eventfd() {
@@ -154,6 +180,7 @@ class UringEngine::Ring {
   bool stop_ = false;
   const std::vector<iovec>* register_iovecs_ = nullptr;
   std::promise<Status>* register_done_ = nullptr;
+  bool broken_ = false;  // the ring submits nothing more: push and register_buffers refuse
   std::atomic<bool> has_work_{false};  // anything in the fields above (read without mu_)
   std::atomic<bool> sleeping_{false};  // the thread may block with room for more blocks
 
@@ -168,6 +195,7 @@ class UringEngine::Ring {
   std::vector<int> fixed_index_;        // per entry: registered buffer index, or -1
   std::vector<Registered> registered_;  // sorted by begin
   std::atomic<int64_t> fixed_transfers_{0};
+  std::string submit_failure_;  // why the ring stopped submitting; empty while it works
 };
 
 void UringEngine::Ring::run() {
@@ -208,16 +236,96 @@ void UringEngine::Ring::run() {
         continue;
       }
     }
-    const int ret = io_uring_submit_and_wait(&ring_, 1);
+    const int ret = submit_and_wait();
     sleeping_.store(false, std::memory_order_relaxed);
     // EINTR: a signal; EAGAIN/EBUSY: the kernel is short of resources or CQ space: reap and retry.
     if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
-      log_error(std::string("io_uring_submit_and_wait: ") + std::strerror(-ret));
-      STRATA_CHECK_MSG(false, "io_uring_enter failed on a working ring");
+      stop_submitting(-ret);  // returns once the kernel holds nothing of ours
+      break;
     }
     reap();
   }
   io_uring_queue_exit(&ring_);
+}
+
+int UringEngine::Ring::submit_and_wait() {
+  if (IoFaultHook* hook = engine_.options_.fault_hook.get()) {
+    const uint64_t blocks = unsubmitted_blocks();
+    if (blocks > 0) {
+      if (const int err = hook->on_uring_submit(blocks); err != 0) return -err;
+    }
+  }
+  return io_uring_submit_and_wait(&ring_, 1);
+}
+
+uint64_t UringEngine::Ring::unsubmitted_blocks() const {
+  uint64_t blocks = 0;
+  for_each_unsubmitted([&](uint64_t tag) { blocks += tag != kWakeTag; });
+  return blocks;
+}
+
+void UringEngine::Ring::stop_submitting(int err) {
+  submit_failure_ =
+      "io_uring submission failed on ring " + std::to_string(id_) + ": " + errno_text(err);
+  log_error(submit_failure_ + "; the io_uring engine accepts no new requests");
+  // Broken first, so new requests are refused before the ring stops taking them.
+  engine_.mark_broken(submit_failure_);
+  std::vector<WorkItem> queued;
+  std::promise<Status>* registration = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    broken_ = true;
+    queued.swap(incoming_);
+    std::swap(registration, register_done_);
+    register_iovecs_ = nullptr;
+  }
+  if (registration != nullptr) {
+    registration->set_value(engine_.broken_error("io_uring_register_buffers"));
+  }
+  fail_unsubmitted();
+  for (; pending_head_ < pending_.size(); pending_head_++) {
+    const WorkItem& item = pending_[pending_head_];
+    engine_.fail_blocks(item.slot, item.next, item.step, submit_failure_);
+  }
+  for (const WorkItem& item : queued) {
+    engine_.fail_blocks(item.slot, item.next, item.step, submit_failure_);
+  }
+  drain_in_flight();
+}
+
+void UringEngine::Ring::fail_unsubmitted() {
+  for_each_unsubmitted([&](uint64_t tag) {
+    if (tag == kWakeTag) return;
+    const auto entry = static_cast<uint32_t>(tag);
+    engine_.fail_block(entries_[entry], submit_failure_);
+    free_entries_.push_back(entry);
+  });
+  // Those SQEs stay in the SQ: from here on the ring only waits (io_uring_wait_cqe submits
+  // nothing), so the kernel never takes them.
+}
+
+void UringEngine::Ring::drain_in_flight() {
+  while (free_entries_.size() < entries_.size()) {
+    io_uring_cqe* cqe = nullptr;
+    const int ret = io_uring_wait_cqe(&ring_, &cqe);
+    if (ret == -EINTR || ret == -EAGAIN || ret == -EBUSY) continue;
+    if (ret < 0) {
+      fail_in_flight(submit_failure_ +
+                     "; then waiting for completions failed: " + errno_text(-ret));
+      return;
+    }
+    reap();  // resubmissions fail with submit_failure_; the wake read is not re-armed
+  }
+}
+
+void UringEngine::Ring::fail_in_flight(const std::string& why) {
+  std::vector<bool> is_free(entries_.size(), false);
+  for (uint32_t entry : free_entries_) is_free[entry] = true;
+  for (uint32_t entry = 0; entry < entries_.size(); entry++) {
+    if (is_free[entry]) continue;
+    engine_.fail_block(entries_[entry], why);
+    free_entries_.push_back(entry);
+  }
 }
 
 void UringEngine::Ring::take_incoming() {
@@ -306,14 +414,18 @@ void UringEngine::Ring::reap() {
     }
     STRATA_CHECK(tag < entries_.size());
     const auto entry = static_cast<uint32_t>(tag);
-    if (engine_.finish_attempt(entries_[entry], cqe->res) == Next::resubmit) {
+    if (engine_.finish_attempt(entries_[entry], cqe->res) == Next::finished) {
+      free_entries_.push_back(entry);
+    } else if (submit_failure_.empty()) {
       prepare(entry);  // the remainder, or the same bytes after EINTR/EAGAIN
     } else {
+      engine_.fail_block(entries_[entry], submit_failure_);  // it cannot be resubmitted
       free_entries_.push_back(entry);
     }
   }
   io_uring_cq_advance(&ring_, seen);
-  if (rearm) arm_wake();
+  // A ring that stopped submitting takes no more work, so it needs no more waking.
+  if (rearm && submit_failure_.empty()) arm_wake();
 }
 
 Status UringEngine::Ring::apply_registration(const std::vector<iovec>& iovecs) {
@@ -369,10 +481,17 @@ void UringEngine::enqueue(RequestSlot* slot) {
   const uint64_t rings = rings_.size();
   const uint64_t first = next_ring_.fetch_add(1, std::memory_order_relaxed) % rings;
   const uint64_t stripes = std::min(rings, slot->blocks);
-  for (uint64_t i = 0; i < stripes; i++) rings_[(first + i) % rings]->push({slot, i, rings});
+  for (uint64_t i = 0; i < stripes; i++) {
+    if (!rings_[(first + i) % rings]->push({slot, i, rings})) {
+      // That ring broke after submit() checked (the engine was marked broken before the ring
+      // refused work, so the reason is set): this stripe can never run.
+      fail_blocks(slot, i, rings, broken_message());
+    }
+  }
 }
 
 Status UringEngine::register_buffers(const std::vector<std::pair<void*, uint64_t>>& buffers) {
+  STRATA_RETURN_IF_ERROR(broken_error("register_buffers"));
   if (in_flight() != 0) {
     return invalid_argument("register_buffers with " + std::to_string(in_flight()) +
                             " requests in flight");

@@ -1,14 +1,11 @@
 #include "model/layout.h"
 
 #include "core/check.h"
+#include "core/math_util.h"
 
 namespace strata {
 
 namespace {
-
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
 
 // Appends tensors to the layout as one slab.
 struct SlabBuilder {

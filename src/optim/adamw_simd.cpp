@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/math_util.h"
 #include "optim/adamw.h"
 
 #if defined(__x86_64__)
@@ -193,7 +194,7 @@ void adamw_step_with(SimdLevel level, float* param, float* m, float* v, bf16_t* 
   // its own region of param, m, v and grad.
   const int64_t threads = std::max(1, omp_get_max_threads());
   int64_t chunk = (n + threads - 1) / threads;
-  chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+  chunk = round_up(chunk, kChunkAlign);
   chunk = std::max(chunk, kMinChunk);
   const int64_t num_chunks = (n + chunk - 1) / chunk;
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/math_util.h"
 
 namespace strata::cuda_backend {
 
@@ -14,10 +15,6 @@ namespace {
 
 constexpr int64_t kPage = int64_t{4} << 10;       // smallest class
 constexpr int64_t kLargeStep = int64_t{2} << 20;  // granularity above 2 MiB
-
-int64_t round_up(int64_t x, int64_t step) {
-  return (x + step - 1) / step * step;
-}
 
 }  // namespace
 
