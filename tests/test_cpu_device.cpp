@@ -1,11 +1,13 @@
 // The CPU device behind the Device interface: stream order, events across streams, real
-// concurrency between streams, the device-memory budget, and ops through streams giving the
-// same bits as the kernels called directly.
+// concurrency between streams, the device-memory budget, ops through streams giving the same
+// bits as the kernels called directly, and which optional slots it has (and the defaults').
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,7 +34,9 @@ TEST(CpuDevice, StreamRunsTasksInOrder) {
   auto dev = create_cpu_device();
   auto s = dev->create_stream("s");
   std::vector<int> order;
-  for (int i = 0; i < 100; i++) dev->launch_host_func(*s, [&order, i] { order.push_back(i); });
+  for (int i = 0; i < 100; i++) {
+    ASSERT_TRUE(dev->launch_host_func(*s, [&order, i] { order.push_back(i); }).ok());
+  }
   s->synchronize();
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; i++) EXPECT_EQ(order[static_cast<size_t>(i)], i);
@@ -45,8 +49,9 @@ TEST(CpuDevice, StreamsRunConcurrently) {
   auto a = dev->create_stream("a");
   auto b = dev->create_stream("b");
   std::atomic<bool> released{false}, a_saw_release{false};
-  dev->launch_host_func(*a, [&] { a_saw_release = wait_for_flag(released, 5000ms); });
-  dev->launch_host_func(*b, [&] { released = true; });
+  ASSERT_TRUE(
+      dev->launch_host_func(*a, [&] { a_saw_release = wait_for_flag(released, 5000ms); }).ok());
+  ASSERT_TRUE(dev->launch_host_func(*b, [&] { released = true; }).ok());
   a->synchronize();
   b->synchronize();
   EXPECT_TRUE(a_saw_release.load());
@@ -60,8 +65,9 @@ TEST(CpuDevice, EventOrdersWorkAcrossStreams) {
   std::atomic<bool> go{false};
   std::vector<float> src(1 << 16, 0.0f), dst(1 << 16, -1.0f);
   // The producer is held until the test releases it, so the consumer truly has to wait.
-  dev->launch_host_func(*producer, [&] { wait_for_flag(go, 5000ms); });
-  dev->launch_host_func(*producer, [&] { std::fill(src.begin(), src.end(), 7.0f); });
+  ASSERT_TRUE(dev->launch_host_func(*producer, [&] { wait_for_flag(go, 5000ms); }).ok());
+  ASSERT_TRUE(
+      dev->launch_host_func(*producer, [&] { std::fill(src.begin(), src.end(), 7.0f); }).ok());
   ready->record(*producer);
   ready->wait(*consumer);
   dev->copy(*consumer, dst.data(), src.data(), static_cast<int64_t>(src.size() * 4));
@@ -90,10 +96,10 @@ TEST(CpuDevice, EventWaitKeepsTheGenerationItWasGiven) {
   e->record(*a);
   e->wait(*b);
   std::atomic<bool> go{false};
-  dev->launch_host_func(*a, [&] { wait_for_flag(go, 5000ms); });
+  ASSERT_TRUE(dev->launch_host_func(*a, [&] { wait_for_flag(go, 5000ms); }).ok());
   e->record(*a);  // generation 2, blocked behind `go`
   std::atomic<bool> b_ran{false};
-  dev->launch_host_func(*b, [&] { b_ran = true; });
+  ASSERT_TRUE(dev->launch_host_func(*b, [&] { b_ran = true; }).ok());
   EXPECT_TRUE(wait_for_flag(b_ran, 5000ms)) << "stream b waited for a later record";
   go = true;
   a->synchronize();
@@ -150,6 +156,61 @@ TEST(CpuDevice, OpsThroughStreamsMatchDirectKernelCalls) {
   EXPECT_EQ(std::memcmp(att.data(), att_dev.data(), att.size() * 4), 0);
   EXPECT_EQ(std::memcmp(mm.data(), mm_dev.data(), mm.size() * 4), 0);
   EXPECT_EQ(std::memcmp(ln.data(), ln_dev.data(), ln.size() * 4), 0);
+}
+
+// ---- optional slots (Note [Optional device capabilities])
+// ----------------------------------------
+
+// The CPU device implements host registration (a correct no-op: one memory), host callbacks (the
+// stream's worker thread) and the bf16 GEMM (widened to f32); it leaves AdamW to the host.
+bool cpu_implements(Capability c) {
+  switch (c) {
+    case Capability::host_registration:
+    case Capability::host_callbacks:
+    case Capability::bf16_matmul:
+      return true;
+    case Capability::device_adamw:
+      return false;
+  }
+  return false;
+}
+
+TEST(CpuDevice, SupportsExactlyTheOptionalSlotsItImplements) {
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("s");
+  for (int i = 0; i < kCapabilityCount; ++i) {
+    const Capability c = static_cast<Capability>(i);
+    SCOPED_TRACE(capability_name(c));
+    EXPECT_EQ(dev->supports(c), cpu_implements(c));
+    const test::OptionalSlotRun run = test::run_optional_slot(*dev, *s, c, false);
+    if (cpu_implements(c)) {
+      EXPECT_TRUE(run.status.ok()) << run.status.to_string();
+      EXPECT_TRUE(run.took_effect) << "the slot said ok but its work was not done";
+    } else {
+      EXPECT_TRUE(test::is_unsupported(run.status, *dev, c));
+      EXPECT_FALSE(run.took_effect) << "a missing slot must do nothing";
+    }
+  }
+}
+
+// Device's defaults, what a backend without a slot gets: every one is unavailable, names the
+// device and the capability, and enqueues nothing (a host function is dropped unrun).
+TEST(CpuDevice, DefaultOptionalSlotsReturnUnavailableNamingTheCapability) {
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("s");
+  std::vector<std::string> names;
+  for (int i = 0; i < kCapabilityCount; ++i) {
+    const Capability c = static_cast<Capability>(i);
+    SCOPED_TRACE(capability_name(c));
+    names.push_back(capability_name(c));
+    EXPECT_FALSE(dev->Device::supports(c));
+    EXPECT_TRUE(test::is_unsupported(dev->unsupported(c), *dev, c));
+    const test::OptionalSlotRun run = test::run_optional_slot(*dev, *s, c, true);
+    EXPECT_TRUE(test::is_unsupported(run.status, *dev, c));
+    EXPECT_FALSE(run.took_effect) << "a missing slot must do nothing";
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end()) << "capability names repeat";
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The CUDA device against the CPU device, op by op, on the same inputs (ggml's test-backend-ops
 // idea): every op and its gradients within NMSE 1e-5 in f32, the bf16 GEMM within the bound
-// stated at its test, AdamW bit for bit against adamw_step_ref, plus streams, events, host memory
-// and the memory pool.
+// stated at its test, AdamW bit for bit against adamw_step_ref, plus streams, events, host memory,
+// the memory pool, and the optional slots (Note [Optional device capabilities]).
 //
 // Written against backend.h only, so it builds with and without the CUDA backend. Where
 // create_cuda_device fails (built without CUDA, no GPU, driver too old) every test skips and
@@ -131,6 +131,32 @@ TEST_F(CudaBackendTest, ReportsItself) {
   std::printf("device: %s\n", gpu().name().c_str());
 }
 
+// Note [Optional device capabilities]: the CUDA device implements every optional slot, and each
+// one does its work when called.
+TEST_F(CudaBackendTest, SupportsEveryOptionalSlot) {
+  for (int i = 0; i < kCapabilityCount; ++i) {
+    const Capability c = static_cast<Capability>(i);
+    SCOPED_TRACE(capability_name(c));
+    EXPECT_TRUE(gpu().supports(c));
+    const test::OptionalSlotRun run = test::run_optional_slot(gpu(), *gpu_stream_, c, false);
+    EXPECT_TRUE(run.status.ok()) << run.status.to_string();
+    EXPECT_TRUE(run.took_effect) << "the slot said ok but its work was not done";
+  }
+}
+
+// Device's defaults on a CUDA device (what a backend without the slots would run): unavailable,
+// naming this device and the capability, and nothing enqueued.
+TEST_F(CudaBackendTest, DefaultOptionalSlotsReturnUnavailableNamingTheCapability) {
+  for (int i = 0; i < kCapabilityCount; ++i) {
+    const Capability c = static_cast<Capability>(i);
+    SCOPED_TRACE(capability_name(c));
+    EXPECT_FALSE(gpu().Device::supports(c));
+    const test::OptionalSlotRun run = test::run_optional_slot(gpu(), *gpu_stream_, c, true);
+    EXPECT_TRUE(test::is_unsupported(run.status, gpu(), c));
+    EXPECT_FALSE(run.took_effect) << "a missing slot must do nothing";
+  }
+}
+
 TEST_F(CudaBackendTest, PoolReusesFreedBlocks) {
   const int64_t before = gpu().memory_stats().device_in_use;
   void* first = nullptr;
@@ -190,8 +216,9 @@ TEST_F(CudaBackendTest, PinnedAndRegisteredHostMemory) {
 
 TEST_F(CudaBackendTest, HostFuncsRunInStreamOrder) {
   std::vector<int> order;
-  for (int i = 0; i < 50; i++)
-    gpu().launch_host_func(*gpu_stream_, [&order, i] { order.push_back(i); });
+  for (int i = 0; i < 50; i++) {
+    ASSERT_TRUE(gpu().launch_host_func(*gpu_stream_, [&order, i] { order.push_back(i); }).ok());
+  }
   gpu_stream_->synchronize();
   ASSERT_EQ(order.size(), 50u);
   for (int i = 0; i < 50; i++) EXPECT_EQ(order[static_cast<size_t>(i)], i);
@@ -210,10 +237,16 @@ TEST_F(CudaBackendTest, EventOrdersWorkAcrossStreams) {
   std::atomic<bool> go{false};
   // The producer is held by a host function until the test releases it, so the consumer really
   // has to wait for the event.
-  gpu().launch_host_func(*producer, [&] {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!go.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  });
+  ASSERT_TRUE(gpu()
+                  .launch_host_func(*producer,
+                                    [&] {
+                                      const auto deadline = std::chrono::steady_clock::now() + 5s;
+                                      while (!go.load() &&
+                                             std::chrono::steady_clock::now() < deadline) {
+                                        std::this_thread::yield();
+                                      }
+                                    })
+                  .ok());
   gpu().copy(*producer, mid.data(), src.data(), n * 4);
   ready->record(*producer);
   ready->wait(*consumer);
@@ -273,8 +306,10 @@ TEST_P(CudaGemmTest, Bf16MatchesCpuOnTheSameBf16Values) {
   Twin a = twin_bytes(ha.data(), M * K * 2), b = twin_bytes(hb.data(), K * N * 2);
   Twin bias = twin(random_floats(N, 7)), out = twin(random_floats(M * N, 8));
   both([&](Device& d, Stream& s, bool g) {
-    d.matmul_bf16(s, out.f32(g), a.bf16(g), b.bf16(g), with_bias ? bias.f32(g) : nullptr, M, N, K,
-                  ta, tb, acc);
+    EXPECT_TRUE(d.matmul_bf16(s, out.f32(g), a.bf16(g), b.bf16(g),
+                              with_bias ? bias.f32(g) : nullptr, M, N, K, ta, tb, acc)
+                    .ok())
+        << d.name();
   });
   EXPECT_LE(nmse(out, M * N), kF32Nmse);
 }

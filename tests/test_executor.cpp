@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "sched/executor.h"
+#include "sched/happens_before.h"
 #include "sched/plan.h"
 #include "sched/plan_checker.h"
 #include "test_util.h"
@@ -125,15 +126,12 @@ TEST(executor, RespectsDepsAndQueueOrder) {
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   ASSERT_EQ(report->timings.size(), static_cast<size_t>(n));
 
-  std::array<int32_t, kResourceCount> prev{};
-  prev.fill(-1);
+  auto edges = happens_before_edges(plan);
+  ASSERT_TRUE(edges.ok()) << edges.status().to_string();
   for (int32_t i = 0; i < n; ++i) {
     EXPECT_EQ(log.runs[i], 1) << "task " << i;
-    std::vector<int32_t> before = plan.tasks[i].deps;
-    int32_t& p = prev[static_cast<int>(plan.tasks[i].resource)];
-    if (p >= 0) before.push_back(p);
-    p = i;
-    for (int32_t b : before) {
+    // Its deps and its queue predecessor (Note [Happens-before in plans]).
+    for (int32_t b : edges->predecessors(i)) {
       EXPECT_GT(log.start_seq[i], log.end_seq[b]) << "task " << i << " started before " << b;
       // The executor's own clock agrees: a dependent starts no earlier than its dep ended.
       EXPECT_GE(report->timings[i].start_s, report->timings[b].end_s);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sched/happens_before.h"
 #include "sched/plan.h"
 #include "sched/plan_checker.h"
 
@@ -107,31 +108,26 @@ void remove_dep(Plan& plan, int32_t task, int32_t dep) {
 }
 
 // ---- A naive reference checker: reachability by DFS from every task, all pairs -----------------
+// It shares only the direct edges with check_plan (happens_before.h, tested on its own in
+// test_happens_before.cpp); the closure, cycles and slot rules are its own, done the slow way.
 bool reference_ok(const Plan& plan, const TierBudgets& b) {
   const int n = static_cast<int>(plan.tasks.size());
-  std::vector<std::vector<int>> succ(n);
-  std::vector<int> last(kResourceCount, -1);
+  auto edges = happens_before_edges(plan);
+  if (!edges.ok()) return false;  // a bad dep
   for (int t = 0; t < n; ++t) {
-    for (int32_t d : plan.tasks[t].deps) {
-      if (d < 0 || d >= n || d == t) return false;
-      succ[d].push_back(t);
-    }
     for (const SlotUse& u : plan.tasks[t].uses) {
       if (u.slot < 0 || u.slot >= static_cast<int32_t>(plan.slots.size())) return false;
     }
-    int q = static_cast<int>(plan.tasks[t].resource);
-    if (last[q] >= 0) succ[last[q]].push_back(t);
-    last[q] = t;
   }
   std::vector<std::vector<char>> hb(n, std::vector<char>(n, 0));  // hb[a][b]: a -> b, strict
   for (int a = 0; a < n; ++a) {
-    std::vector<int> stack = succ[a];
+    std::vector<int> stack(edges->successors(a).begin(), edges->successors(a).end());
     while (!stack.empty()) {
       int v = stack.back();
       stack.pop_back();
       if (hb[a][v]) continue;
       hb[a][v] = 1;
-      for (int w : succ[v]) stack.push_back(w);
+      for (int w : edges->successors(v)) stack.push_back(w);
     }
     if (hb[a][a]) return false;  // cycle
   }
@@ -508,18 +504,15 @@ TEST(plan_checker, RandomPipelinesAgreeWithReference) {
         Pipeline p = make_pipeline(shape);
         Plan& plan = p.plan;
         const int32_t n = static_cast<int32_t>(plan.tasks.size());
-        std::vector<int32_t> queue_pred(n, -1), last(kResourceCount, -1);
-        for (int32_t t = 0; t < n; ++t) {
-          int q = static_cast<int>(plan.tasks[t].resource);
-          queue_pred[t] = last[q];
-          last[q] = t;
-        }
+        auto edges = happens_before_edges(plan);  // queue order does not change with deps
+        ASSERT_TRUE(edges.ok()) << edges.status().to_string();
         for (int32_t t = 0; t < n; ++t) {  // implied deps: queue predecessors of what t waits for
           std::vector<int32_t>& deps = plan.tasks[t].deps;
-          if (queue_pred[t] >= 0 && rng() % 3 == 0) deps.push_back(queue_pred[t]);
+          const int32_t pred = edges->queue_pred(t);
+          if (pred >= 0 && rng() % 3 == 0) deps.push_back(pred);
           if (!deps.empty() && rng() % 2 == 0) {
             int32_t d = deps[rng() % deps.size()];
-            deps.push_back(queue_pred[d] >= 0 && rng() % 2 ? queue_pred[d] : d);
+            deps.push_back(edges->queue_pred(d) >= 0 && rng() % 2 ? edges->queue_pred(d) : d);
           }
           std::shuffle(deps.begin(), deps.end(), rng);
         }

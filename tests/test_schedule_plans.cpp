@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sched/plan_builder.h"
+#include "sched/happens_before.h"
 #include "sched/plan_checker.h"
 #include "sched/schedule_horizontal.h"
 #include "sched/schedule_spec.h"
@@ -112,25 +113,17 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
   }
 }
 
-// Happens-before (Note [Happens-before in plans]): deps and queue order, transitively.
+// Happens-before (Note [Happens-before in plans]): deps and queue order, transitively. False
+// for a plan whose edges are not indices (check_plan rejects those).
 bool happens_before(const Plan& p, int32_t a, int32_t b) {
-  const auto n = static_cast<int32_t>(p.tasks.size());
-  std::vector<std::vector<int32_t>> next(static_cast<size_t>(n));
-  std::array<int32_t, kResourceCount> last{};
-  last.fill(-1);
-  for (int32_t i = 0; i < n; ++i) {
-    const Task& t = p.tasks[static_cast<size_t>(i)];
-    for (int32_t d : t.deps) next[static_cast<size_t>(d)].push_back(i);
-    int32_t& prev = last[static_cast<size_t>(t.resource)];
-    if (prev >= 0) next[static_cast<size_t>(prev)].push_back(i);
-    prev = i;
-  }
-  std::vector<bool> seen(static_cast<size_t>(n), false);
+  const auto edges = happens_before_edges(p);
+  if (!edges.ok()) return false;
+  std::vector<bool> seen(p.tasks.size(), false);
   std::vector<int32_t> stack = {a};
   while (!stack.empty()) {
     const int32_t x = stack.back();
     stack.pop_back();
-    for (int32_t y : next[static_cast<size_t>(x)]) {
+    for (int32_t y : edges.value().successors(x)) {
       if (y == b) return true;
       if (!seen[static_cast<size_t>(y)]) {
         seen[static_cast<size_t>(y)] = true;

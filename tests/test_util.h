@@ -1,6 +1,8 @@
 // Helpers shared by the tests: deterministic random fills and error measures.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -8,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/config.h"
+#include "core/status.h"
 
 namespace strata::test {
 
@@ -39,5 +43,20 @@ TrainConfig tiny_offload_config(const std::string& schedule, const std::string& 
 void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts);
 // A fresh empty directory under the build tree for one test.
 std::string make_temp_dir(const std::string& name);
+
+// Note [Optional device capabilities] (backend/backend.h), exercised the same way on every
+// backend. run_optional_slot calls capability c's slot(s) on `device` with small valid arguments
+// on `stream`, waits for the stream, and looks at whether the work was done: the host function
+// ran, the product or the AdamW step was written, memory copied through the registration. With
+// call_default the call goes to Device's own default of the slot, bypassing the backend's
+// override: what a backend without the slot runs.
+struct OptionalSlotRun {
+  Status status;             // the first non-ok Status of the calls, else ok
+  bool took_effect = false;  // the work was observably done
+};
+OptionalSlotRun run_optional_slot(Device& device, Stream& stream, Capability c, bool call_default);
+// Success when `status` is what a missing optional slot returns: unavailable, one line, naming
+// the device and the capability.
+::testing::AssertionResult is_unsupported(const Status& status, const Device& device, Capability c);
 
 }  // namespace strata::test

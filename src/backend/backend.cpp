@@ -28,31 +28,72 @@ void Buffer::reset() {
   bytes_ = 0;
 }
 
-void Device::launch_host_func(Stream& s, std::function<void()> fn) {
-  // Default for backends without host callbacks: wait for the stream, then run inline. Correct
-  // but serialising; backends override it.
-  s.synchronize();
-  fn();
+const char* capability_name(Capability c) {
+  switch (c) {
+    case Capability::host_registration:
+      return "host_registration";
+    case Capability::host_callbacks:
+      return "host_callbacks";
+    case Capability::bf16_matmul:
+      return "bf16_matmul";
+    case Capability::device_adamw:
+      return "device_adamw";
+  }
+  return "unknown capability";
 }
 
+namespace {
+
+// The slots behind each capability, for the message a caller reads when one is missing.
+const char* capability_slots(Capability c) {
+  switch (c) {
+    case Capability::host_registration:
+      return "register_host_memory, unregister_host_memory";
+    case Capability::host_callbacks:
+      return "launch_host_func";
+    case Capability::bf16_matmul:
+      return "matmul_bf16";
+    case Capability::device_adamw:
+      return "adamw_step";
+  }
+  return "?";
+}
+
+}  // namespace
+
+bool Device::supports(Capability c) const {
+  return false;
+}
+
+Status Device::unsupported(Capability c) const {
+  return unavailable("the " + name() + " device does not support " + capability_name(c) + " (" +
+                     capability_slots(c) + ")");
+}
+
+// The defaults: a backend that lacks an optional slot does nothing and says so, the same way for
+// every slot (Note [Optional device capabilities]).
+
 Status Device::register_host_memory(void* p, int64_t bytes) {
-  // A backend whose copies are plain memcpy (the CPU) reaches any host memory already.
-  return Status::ok_status();
+  return unsupported(Capability::host_registration);
 }
 
 Status Device::unregister_host_memory(void* p) {
-  return Status::ok_status();
+  return unsupported(Capability::host_registration);
 }
 
-void Device::matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b, const float* bias,
-                         int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
-                         bool accumulate) {
-  STRATA_CHECK_MSG(false, ("matmul_bf16 is not implemented by the " + name() + " device").c_str());
+Status Device::launch_host_func(Stream& s, std::function<void()> fn) {
+  return unsupported(Capability::host_callbacks);
+}
+
+Status Device::matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b,
+                           const float* bias, int64_t M, int64_t N, int64_t K, bool trans_a,
+                           bool trans_b, bool accumulate) {
+  return unsupported(Capability::bf16_matmul);
 }
 
 Status Device::adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                           const float* grad, int64_t n, const AdamWHyper& h) {
-  return unavailable("the " + name() + " device has no on-device AdamW");
+  return unsupported(Capability::device_adamw);
 }
 
 }  // namespace strata

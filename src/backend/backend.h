@@ -1,5 +1,7 @@
 // The device interface every backend implements: device, buffer, stream, event, and the op
-// entry points the GPT forward and backward need.
+// entry points the GPT forward and backward need. A few slots are optional, each marked
+// "(optional, Capability::...)" where it is declared; a caller asks supports() before relying on
+// one (Note [Optional device capabilities]).
 //
 // Note [Asynchronous by contract]
 // Every op and copy is *enqueued* on a Stream and may run later, on another thread (CPU backend)
@@ -14,7 +16,20 @@
 // gradients from several micro-batches and from the two branches of a residual sum without extra
 // passes. Callers zero gradient buffers (fill_zero) before the first contribution.
 //
-// Slots marked (optional) may be left to the default, which reports that the backend lacks them.
+// Note [Optional device capabilities]
+// Most slots are required: every backend implements them. The few marked "(optional, Capability
+// ::x)" below are slots a backend may lack. For those:
+//  - supports(x) says, before any call, whether this device implements the slot. It is true
+//    exactly for the slots the backend implements, and constant for the device's lifetime.
+//  - Every optional slot returns a Status. The default implementation (a backend without the
+//    slot) does nothing, enqueues nothing, and returns unavailable with one line naming the device
+//    and the capability: unsupported(x). A backend that implements the slot never returns
+//    unavailable from it; its Status reports only the slot's own errors.
+//  - For slots that enqueue work (Note [Asynchronous by contract]) the Status says only whether
+//    the backend has the slot; the work itself is enqueued and runs later, as for any op.
+// A caller with another way to do the work (the CPU optimizer instead of adamw_step, say) asks
+// supports() first and picks its path once; a caller without one checks the Status and
+// propagates it. Neither aborts: a missing capability is a property of the machine, not a bug.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +47,18 @@ class Device;
 struct AdamWHyper;  // optim/adamw.h
 
 // DeviceKind (cpu, cuda) is in core/config_enums.h: the config names devices too.
+// The optional slots of Device, one value per slot (or pair of slots), named for what they do;
+// see Note [Optional device capabilities].
+enum class Capability : uint8_t {
+  host_registration,  // register_host_memory, unregister_host_memory
+  host_callbacks,     // launch_host_func
+  bf16_matmul,        // matmul_bf16
+  device_adamw,       // adamw_step
+};
+inline constexpr int kCapabilityCount = 4;
+// "host_registration", "host_callbacks", ...: the enumerator's own name, for messages and logs.
+const char* capability_name(Capability c);
+
 enum class MemoryKind { device, host };  // host: pinned, reachable by the device's copy engine
 
 // Owning, device-tagged allocation. Move-only; frees itself through its device.
@@ -99,15 +126,24 @@ class Device {
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
 
+  // ---- optional slots (Note [Optional device capabilities]) ----------------------------------
+  // Whether this device implements capability c's slots. Default: false for every capability.
+  virtual bool supports(Capability c) const;
+  // What an optional slot this device lacks returns: unavailable, "the <name> device does not
+  // support <capability> (<slots>)". Callers that asked supports() first may return it too.
+  Status unsupported(Capability c) const;
+
   // ---- memory -----------------------------------------------------------------------------
   // Device memory, counted against the device budget; out_of_memory names the budget.
   virtual Result<Buffer> alloc(int64_t bytes) = 0;
   // Pinned host memory for staging copies (4 KiB aligned, usable with O_DIRECT).
   virtual Result<Buffer> alloc_host(int64_t bytes) = 0;
-  // (optional) Make memory the caller allocated (the storage engine's I/O buffers) reachable by
-  // the copy engine, so that storage -> host -> device needs no bounce copy (cudaHostRegister on
-  // CUDA; the default, and the CPU, accept it and do nothing). p and bytes must stay as given
-  // until unregister_host_memory(p), which must come before the memory is freed.
+  // (optional, Capability::host_registration) Make memory the caller allocated (the storage
+  // engine's I/O buffers) reachable by the copy engine, so that storage -> host -> device needs
+  // no bounce copy: cudaHostRegister on CUDA; on the CPU, whose copies are memcpy within one
+  // memory, it is correct to do nothing, so the CPU supports it as a no-op. p and bytes must stay
+  // as given until unregister_host_memory(p), which must come before the memory is freed.
+  // Synchronous: both return once the registration has taken effect (or failed).
   virtual Status register_host_memory(void* p, int64_t bytes);
   virtual Status unregister_host_memory(void* p);
   virtual MemoryStats memory_stats() const = 0;
@@ -117,8 +153,10 @@ class Device {
   // ---- streams, events ----------------------------------------------------------------------
   virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
-  // (optional) run a host function in stream order (cudaLaunchHostFunc on CUDA).
-  virtual void launch_host_func(Stream& s, std::function<void()> fn);
+  // (optional, Capability::host_callbacks) Enqueue fn to run on the host in s's order
+  // (cudaLaunchHostFunc on CUDA, the stream's worker thread on the CPU). Asynchronous: ok means
+  // fn is enqueued, not that it has run. Without the capability fn is dropped unrun.
+  virtual Status launch_host_func(Stream& s, std::function<void()> fn);
 
   // ---- copies ---------------------------------------------------------------------------------
   // Any of host->device, device->host, device->device; ordered on s.
@@ -131,12 +169,12 @@ class Device {
   virtual void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias,
                       int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                       bool accumulate) = 0;
-  // (optional) matmul with bf16 a and b: products and sums in f32, out and bias f32. The CPU
-  // widens a and b to f32 and runs matmul; CUDA runs bf16 tensor-core GEMMs. The default aborts
-  // (a backend without it is a bug at the call site, not a condition to recover from).
-  virtual void matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b,
-                           const float* bias, int64_t M, int64_t N, int64_t K, bool trans_a,
-                           bool trans_b, bool accumulate);
+  // (optional, Capability::bf16_matmul) matmul with bf16 a and b: products and sums in f32, out
+  // and bias f32. The CPU widens a and b to f32 and runs matmul; CUDA runs bf16 tensor-core
+  // GEMMs. Enqueued on s like matmul; the Status says only whether the backend has it.
+  virtual Status matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b,
+                             const float* bias, int64_t M, int64_t N, int64_t K, bool trans_a,
+                             bool trans_b, bool accumulate);
   // dbias (N) += sum over rows of dout (M,N)
   virtual void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) = 0;
   // out (N,C), mean (N), rstd (N) <- inp (N,C), weight (C), bias (C); eps = 1e-5
@@ -187,11 +225,12 @@ class Device {
   // out[0] = sum of x[i]^2, accumulated in double in a fixed order
   virtual void sum_squares(Stream& s, double* out, const float* x, int64_t n) = 0;
 
-  // ---- optimizer (optional) -------------------------------------------------------------------
-  // AdamW on device-resident state, bit-identical to adamw_step_ref (optim/adamw.h, Note [AdamW
-  // operation order]): param, m, v (n) updated in place, grad (n) read, param_bf16 (n) written
-  // when not null. Enqueued on s like any op; the Status only says whether the backend has it
-  // (default: unavailable, and the CPU device leaves it so: it steps on the host with adamw_step).
+  // ---- optimizer ------------------------------------------------------------------------------
+  // (optional, Capability::device_adamw) AdamW on device-resident state, bit-identical to
+  // adamw_step_ref (optim/adamw.h, Note [AdamW operation order]): param, m, v (n) updated in
+  // place, grad (n) read, param_bf16 (n) written when not null. Enqueued on s like any op; the
+  // Status says only whether the backend has it. The CPU device lacks it: there the host
+  // adamw_step (optim/adamw.h) already is this computation, without a stream.
   virtual Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                             const float* grad, int64_t n, const AdamWHyper& h);
 };

@@ -9,6 +9,8 @@
 #include <system_error>
 #include <thread>
 
+#include "sched/happens_before.h"
+
 namespace strata {
 namespace {
 
@@ -20,17 +22,13 @@ int res_index(const Task& t) {
 
 // The checks that stand between a bad plan and a crash or a hang. check_plan does them too (and
 // much more), but a run that hangs forever on a forgotten check_plan is worse than one O(n) pass.
-Status validate(const Plan& plan, const std::vector<TaskAction>& actions) {
+// Returns the plan's happens-before edges, which the run then follows.
+Result<HappensBefore> validate(const Plan& plan, const std::vector<TaskAction>& actions) {
   const int32_t n = static_cast<int32_t>(plan.tasks.size());
   if (actions.size() != plan.tasks.size()) {
     return invalid_argument("executor: " + std::to_string(actions.size()) + " actions for " +
                             std::to_string(n) + " tasks");
   }
-  // Kahn's algorithm over deps plus queue edges (each task -> the next one on its resource).
-  std::vector<int32_t> indegree(n, 0), next_on_queue(n, -1);
-  std::vector<std::vector<int32_t>> dependents(n);
-  std::array<int32_t, kResourceCount> last{};
-  last.fill(-1);
   for (int32_t i = 0; i < n; ++i) {
     if (!actions[i])
       return invalid_argument("executor: task " + plan.describe(i) + " has no action");
@@ -39,18 +37,15 @@ Status validate(const Plan& plan, const std::vector<TaskAction>& actions) {
         return invalid_argument("executor: task " + plan.describe(i) + " has a bad dep " +
                                 plan.describe(d));
       }
-      dependents[d].push_back(i);
-      ++indegree[i];
     }
-    int32_t& prev = last[res_index(plan.tasks[i])];
-    if (prev >= 0) {
-      next_on_queue[prev] = i;
-      ++indegree[i];
-    }
-    prev = i;
   }
+  // With every dep an index, this fails only for a task on an unknown resource.
+  STRATA_ASSIGN_OR_RETURN(HappensBefore edges, happens_before_edges(plan));
+  // Kahn's algorithm over all the direct edges (deps and queue order).
+  std::vector<int64_t> indegree(n, 0);
   std::vector<int32_t> ready;
   for (int32_t i = 0; i < n; ++i) {
+    indegree[i] = static_cast<int64_t>(edges.predecessors(i).size());
     if (indegree[i] == 0) ready.push_back(i);
   }
   int32_t visited = 0;
@@ -58,11 +53,9 @@ Status validate(const Plan& plan, const std::vector<TaskAction>& actions) {
     const int32_t i = ready.back();
     ready.pop_back();
     ++visited;
-    for (int32_t d : dependents[i]) {
-      if (--indegree[d] == 0) ready.push_back(d);
+    for (int32_t s : edges.successors(i)) {
+      if (--indegree[s] == 0) ready.push_back(s);
     }
-    if (next_on_queue[i] >= 0 && --indegree[next_on_queue[i]] == 0)
-      ready.push_back(next_on_queue[i]);
   }
   if (visited != n) {
     for (int32_t i = 0; i < n; ++i) {
@@ -72,24 +65,21 @@ Status validate(const Plan& plan, const std::vector<TaskAction>& actions) {
       }
     }
   }
-  return Status();
+  return edges;
 }
 
 // Shared state of one run. Everything below `mu` is guarded by it; `timings[i]` is written only
 // by the worker of task i's resource and read after the join, so it needs no lock.
 class Run {
  public:
-  Run(const Plan& plan, const std::vector<TaskAction>& actions)
+  Run(const Plan& plan, const HappensBefore& edges, const std::vector<TaskAction>& actions)
       : plan_(plan),
+        edges_(edges),
         actions_(actions),
         pending_(plan.tasks.size(), 0),
-        dependents_(plan.tasks.size()),
         timings_(plan.tasks.size(), TaskTiming{-1, -1}) {
-    for (size_t i = 0; i < plan.tasks.size(); ++i) {
-      for (int32_t d : plan.tasks[i].deps) {
-        dependents_[d].push_back(static_cast<int32_t>(i));
-        ++pending_[i];
-      }
+    for (int32_t i = 0; i < edges.task_count(); ++i) {
+      pending_[i] = static_cast<int64_t>(edges.predecessors(i).size());
     }
   }
 
@@ -144,16 +134,18 @@ class Run {
     }
   }
 
-  // Marks task i done; wakes only the resources holding a task whose last dep this was. The
-  // next task on i's own queue needs no wake-up: this thread runs it next.
+  // Marks task i done; wakes only the resources holding a task whose last predecessor this was.
+  // i's own resource needs no wake-up: its only waiter is this thread, which runs its next task
+  // itself (and finds i counted off, under the mutex).
   void finish(int32_t i) {
     std::array<bool, kResourceCount> wake{};
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (int32_t d : dependents_[i]) {
-        if (--pending_[d] == 0) wake[res_index(plan_.tasks[d])] = true;
+      for (int32_t s : edges_.successors(i)) {
+        if (--pending_[s] == 0) wake[res_index(plan_.tasks[s])] = true;
       }
     }
+    wake[res_index(plan_.tasks[i])] = false;
     // Notifying after unlocking is safe: a waiter re-checks pending_ under the mutex before it
     // sleeps, so it cannot miss the change.
     for (int r = 0; r < kResourceCount; ++r) {
@@ -162,12 +154,14 @@ class Run {
   }
 
   const Plan& plan_;
+  const HappensBefore& edges_;
   const std::vector<TaskAction>& actions_;
   Clock::time_point t0_{};
   std::mutex mu_;
   std::array<std::condition_variable, kResourceCount> cv_;  // one per resource's worker
-  std::vector<int32_t> pending_;                            // unfinished deps per task
-  std::vector<std::vector<int32_t>> dependents_;            // immutable after construction
+  // Unfinished predecessors per task (Note [Happens-before in plans]: its deps and its queue
+  // predecessor; the latter is always done by the time the task's own thread reaches it).
+  std::vector<int64_t> pending_;
   bool failed_ = false;
   Status failure_;
   std::vector<TaskTiming> timings_;
@@ -177,19 +171,16 @@ class Run {
 
 Result<ExecutionReport> execute_plan(const Plan& plan, const std::vector<TaskAction>& actions,
                                      const ExecutorOptions& options) {
-  STRATA_RETURN_IF_ERROR(validate(plan, actions));
-  std::array<std::vector<int32_t>, kResourceCount> queues;
-  for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    queues[res_index(plan.tasks[i])].push_back(static_cast<int32_t>(i));
-  }
+  STRATA_ASSIGN_OR_RETURN(const HappensBefore edges, validate(plan, actions));
 
-  Run run(plan, actions);
+  Run run(plan, edges, actions);
   std::vector<std::thread> workers;
   run.start_clock();
   for (int r = 0; r < kResourceCount; ++r) {
-    if (queues[r].empty()) continue;  // idle resources get no thread
+    const std::vector<int32_t>& queue = edges.queue(static_cast<Resource>(r));
+    if (queue.empty()) continue;  // idle resources get no thread
     try {
-      workers.emplace_back([&run, &queues, r] { run.work(r, queues[r]); });
+      workers.emplace_back([&run, &queue, r] { run.work(r, queue); });
     } catch (const std::system_error& e) {
       // Stop the threads already started rather than run the plan on fewer queues than it needs.
       run.fail(Status(ErrorCode::internal,

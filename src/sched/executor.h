@@ -61,7 +61,8 @@ struct ExecutionReport {
 // "io_error: task 'fetch blk.3' (storage_read): pread ...".
 // A plan must have passed check_plan. Before starting anything the executor still refuses, with
 // invalid_argument, what would crash or hang it: actions.size() != tasks, an empty action, a dep
-// out of range, or a cycle in the happens-before graph (O(tasks + deps)).
+// out of range, a task on an unknown resource, or a cycle in the happens-before graph
+// (O(tasks + deps), over the edges of sched/happens_before.h).
 Result<ExecutionReport> execute_plan(const Plan& plan, const std::vector<TaskAction>& actions,
                                      const ExecutorOptions& options = {});
 

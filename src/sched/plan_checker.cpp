@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "core/format.h"
+#include "sched/happens_before.h"
 
 namespace strata {
 
@@ -15,7 +16,8 @@ namespace strata {
 // number per queue: the position of the last task on that queue that happens before B (or is B).
 // If task A at position p on queue q happens before B, so do all of q's tasks before p. That
 // vector is B's clock (as in race detectors, with queues for threads):
-//   clock[B][q] = max over B's predecessors P (deps and queue predecessor) of clock[P][q],
+//   clock[B][q] = max over B's predecessors P (deps and queue predecessor: the direct edges of
+//                 happens_before.h) of clock[P][q],
 //   clock[B][queue of B] = position of B,
 // computed once in a topological order. Then A happens before B (or A == B) exactly when
 // pos(A) <= clock[B][queue of A]: an O(1) query, O(tasks * kResourceCount) memory, no n^2 bitset.
@@ -43,16 +45,15 @@ Status plan_error(const std::string& message) {
 
 // The happens-before graph in the form the checks need.
 struct Order {
-  std::vector<int32_t> queue_pred;  // previous task on the same resource, or -1
-  std::vector<int32_t> queue_pos;   // position in its resource's queue
-  std::vector<int32_t> topo;        // a topological order, plan order where possible
-  std::vector<int32_t> clock;       // tasks x kResourceCount; see the Note above
-  std::vector<int32_t> path;        // tasks on the longest chain ending at each task
+  HappensBefore edges;         // the direct edges and queues (happens_before.h)
+  std::vector<int32_t> topo;   // a topological order, plan order where possible
+  std::vector<int32_t> clock;  // tasks x kResourceCount; see the Note above
+  std::vector<int32_t> path;   // tasks on the longest chain ending at each task
 
   // a happens before b, or a == b.
   bool ordered(const Plan& plan, int32_t a, int32_t b) const {
     int q = static_cast<int>(plan.tasks[a].resource);
-    return queue_pos[a] <= clock[static_cast<size_t>(b) * kResourceCount + q];
+    return edges.queue_pos(a) <= clock[static_cast<size_t>(b) * kResourceCount + q];
   }
 };
 
@@ -105,9 +106,11 @@ Status cycle_error(const Plan& plan, const Order& order, const std::vector<char>
     seen_at[v] = static_cast<int32_t>(walk.size());
     walk.push_back(v);
     int32_t next = -1;
-    if (order.queue_pred[v] >= 0 && !emitted[order.queue_pred[v]]) next = order.queue_pred[v];
-    for (int32_t d : plan.tasks[v].deps) {
-      if (next < 0 && !emitted[d]) next = d;
+    for (int32_t p : order.edges.predecessors(v)) {  // the queue predecessor first, then deps
+      if (!emitted[p]) {
+        next = p;
+        break;
+      }
     }
     v = next;  // exists: v was not emitted, so some predecessor was not either
   }
@@ -134,33 +137,15 @@ Status cycle_error(const Plan& plan, const Order& order, const std::vector<char>
                     " tasks (-> dep, -[queue]-> queue order): " + text);
 }
 
-// Queue positions, a topological order, clocks and path lengths; a cycle is an error.
+// The edges, a topological order, clocks and path lengths; a cycle is an error.
 // Requires check_structure to have passed.
 Status build_order(const Plan& plan, Order& order) {
   const int32_t n = static_cast<int32_t>(plan.tasks.size());
-  order.queue_pred.assign(n, -1);
-  order.queue_pos.assign(n, 0);
-  std::vector<int32_t> queue_next(n, -1);
-  std::array<int32_t, kResourceCount> last{}, count{};
-  last.fill(-1);
-  for (int32_t t = 0; t < n; ++t) {
-    int q = static_cast<int>(plan.tasks[t].resource);
-    order.queue_pred[t] = last[q];
-    order.queue_pos[t] = count[q]++;
-    if (last[q] >= 0) queue_next[last[q]] = t;
-    last[q] = t;
-  }
-  // Successors from deps, in CSR form; in-degrees count duplicate deps as often as they appear.
-  std::vector<int32_t> begin(n + 1, 0), indegree(n, 0);
-  for (int32_t t = 0; t < n; ++t) {
-    for (int32_t d : plan.tasks[t].deps) ++begin[d + 1];
-    indegree[t] = static_cast<int32_t>(plan.tasks[t].deps.size()) + (order.queue_pred[t] >= 0);
-  }
-  for (int32_t t = 0; t < n; ++t) begin[t + 1] += begin[t];
-  std::vector<int32_t> succ(begin[n]), fill(begin.begin(), begin.end() - 1);
-  for (int32_t t = 0; t < n; ++t) {
-    for (int32_t d : plan.tasks[t].deps) succ[fill[d]++] = t;
-  }
+  STRATA_ASSIGN_OR_RETURN(order.edges, happens_before_edges(plan));
+  const HappensBefore& edges = order.edges;
+  // In-degrees count duplicate edges as often as they appear, as predecessors() lists them.
+  std::vector<int64_t> indegree(n, 0);
+  for (int32_t t = 0; t < n; ++t) indegree[t] = static_cast<int64_t>(edges.predecessors(t).size());
   // Kahn's algorithm, smallest index first, so that the order (and the first error) follows
   // the plan where the plan allows it.
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> ready;
@@ -175,11 +160,9 @@ Status build_order(const Plan& plan, Order& order) {
     ready.pop();
     emitted[t] = 1;
     order.topo.push_back(t);
-    auto release = [&](int32_t s) {
+    for (int32_t s : edges.successors(t)) {
       if (--indegree[s] == 0) ready.push(s);
-    };
-    for (int32_t i = begin[t]; i < begin[t + 1]; ++i) release(succ[i]);
-    if (queue_next[t] >= 0) release(queue_next[t]);
+    }
   }
   if (static_cast<int32_t>(order.topo.size()) < n) return cycle_error(plan, order, emitted);
 
@@ -192,9 +175,8 @@ Status build_order(const Plan& plan, Order& order) {
       for (int q = 0; q < kResourceCount; ++q) c[q] = std::max(c[q], pc[q]);
       order.path[t] = std::max(order.path[t], order.path[p] + 1);
     };
-    if (order.queue_pred[t] >= 0) join(order.queue_pred[t]);
-    for (int32_t d : plan.tasks[t].deps) join(d);
-    c[static_cast<int>(plan.tasks[t].resource)] = order.queue_pos[t];
+    for (int32_t p : edges.predecessors(t)) join(p);
+    c[static_cast<int>(plan.tasks[t].resource)] = edges.queue_pos(t);
   }
   return Status();
 }

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_pool.h"
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/kernels.cuh"
+#include "core/math_util.h"
 #include "optim/adamw.h"
 
 namespace strata {
@@ -30,10 +31,6 @@ using cuda_backend::CudaStream;
 using cuda_backend::format_mib;
 
 constexpr int64_t kPage = 4096;  // buffer sizes are whole pages, as on the CPU device
-
-int64_t round_to_page(int64_t bytes) {
-  return (bytes + kPage - 1) / kPage * kPage;
-}
 
 // cudaLaunchHostFunc's callback: runs and frees the std::function launch_host_func boxed.
 void CUDART_CB run_boxed_host_func(void* box) {
@@ -49,16 +46,28 @@ class CudaDevice final : public Device {
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
 
+  // Note [Optional device capabilities]: this device implements every optional slot.
+  bool supports(Capability c) const override {
+    switch (c) {
+      case Capability::host_registration:
+      case Capability::host_callbacks:
+      case Capability::bf16_matmul:
+      case Capability::device_adamw:
+        return true;
+    }
+    return false;
+  }
+
   // ---- memory -----------------------------------------------------------------------------------
   Result<Buffer> alloc(int64_t bytes) override {
     STRATA_CHECK(bytes >= 0);
     STRATA_ASSIGN_OR_RETURN(void* p, pool_.allocate(bytes));
-    return Buffer(this, MemoryKind::device, p, round_to_page(bytes));
+    return Buffer(this, MemoryKind::device, p, round_up(bytes, kPage));
   }
 
   Result<Buffer> alloc_host(int64_t bytes) override {
     STRATA_CHECK(bytes >= 0);
-    const int64_t rounded = round_to_page(bytes);
+    const int64_t rounded = round_up(bytes, kPage);
     activate();
     void* p = nullptr;
     const cudaError_t err =
@@ -137,10 +146,11 @@ class CudaDevice final : public Device {
   // fn runs on a CUDA runtime thread in stream order. It must not call CUDA (the runtime forbids
   // it in host functions, and that includes enqueuing on any Strata stream), and should not block
   // on other streams' host functions, which may share that thread.
-  void launch_host_func(Stream& s, std::function<void()> fn) override {
+  Status launch_host_func(Stream& s, std::function<void()> fn) override {
     auto box = std::make_unique<std::function<void()>>(std::move(fn));
     STRATA_CUDA_CHECK(cudaLaunchHostFunc(stream(s), run_boxed_host_func, box.get()));
     box.release();  // run_boxed_host_func owns it now
+    return Status::ok_status();
   }
 
   // ---- copies ---------------------------------------------------------------------------------
@@ -161,11 +171,12 @@ class CudaDevice final : public Device {
     const cudaStream_t st = stream(s);  // first: makes the GPU current for gemm(s)'s creation
     gemm(s).matmul(st, CUDA_R_32F, out, a, b, bias, M, N, K, trans_a, trans_b, accumulate);
   }
-  void matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b, const float* bias,
-                   int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
-                   bool accumulate) override {
+  Status matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b, const float* bias,
+                     int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                     bool accumulate) override {
     const cudaStream_t st = stream(s);
     gemm(s).matmul(st, CUDA_R_16BF, out, a, b, bias, M, N, K, trans_a, trans_b, accumulate);
+    return Status::ok_status();
   }
   void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) override {
     cuda_bias_backward(stream(s), dbias, dout, M, N);
