@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Saved activations (DESIGN §6, SSDTrain): recompute vs offload-to-storage vs keep-everything, side
+# Saved activations (docs/design.md §6, SSDTrain): recompute vs offload-to-storage vs keep-everything, side
 # by side at the same micro-batch size, in one run; then the larger micro-batch that the memory
 # offload frees allows, in keep-everything's device memory.
 #   model: vertical schedule, 6 blocks x C=768 (12 heads), T=256, vocab 256: 42.6M parameters,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Honest predictions (DESIGN.md §7, docs/planner.md): runs configurations of the offloaded
+# Honest predictions (docs/design.md §7, docs/planner.md): runs configurations of the offloaded
 # schedules on this machine and compares each measured iteration time with the simulator's
 # prediction from a profile that `strata profile` measures first.
 #   model: bench-14m (GPT, 8 blocks x C=384, 6 heads, vocab 256, T=256; 14.4M parameters, f32),

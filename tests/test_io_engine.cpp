@@ -1,4 +1,4 @@
-// Storage engines (DESIGN §4): every test runs against both io_uring and posix, except the
+// Storage engines (docs/design.md §4): every test runs on both io_uring and posix, except the
 // io_uring submission-failure tests (posix has no submission step). Files live under the build
 // tree (a real disk, so O_DIRECT works); faults are injected through IoFaultHook so the engines'
 // own resubmission and error paths run.

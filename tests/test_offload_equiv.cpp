@@ -187,7 +187,7 @@ TEST(equiv_offload, VerticalAlphaSplitIsExact) {
   expect_close_to_reference(runs[0], run_in_memory(base), "vertical, clipping off, vs in-memory");
 }
 
-// Saved activations (DESIGN §6): whatever the policy, the backward sees the very values a
+// Saved activations (docs/design.md §6): whatever the policy, the backward sees the very values a
 // recomputation would produce, so losses and parameters are bit-identical to recompute's.
 TEST(equiv_offload, ActivationPoliciesMatchRecompute) {
   const std::string dir = test::make_temp_dir("equiv_acts");

@@ -1,4 +1,4 @@
-// The planner (DESIGN.md §7): auto-configuration never returns a configuration that the plan
+// The planner (docs/design.md §7): auto-configuration never returns a configuration that the plan
 // checker or the budgets reject, picks the fastest of what it tried, explains its bound; presets.
 #include <gtest/gtest.h>
 

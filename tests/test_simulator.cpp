@@ -1,4 +1,4 @@
-// The simulator and cost model on hand-built plans with known answers (DESIGN.md §7): pure
+// The simulator and cost model on hand-built plans with known answers (docs/design.md §7): pure
 // compute, pure I/O, perfect overlap, a serial chain, a slot-limited pipeline; plus shared cores,
 // forward deps, cycles, and the trace.
 #include <gtest/gtest.h>

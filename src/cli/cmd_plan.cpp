@@ -1,6 +1,6 @@
 // strata plan: predicts a run from a hardware profile and chooses its configuration (micro-batch
 // size and count, schedule, placement fractions, alpha) for the best predicted throughput within
-// the tier budgets; says what bounds it and what would have to change to go faster. DESIGN.md §7,
+// the tier budgets; says what bounds it and what must change to go faster. docs/design.md §7,
 // docs/planner.md.
 #include <cstdio>
 #include <fstream>

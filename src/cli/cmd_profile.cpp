@@ -1,5 +1,5 @@
 // strata profile: measures this machine and writes a hardware profile (plan/profile.h) for
-// `strata plan` and the simulator (DESIGN.md §7).
+// `strata plan` and the simulator (docs/design.md §7).
 //
 // How: compute, link, optimizer and reduce rates come from short instrumented runs of the real
 // offloaded trainer (horizontal schedule, everything on host, no rate limit) for the model of

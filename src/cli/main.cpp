@@ -23,7 +23,7 @@ const char* kUsage =
     "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
     "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
     "            --checkpoint DIR (a step-* directory, or a root: its newest) --out FILE\n"
-    "  plan      predict a run and choose its configuration (DESIGN §7, docs/planner.md)\n"
+    "  plan      predict a run and choose its configuration (docs/design.md §7, docs/planner.md)\n"
     "            --profile HW.json  --model PRESET | --config FILE --set ...  --simulate\n"
     "            --sequences N  --schedule S  --json  --trace FILE  --sweep N,N,...\n"
     "            --max-micro-batch B\n"

@@ -46,7 +46,7 @@ struct OptimConfig {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // max global gradient norm; 0 turns clipping off
   int64_t warmup_steps = 40;
-  // GreedySnake's α split (DESIGN §5), in [0, 1]: the fraction of each block's parameters whose
+  // GreedySnake's α split (docs/design.md §5), in [0, 1]: the fraction of each block's params whose
   // optimizer step runs during the next iteration's forward, just before the block is fetched
   // (vertical schedule); the rest (1 - α) runs during backward, overlapped with the backward of
   // earlier blocks. Below 1 it needs grad_clip = 0: a clipped step cannot run before every
@@ -54,7 +54,7 @@ struct OptimConfig {
   double alpha = 1.0;
 };
 
-// The storage engine and the striped store (DESIGN §4). Used by `strata bench-io` now and by
+// The storage engine and the striped store (docs/design.md §4). Used by `strata bench-io` and by
 // the offloaded schedules.
 struct IoConfig {
   IoEngineKind engine = IoEngineKind::automatic;  // "auto" | "uring" | "posix"
@@ -69,7 +69,7 @@ struct IoConfig {
   bool checksums = false;         // CRC32C per stripe-unit chunk, verified on read
 };
 
-// Tier budgets (DESIGN §3), in bytes; 0 means no budget (the machine's memory). A run whose plan
+// Tier budgets (docs/design.md §3), in bytes; 0: no budget (the machine's memory). A run whose plan
 // does not fit them is refused before step 1.
 struct MemoryConfig {
   int64_t device_bytes = 0;
@@ -85,7 +85,7 @@ struct OffloadConfig {
   double checkpoints_on_host = 1.0;  // block-input checkpoints
 };
 
-// Saved activations (DESIGN §6, SSDTrain), vertical schedule only. Per block the backward either
+// Saved activations (docs/design.md §6, SSDTrain), vertical only. Per block the backward either
 // recomputes the block's forward from its checkpoint ("recompute", the default), or reads the
 // tensors the forward saved: kept on the device ("keep"), or offloaded to `tier` ("offload") and
 // prefetched back; "auto" keeps, offloads or recomputes each block from the memory budget and the
@@ -110,8 +110,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
   TokenFormat data_format = TokenFormat::auto_detect;  // "auto" | "llmc" | "raw_u16"
-  Schedule schedule = Schedule::in_memory;  // "in_memory" | "horizontal" | "vertical" (§5)
-  // Where compute runs: "cpu" (default) or "cuda" (docs/design.md §1). The offloaded schedules
+  Schedule schedule = Schedule::in_memory;  // "in_memory" | "horizontal" | "vertical"
+  // Where compute runs: "cpu" (default) or "cuda" (docs/design.md §5.9). The offloaded schedules
   // run on the CPU device for now.
   DeviceKind device = DeviceKind::cpu;
 };

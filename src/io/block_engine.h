@@ -1,6 +1,6 @@
 // What both storage engines share: checking requests, tickets, splitting requests into blocks,
 // and deciding what every raw result means. The engines differ only in how a block reaches the
-// kernel: io_uring rings (uring_engine) or threads calling pread/pwrite (posix_engine). DESIGN §4.
+// kernel: io_uring rings (uring_engine) or pread/pwrite threads (posix_engine). docs/design.md §4.
 //
 // Contract (both engines):
 //   CONCURRENCY CONTROL. submit, wait, poll, wait_all and in_flight may be called from any number

@@ -1,5 +1,5 @@
 // Checkpoints: the complete training state at one step boundary, published atomically, verified
-// on load. DESIGN.md §8.
+// on load. docs/design.md §8.
 //
 // Note [Checkpoint format]
 // A checkpoint is a directory ROOT/step-%08d (the number of optimizer steps done) holding:

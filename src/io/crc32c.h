@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78): the checksum of the tensor
-// store's integrity option (DESIGN §4) and of the small files it writes.
+// store's integrity option (docs/design.md §4) and of the small files it writes.
 //
 // Contract: crc32c(p, n) is the standard CRC-32C (init and final xor 0xFFFFFFFF), so the check
 // value holds: crc32c("123456789", 9) == 0xE3069283. The seed chains calls:

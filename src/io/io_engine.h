@@ -1,5 +1,5 @@
 // The storage engine interface: asynchronous reads and writes of (file, offset, length, buffer),
-// each answered by its own ticket and its own typed status. DESIGN §4.
+// each answered by its own ticket and its own typed status. docs/design.md §4.
 //
 // Note [Every completion is checked]
 // DeepSpeed's libaio engine never reads a completion's result, so a short or failed transfer

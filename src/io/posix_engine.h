@@ -1,5 +1,5 @@
 // The pread/pwrite storage engine, for where io_uring or O_DIRECT is unavailable (tmpfs on old
-// kernels, kernels without io_uring, sandboxes that forbid it). DESIGN §4; the shared rules are
+// kernels, kernels without io_uring, sandboxes that forbid it). docs/design.md §4; shared rules are
 // in block_engine.h.
 //
 // Contract:

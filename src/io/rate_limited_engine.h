@@ -1,6 +1,6 @@
 // An IoEngine wrapper that holds each direction (read, write) to a byte rate, to emulate a slower
 // SSD: on a 2-core CPU box the compute:I/O ratio of a GPU server is only reproduced if storage is
-// slowed by the same factor as compute (DESIGN §4).
+// slowed by the same factor as compute (docs/design.md §4).
 //
 // Note [Token bucket with a waiting head]
 // Each direction has a bucket that fills at `rate` bytes/s. While no request of that direction is

@@ -1,6 +1,6 @@
-// The striped extent store: a fixed set of named extents (one per slab of state, DESIGN §2)
+// The striped extent store: a fixed set of named extents (one per slab of state, docs/design.md §2)
 // laid out once, at creation, over one preallocated file per storage directory, and moved by
-// asynchronous reads and writes through an IoEngine. DESIGN §3-§4.
+// asynchronous reads and writes through an IoEngine. docs/design.md §3-§4.
 //
 // Note [Store layout]
 // Extents are placed in the order given, each at the next stripe_unit-aligned logical offset, so

@@ -1,4 +1,4 @@
-// The io_uring storage engine. DESIGN §4; the shared rules are in block_engine.h.
+// The io_uring storage engine. docs/design.md §4; the shared rules are in block_engine.h.
 //
 // Contract:
 //   CONCURRENCY CONTROL. `workers` rings, each created, fed and reaped by its own thread, so a

@@ -1,4 +1,4 @@
-// The layer-major parameter layout (DESIGN §2): one contiguous slab per unit of offload
+// The layer-major parameter layout (docs/design.md §2): one contiguous slab per unit of offload
 // (embeddings, each transformer block, the final norm), each slab starting on a 4 KiB boundary
 // in both f32 and bf16, so "block l" is a single extent on any tier.
 //

@@ -1,6 +1,6 @@
 // The planner: predicts a configuration's iteration from a hardware profile (build the exact
 // plan the trainer would run, give its tasks durations, simulate), and searches configurations
-// for the best predicted throughput within the tier budgets (DESIGN.md §7).
+// for the best predicted throughput within the tier budgets (docs/design.md §7).
 #pragma once
 
 #include <array>
@@ -18,7 +18,7 @@
 
 namespace strata {
 
-// A model shape the planner knows by name. DESIGN.md §7 / docs/planner.md say where the shapes
+// A model shape the planner knows by name. docs/design.md §7 / docs/planner.md say where the shapes
 // come from.
 struct ModelPreset {
   std::string name;

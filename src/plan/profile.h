@@ -1,5 +1,5 @@
 // A hardware profile: the rates and capacities the cost model turns a plan's tasks into seconds
-// (DESIGN.md §7). Measured on this machine by `strata profile`, or written by hand for hardware
+// (docs/design.md §7). Measured on this machine by `strata profile`, or hand-written for hardware
 // we do not have (profiles/*.json, every figure with its public source in "sources").
 //
 // JSON format (all rates in units per second, bytes in bytes; unknown keys are errors so that a

@@ -1,4 +1,4 @@
-// The cost model and the discrete-event simulator (DESIGN.md §7).
+// The cost model and the discrete-event simulator (docs/design.md §7).
 //
 // Cost model: every task of a plan gets a duration from a hardware profile (profile.h):
 //   compute  forward   block_fwd_flops / block_fwd(tokens) (+ task overhead); embedding tasks

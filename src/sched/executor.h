@@ -1,4 +1,4 @@
-// The executor: runs a plan (plan.h) for real, one worker thread per resource (DESIGN.md §5).
+// The executor: runs a plan (plan.h) for real, one worker thread per resource (docs/design.md §5).
 //
 // Contract
 //  - Ordering: exactly Note [Happens-before in plans] and nothing more. Each resource's tasks run

@@ -1,5 +1,5 @@
 // A plan: one training iteration (or any piece of one) as data. An ordered list of tasks per
-// resource, with explicit dependencies and explicit buffer slots (DESIGN.md §5).
+// resource, with explicit dependencies and explicit buffer slots (docs/design.md §5).
 //
 // Who reads a plan:
 //  - the schedule generators (in-memory, horizontal, vertical) write it;

@@ -1,4 +1,4 @@
-// The plan checker: proves a plan correct without running it (DESIGN.md §5). Generators call it
+// The plan checker proves a plan correct without running it (docs/design.md §5). Generators call it
 // on every plan they build; `strata train` calls it before step 1 so that a plan that does not
 // fit its budgets is refused with the numbers; tests call it on every generated plan.
 #pragma once

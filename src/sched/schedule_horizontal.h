@@ -1,4 +1,4 @@
-// The horizontal schedule (ZeRO-Infinity's order, the baseline of DESIGN.md §5) as a plan.
+// The horizontal schedule (ZeRO-Infinity's order, the baseline of docs/design.md §5) as a plan.
 #pragma once
 
 #include "sched/plan.h"

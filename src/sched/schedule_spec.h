@@ -1,5 +1,5 @@
 // Inputs of the offloaded schedule generators (schedule_horizontal.h, schedule_vertical.h): sizes,
-// placement per block, the optimizer split and the activation policy. DESIGN.md §2 (layout of
+// placement per block, the optimizer split and the activation policy. docs/design.md §2 (layout of
 // state), §3 (tiers), §5 (schedules).
 #pragma once
 
@@ -25,7 +25,7 @@ enum class Placement : uint8_t { device, host, storage };
 // stored per part ("optim.store.blkL.p0/.p1": master, m, v of that range) so each part is one
 // contiguous extent; working parameters stay one slab and parts write their range of it.
 
-// What a block's backward reads (DESIGN §6): its forward recomputed from the block checkpoint,
+// What a block's backward reads (docs/design.md §6): its forward, recomputed from its checkpoint,
 // or the saved set (Note [Saved activations] in model/block.h) kept on the device or offloaded.
 enum class ActPolicy : uint8_t { recompute, keep, host, storage };
 const char* act_policy_name(ActPolicy p);  // "recompute", "keep", "host", "storage"

@@ -1,4 +1,4 @@
-// The vertical schedule (GreedySnake, DESIGN.md §5, research/greedysnake.md) as a plan.
+// The vertical schedule (GreedySnake, docs/design.md §5, research/greedysnake.md) as a plan.
 #pragma once
 
 #include "sched/plan.h"

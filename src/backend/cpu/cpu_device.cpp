@@ -1,5 +1,5 @@
 // The CPU device: "device memory" is an arena of host memory with its own budget, so that the
-// budgets and data movement of a CPU run are those a GPU run would have (DESIGN §3). Every op is
+// budgets and data movement of a CPU run are those of a GPU run (docs/design.md §3). Every op is
 // enqueued on the stream's worker thread and runs the kernels of kernels.h there.
 #include <algorithm>
 #include <cstdlib>
