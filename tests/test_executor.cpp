@@ -46,13 +46,7 @@ Result<ExecutionReport> run_guarded(const Plan& plan, const std::vector<TaskActi
   return future.get();
 }
 
-Task make_task(Resource r, std::string label, std::vector<int32_t> deps = {}) {
-  Task t;
-  t.resource = r;
-  t.label = std::move(label);
-  t.deps = std::move(deps);
-  return t;
-}
+using test::make_task;
 
 // What actions write: one line per start and per end, in the order they happened.
 struct EventLog {

@@ -12,6 +12,7 @@
 
 #include "sched/happens_before.h"
 #include "sched/plan.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -20,13 +21,7 @@ std::vector<int32_t> as_vector(std::span<const int32_t> s) {
   return {s.begin(), s.end()};
 }
 
-Task make_task(Resource r, std::string label, std::vector<int32_t> deps = {}) {
-  Task t;
-  t.resource = r;
-  t.label = std::move(label);
-  t.deps = std::move(deps);
-  return t;
-}
+using test::make_task;
 
 // Two queues interleaved, a third on its own, a duplicate dep, a dep that is also the queue
 // predecessor, and a dep pointing forward in `tasks`.

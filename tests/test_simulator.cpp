@@ -12,6 +12,7 @@
 #include "plan/simulator.h"
 #include "sched/plan.h"
 #include "sched/plan_builder.h"
+#include "test_util.h"
 #include "sched/plan_checker.h"
 
 namespace strata {
@@ -19,30 +20,10 @@ namespace {
 
 constexpr double kEps = 1e-9;
 
-// A task of some kind that runs on `r` (a transfer, a forward, the norm): these tests price by
-// resource and bytes.
-TaskKind plain_kind(Resource r) {
-  switch (r) {
-    case Resource::compute:
-      return TaskKind::block_forward;
-    case Resource::h2d:
-      return TaskKind::params_fetch;
-    case Resource::d2h:
-      return TaskKind::grad_out;
-    case Resource::storage_read:
-      return TaskKind::params_read;
-    case Resource::storage_write:
-      return TaskKind::params_write;
-    case Resource::cpu_optim:
-      return TaskKind::grad_norm;
-  }
-  return TaskKind::grad_norm;
-}
-
 int32_t add(Plan& p, Resource r, std::string label, std::vector<int32_t> deps = {},
             int64_t bytes = 0, std::optional<TaskKind> kind = std::nullopt) {
-  Task t{.kind = kind.value_or(plain_kind(r)), .resource = r, .label = std::move(label)};
-  t.deps = std::move(deps);
+  Task t = test::make_task(r, std::move(label), std::move(deps));
+  if (kind) t.kind = *kind;
   t.bytes = bytes;
   return p.add_task(std::move(t));
 }

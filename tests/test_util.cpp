@@ -75,6 +75,34 @@ TrainConfig tiny_offload_config(const std::string& schedule, const std::string& 
   return c;
 }
 
+Task make_task(Resource r, std::string label, std::vector<int32_t> deps) {
+  Task t;
+  t.resource = r;
+  t.label = std::move(label);
+  t.deps = std::move(deps);
+  switch (r) {
+    case Resource::compute:
+      t.kind = TaskKind::block_forward;
+      break;
+    case Resource::h2d:
+      t.kind = TaskKind::params_fetch;
+      break;
+    case Resource::d2h:
+      t.kind = TaskKind::grad_out;
+      break;
+    case Resource::storage_read:
+      t.kind = TaskKind::params_read;
+      break;
+    case Resource::storage_write:
+      t.kind = TaskKind::params_write;
+      break;
+    case Resource::cpu_optim:
+      t.kind = TaskKind::grad_norm;
+      break;
+  }
+  return t;
+}
+
 // Asserted with GoogleTest: the error has the expected code, is one line, and names everything in
 // `parts`.
 void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts) {

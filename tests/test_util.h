@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "core/status.h"
+#include "sched/plan.h"
 
 namespace strata::test {
 
@@ -38,6 +39,10 @@ E named(const std::string& name) {
 }
 
 TrainConfig tiny_offload_config(const std::string& schedule, const std::string& store_dir);
+
+// A task on `r` of a kind that runs there (a transfer, a block forward, the norm), with `deps`:
+// for tests of ordering and timing, where what the task does does not matter.
+Task make_task(Resource r, std::string label, std::vector<int32_t> deps = {});
 
 // The error has the expected code, is one line, and names everything in `parts`.
 void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts);

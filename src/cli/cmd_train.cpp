@@ -284,23 +284,33 @@ Status write_trace(const Trainer& trainer, const std::string& path) {
   return Status::ok_status();
 }
 
+// After a step: the checkpoint when one is due, then the step's metrics line.
+Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, double flops_per_step,
+                  Progress& progress) {
+  const int64_t done = st.step + 1, every = run.ckpt.save_every;
+  double stall_s = -1;  // a checkpoint after this step: how long training stood still
+  if (every > 0 && (done % every == 0 || done == run.cfg.steps)) {
+    STRATA_ASSIGN_OR_RETURN(stall_s, save(run, done, progress));
+  }
+  if (!run.metrics.is_open()) return Status::ok_status();
+  const nlohmann::json line =
+      metrics_line(st, tokens_per_s, flops_per_step, *run.device, *run.trainer, stall_s);
+  run.metrics << line.dump() << '\n';
+  run.metrics.flush();
+  if (!run.metrics) return io_error("writing metrics file " + run.metrics_path + " failed");
+  return Status::ok_status();
+}
+
+const std::vector<FlagSpec> kTrainFlags = {
+    {"config", true, false},         {"set", true, true},    {"device", true, false},
+    {"metrics", true, false},        {"trace", true, false}, {"save-every", true, false},
+    {"checkpoint-dir", true, false}, {"keep", true, false},  {"resume", true, false},
+    {"quiet", false, false},         {"auto", false, false}, {"profile", true, false}};
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args,
-                           {{"config", true, false},
-                            {"set", true, true},
-                            {"device", true, false},
-                            {"metrics", true, false},
-                            {"trace", true, false},
-                            {"save-every", true, false},
-                            {"checkpoint-dir", true, false},
-                            {"keep", true, false},
-                            {"resume", true, false},
-                            {"quiet", false, false},
-                            {"auto", false, false},
-                            {"profile", true, false}},
-                           "train");
+  auto parsed = parse_args(args, kTrainFlags, "train");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   TrainRun run;
   if (auto err = set_up(*parsed, run)) return fail(err->message, err->code);
@@ -338,22 +348,10 @@ int cmd_train(const std::vector<std::string>& args) {
     if (step == start_step) first_loss = st->loss;
     last_loss = st->loss;
     progress.on_step(*st, tokens_per_s);
-    double stall_s = -1;  // a checkpoint after this step: how long training stood still
-    const int64_t every = run.ckpt.save_every;
-    if (every > 0 && ((step + 1) % every == 0 || step + 1 == cfg.steps)) {
-      auto saved = save(run, step + 1, progress);
-      if (!saved.ok()) {
-        progress.finish();
-        return fail("training stopped: " + saved.status().to_string(), 1);
-      }
-      stall_s = *saved;
-    }
-    if (run.metrics.is_open()) {
-      run.metrics
-          << metrics_line(*st, tokens_per_s, flops_per_step, *run.device, trainer, stall_s).dump()
-          << '\n';
-      run.metrics.flush();
-      if (!run.metrics) return fail("writing metrics file " + run.metrics_path + " failed", 1);
+    Status after = after_step(run, *st, tokens_per_s, flops_per_step, progress);
+    if (!after.ok()) {
+      progress.finish();
+      return fail("training stopped: " + after.to_string(), 1);
     }
   }
 

@@ -29,17 +29,7 @@ Result<HappensBefore> happens_before_edges(const Plan& plan) {
   for (int32_t t = 0; t < n; ++t) {
     const Task& task = plan.tasks[t];
     const int q = static_cast<int>(task.resource);
-    if (q >= kResourceCount) {
-      return plan_error("task #" + std::to_string(t) + " '" + task.label +
-                        "' has an unknown resource");
-    }
-    for (int32_t d : task.deps) {
-      if (d == t) return plan_error("task " + plan.describe(t) + " depends on itself");
-      if (d < 0 || d >= n) {
-        return plan_error("task " + plan.describe(t) + " depends on task #" + std::to_string(d) +
-                          ", but the plan has " + std::to_string(n) + " tasks");
-      }
-    }
+    STRATA_RETURN_IF_ERROR(check_task_edges(plan, t));
     std::vector<int32_t>& queue = hb.queues_[q];
     if (!queue.empty()) {
       hb.queue_pred_[t] = queue.back();
@@ -69,6 +59,23 @@ Result<HappensBefore> happens_before_edges(const Plan& plan) {
     for (int32_t p : hb.predecessors(t)) hb.succ_[fill[p]++] = t;
   }
   return hb;
+}
+
+Status check_task_edges(const Plan& plan, int32_t t) {
+  const auto n = static_cast<int64_t>(plan.tasks.size());
+  const Task& task = plan.tasks[static_cast<size_t>(t)];
+  if (static_cast<int>(task.resource) >= kResourceCount) {
+    return plan_error("task #" + std::to_string(t) + " '" + task.label +
+                      "' has an unknown resource");
+  }
+  for (int32_t d : task.deps) {
+    if (d == t) return plan_error("task " + plan.describe(t) + " depends on itself");
+    if (d < 0 || d >= n) {
+      return plan_error("task " + plan.describe(t) + " depends on task #" + std::to_string(d) +
+                        ", but the plan has " + std::to_string(n) + " tasks");
+    }
+  }
+  return Status::ok_status();
 }
 
 }  // namespace strata

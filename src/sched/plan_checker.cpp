@@ -74,17 +74,7 @@ Status check_structure(const Plan& plan) {
   }
   for (int32_t t = 0; t < static_cast<int32_t>(n); ++t) {
     const Task& task = plan.tasks[t];
-    if (static_cast<int>(task.resource) >= kResourceCount) {
-      return plan_error("task #" + std::to_string(t) + " '" + task.label +
-                        "' has an unknown resource");
-    }
-    for (int32_t d : task.deps) {
-      if (d == t) return plan_error("task " + plan.describe(t) + " depends on itself");
-      if (d < 0 || d >= n) {
-        return plan_error("task " + plan.describe(t) + " depends on task #" + std::to_string(d) +
-                          ", but the plan has " + std::to_string(n) + " tasks");
-      }
-    }
+    STRATA_RETURN_IF_ERROR(check_task_edges(plan, t));
     for (const SlotUse& u : task.uses) {
       if (u.slot < 0 || u.slot >= static_cast<int32_t>(plan.slots.size())) {
         return plan_error("task " + plan.describe(t) + " uses slot #" + std::to_string(u.slot) +
