@@ -134,187 +134,197 @@ Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
   return cfg;
 }
 
+// --schedule, --sequences, --max-micro-batch: what the search may choose.
+Result<SearchOptions> search_options(const ParsedArgs& a) {
+  SearchOptions so;
+  if (a.has("schedule")) {
+    auto s = parse_enum<Schedule>("--schedule", a.get("schedule"));
+    if (!s.ok() || !is_offloaded(*s)) {
+      return invalid_argument("--schedule must be horizontal or vertical, got '" +
+                              a.get("schedule") + "'");
+    }
+    so.schedules = {*s};
+  }
+  for (auto [flag, out] : {std::pair{"sequences", &so.sequences_per_step},
+                           std::pair{"max-micro-batch", &so.max_micro_batch}}) {
+    if (!a.has(flag)) continue;
+    bool ok = false;
+    const auto v = parse_list(a.get(flag), ok);
+    if (!ok || v.size() != 1) {
+      return invalid_argument(std::string("--") + flag + " must be a positive integer");
+    }
+    *out = v[0];
+  }
+  return so;
+}
+
+// --sweep N1,N2,...: the best of each schedule at several batch sizes, one row each.
+int run_sweep(const ParsedArgs& a, const TrainConfig& cfg, const HardwareProfile& prof,
+              const SearchOptions& so, bool as_json) {
+  bool ok = false;
+  const auto ns = parse_list(a.get("sweep"), ok);
+  if (!ok) return fail("--sweep must be a comma-separated list of positive integers", 2);
+  const TierBudgets budgets = planner_budgets(cfg, prof);
+  json rows = json::array();
+  if (!as_json) {
+    std::printf("%10s %12s %14s %10s  %s\n", "sequences", "schedule", "tokens/s", "bound",
+                "choice");
+  }
+  for (int64_t n : ns) {
+    for (const Schedule s : so.schedules) {
+      SearchOptions one = so;
+      one.schedules = {s};
+      one.sequences_per_step = n;
+      auto r = search(cfg, prof, one);
+      json row = {{"sequences", n}, {"schedule", enum_name(s)}};
+      if (r.ok()) {
+        row["prediction"] = prediction_json(r->best, budgets);
+        if (!as_json) {
+          std::printf("%10lld %12s %14.4g %10s  %s\n", static_cast<long long>(n), enum_name(s),
+                      r->best.tokens_per_s, r->best.bound.c_str(),
+                      describe_choice(r->best.choice, cfg.seq_len).c_str());
+        }
+      } else {
+        row["error"] = r.status().message();
+        if (!as_json) {
+          std::printf("%10lld %12s  does not fit: %s\n", static_cast<long long>(n), enum_name(s),
+                      r.status().message().c_str());
+        }
+      }
+      rows.push_back(row);
+    }
+  }
+  const int64_t params = make_param_layout(cfg.model).parameter_count;
+  if (as_json) std::printf("%s\n", json({{"params", params}, {"rows", rows}}).dump().c_str());
+  return 0;
+}
+
+// The searched configuration, with what the search saw in `extra` (and printed unless JSON).
+Result<Prediction> search_best(const TrainConfig& cfg, const HardwareProfile& prof,
+                               const SearchOptions& so, bool keep_plan, bool as_json, json& extra) {
+  STRATA_ASSIGN_OR_RETURN(SearchResult r, search(cfg, prof, so));
+  const TierBudgets budgets = planner_budgets(cfg, prof);
+  extra["evaluated"] = r.evaluated;
+  extra["rejected"] = r.rejected;
+  json per = json::array();
+  for (const Prediction& p : r.per_schedule) per.push_back(prediction_json(p, budgets));
+  extra["per_schedule"] = per;
+  if (!as_json) {
+    std::printf("searched %lld configurations (%lld refused by the plan checker or budgets)\n",
+                static_cast<long long>(r.evaluated + r.rejected),
+                static_cast<long long>(r.rejected));
+    for (const Prediction& p : r.per_schedule) {
+      std::printf("  best %-10s %.4g tokens/s (%s-bound): %s\n", enum_name(p.choice.schedule),
+                  p.tokens_per_s, p.bound.c_str(), describe_choice(p.choice, cfg.seq_len).c_str());
+    }
+  }
+  // Re-run the winner keeping its plan, for the trace.
+  return predict(apply_choice(cfg, r.best.choice), prof, keep_plan);
+}
+
+// A memory tier: would more host memory (everything on host) be faster? null when it already is.
+json all_on_host(const TrainConfig& chosen, const HardwareProfile& prof, const Prediction& best) {
+  const RunChoice& c = best.choice;
+  if (c.params_on_host >= 1 && c.optim_on_host >= 1 && c.checkpoints_on_host >= 1) return nullptr;
+  TrainConfig all = chosen;
+  all.offload.params_on_host = all.offload.optim_on_host = all.offload.checkpoints_on_host = 1;
+  all.memory.host_bytes = 0;
+  HardwareProfile roomy = prof;
+  roomy.host_bytes = 0;
+  auto p = predict(all, roomy);
+  if (!p.ok()) return nullptr;
+  return {{"host_bytes_needed", p->peak_bytes[static_cast<size_t>(Tier::host)]},
+          {"iter_s", p->iter_s},
+          {"speedup", best.iter_s / p->iter_s}};
+}
+
+// What a person reads: the model, the choice, the prediction, what would make it faster.
+void print_report(const TrainConfig& cfg, const HardwareProfile& prof, const Prediction& best,
+                  const std::vector<Sensitivity>& sens, const json& memory, bool simulated) {
+  std::printf("model: %lld layers x %lld (%lld heads), vocab %lld, T %lld: %.4g parameters\n",
+              static_cast<long long>(cfg.model.n_layer), static_cast<long long>(cfg.model.n_embd),
+              static_cast<long long>(cfg.model.n_head),
+              static_cast<long long>(cfg.model.vocab_size), static_cast<long long>(cfg.seq_len),
+              static_cast<double>(make_param_layout(cfg.model).parameter_count));
+  std::printf("profile: %s\n", prof.name.c_str());
+  std::printf("%s: %s\n", simulated ? "configuration" : "chosen",
+              describe_choice(best.choice, cfg.seq_len).c_str());
+  print_prediction(best, planner_budgets(cfg, prof));
+  std::printf("to go faster:");
+  for (const Sensitivity& s : sens) std::printf(" %s -> %.2fx;", s.what.c_str(), s.speedup);
+  std::printf("\n");
+  if (!memory.is_null()) {
+    std::printf(
+        "  a memory tier: with %s of host memory (everything on host): iteration "
+        "%.4g s, %.2fx\n",
+        format_bytes(memory["host_bytes_needed"].get<int64_t>()).c_str(),
+        memory["iter_s"].get<double>(), memory["speedup"].get<double>());
+  }
+  std::printf("to run it: strata train %s\n", set_flags(best.choice).c_str());
+}
+
+json report_json(const TrainConfig& cfg, const HardwareProfile& prof, const Prediction& best,
+                 const std::vector<Sensitivity>& sens, const json& memory, const json& extra) {
+  json sj = json::array();
+  for (const Sensitivity& s : sens) {
+    sj.push_back({{"what", s.what}, {"iter_s", s.iter_s}, {"speedup", s.speedup}});
+  }
+  json out = prediction_json(best, planner_budgets(cfg, prof));
+  out["params"] = make_param_layout(cfg.model).parameter_count;
+  out["profile"] = prof.name;
+  out["sensitivity"] = sj;
+  out["all_on_host"] = memory;
+  out["set_flags"] = set_flags(best.choice);
+  for (auto it = extra.begin(); it != extra.end(); ++it) out[it.key()] = it.value();
+  return out;
+}
+
+const std::vector<FlagSpec> kPlanFlags = {
+    {"config", true, false},         {"set", true, true},
+    {"profile", true, false},        {"model", true, false},
+    {"sequences", true, false},      {"schedule", true, false},
+    {"simulate", false, false},      {"json", false, false},
+    {"trace", true, false},          {"sweep", true, false},
+    {"max-micro-batch", true, false}};
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args,
-                           {{"config", true, false},
-                            {"set", true, true},
-                            {"profile", true, false},
-                            {"model", true, false},
-                            {"sequences", true, false},
-                            {"schedule", true, false},
-                            {"simulate", false, false},
-                            {"json", false, false},
-                            {"trace", true, false},
-                            {"sweep", true, false},
-                            {"max-micro-batch", true, false}},
-                           "plan");
+  auto parsed = parse_args(args, kPlanFlags, "plan");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   const ParsedArgs& a = *parsed;
   auto cfg_or = plan_config_from_args(a);
   if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
-  TrainConfig cfg = *cfg_or;
+  const TrainConfig cfg = *cfg_or;
   if (!a.has("profile")) {
     return fail(
         "strata plan: --profile HW.json is required (write one with `strata profile "
         "--out HW.json`, or use profiles/a100-80gb-4nvme.json)",
         2);
   }
-  auto prof_or = load_profile(a.get("profile"));
-  if (!prof_or.ok()) return fail(prof_or.status().message(), 2);
-  const HardwareProfile& prof = *prof_or;
-  SearchOptions so;
-  if (a.has("schedule")) {
-    auto s = parse_enum<Schedule>("--schedule", a.get("schedule"));
-    if (!s.ok() || !is_offloaded(*s)) {
-      return fail("--schedule must be horizontal or vertical, got '" + a.get("schedule") + "'", 2);
-    }
-    so.schedules = {*s};
-  }
-  if (a.has("sequences")) {
-    bool ok = false;
-    const auto v = parse_list(a.get("sequences"), ok);
-    if (!ok || v.size() != 1) return fail("--sequences must be a positive integer", 2);
-    so.sequences_per_step = v[0];
-  }
-  if (a.has("max-micro-batch")) {
-    bool ok = false;
-    const auto v = parse_list(a.get("max-micro-batch"), ok);
-    if (!ok || v.size() != 1) return fail("--max-micro-batch must be a positive integer", 2);
-    so.max_micro_batch = v[0];
-  }
-  const TierBudgets budgets = planner_budgets(cfg, prof);
+  auto prof = load_profile(a.get("profile"));
+  if (!prof.ok()) return fail(prof.status().message(), 2);
+  auto so = search_options(a);
+  if (!so.ok()) return fail(so.status().message(), 2);
   const bool as_json = a.has("json");
-  const int64_t params = make_param_layout(cfg.model).parameter_count;
+  if (a.has("sweep")) return run_sweep(a, cfg, *prof, *so, as_json);
 
-  // ---- Sweep: the best of each schedule at several batch sizes ---------------------------------
-  if (a.has("sweep")) {
-    bool ok = false;
-    const auto ns = parse_list(a.get("sweep"), ok);
-    if (!ok) return fail("--sweep must be a comma-separated list of positive integers", 2);
-    json rows = json::array();
-    if (!as_json)
-      std::printf("%10s %12s %14s %10s  %s\n", "sequences", "schedule", "tokens/s", "bound",
-                  "choice");
-    for (int64_t n : ns) {
-      for (const Schedule s : so.schedules) {
-        SearchOptions one = so;
-        one.schedules = {s};
-        one.sequences_per_step = n;
-        auto r = search(cfg, prof, one);
-        json row = {{"sequences", n}, {"schedule", enum_name(s)}};
-        if (r.ok()) {
-          row["prediction"] = prediction_json(r->best, budgets);
-          if (!as_json) {
-            std::printf("%10lld %12s %14.4g %10s  %s\n", static_cast<long long>(n), enum_name(s),
-                        r->best.tokens_per_s, r->best.bound.c_str(),
-                        describe_choice(r->best.choice, cfg.seq_len).c_str());
-          }
-        } else {
-          row["error"] = r.status().message();
-          if (!as_json) {
-            std::printf("%10lld %12s  does not fit: %s\n", static_cast<long long>(n), enum_name(s),
-                        r.status().message().c_str());
-          }
-        }
-        rows.push_back(row);
-      }
-    }
-    if (as_json) std::printf("%s\n", json({{"params", params}, {"rows", rows}}).dump().c_str());
-    return 0;
-  }
-
-  // ---- One configuration: as given (--simulate) or searched
-  // --------------------------------------
-  Prediction best;
+  // One configuration: as given (--simulate) or searched.
   json extra = json::object();
-  if (a.has("simulate")) {
-    auto p = predict(cfg, prof, a.has("trace"));
-    if (!p.ok()) return fail(p.status().message(), 2);
-    best = std::move(*p);
-  } else {
-    auto r = search(cfg, prof, so);
-    if (!r.ok()) return fail(r.status().message(), 2);
-    extra["evaluated"] = r->evaluated;
-    extra["rejected"] = r->rejected;
-    json per = json::array();
-    for (const Prediction& p : r->per_schedule) per.push_back(prediction_json(p, budgets));
-    extra["per_schedule"] = per;
-    if (!as_json) {
-      std::printf("searched %lld configurations (%lld refused by the plan checker or budgets)\n",
-                  static_cast<long long>(r->evaluated + r->rejected),
-                  static_cast<long long>(r->rejected));
-      for (const Prediction& p : r->per_schedule) {
-        std::printf("  best %-10s %.4g tokens/s (%s-bound): %s\n", enum_name(p.choice.schedule),
-                    p.tokens_per_s, p.bound.c_str(),
-                    describe_choice(p.choice, cfg.seq_len).c_str());
-      }
-    }
-    // Re-run the winner keeping its plan, for the trace.
-    auto p = predict(apply_choice(cfg, r->best.choice), prof, a.has("trace"));
-    if (!p.ok()) return fail(p.status().message(), 1);
-    best = std::move(*p);
-  }
-  const TrainConfig chosen = apply_choice(cfg, best.choice);
-  const auto sens = sensitivity(chosen, prof);
-  // A memory tier: would more host memory (everything on host) be faster?
-  json memory = nullptr;
-  const RunChoice& c = best.choice;
-  if (c.params_on_host < 1 || c.optim_on_host < 1 || c.checkpoints_on_host < 1) {
-    TrainConfig all = chosen;
-    all.offload.params_on_host = all.offload.optim_on_host = all.offload.checkpoints_on_host = 1;
-    all.memory.host_bytes = 0;
-    HardwareProfile roomy = prof;
-    roomy.host_bytes = 0;
-    auto p = predict(all, roomy);
-    if (p.ok()) {
-      memory = {{"host_bytes_needed", p->peak_bytes[static_cast<size_t>(Tier::host)]},
-                {"iter_s", p->iter_s},
-                {"speedup", best.iter_s / p->iter_s}};
-    }
-  }
-
+  auto best = a.has("simulate") ? predict(cfg, *prof, a.has("trace"))
+                                : search_best(cfg, *prof, *so, a.has("trace"), as_json, extra);
+  if (!best.ok()) return fail(best.status().message(), 2);
+  const TrainConfig chosen = apply_choice(cfg, best->choice);
+  const auto sens = sensitivity(chosen, *prof);
+  const json memory = all_on_host(chosen, *prof, *best);
   if (as_json) {
-    json sj = json::array();
-    for (const Sensitivity& s : sens) {
-      sj.push_back({{"what", s.what}, {"iter_s", s.iter_s}, {"speedup", s.speedup}});
-    }
-    json out = prediction_json(best, budgets);
-    out["params"] = params;
-    out["profile"] = prof.name;
-    out["sensitivity"] = sj;
-    out["all_on_host"] = memory;
-    out["set_flags"] = set_flags(best.choice);
-    for (auto it = extra.begin(); it != extra.end(); ++it) out[it.key()] = it.value();
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", report_json(cfg, *prof, *best, sens, memory, extra).dump().c_str());
   } else {
-    std::printf("model: %lld layers x %lld (%lld heads), vocab %lld, T %lld: %.4g parameters\n",
-                static_cast<long long>(cfg.model.n_layer), static_cast<long long>(cfg.model.n_embd),
-                static_cast<long long>(cfg.model.n_head),
-                static_cast<long long>(cfg.model.vocab_size), static_cast<long long>(cfg.seq_len),
-                static_cast<double>(params));
-    std::printf("profile: %s\n", prof.name.c_str());
-    std::printf("%s: %s\n", a.has("simulate") ? "configuration" : "chosen",
-                describe_choice(best.choice, cfg.seq_len).c_str());
-    print_prediction(best, budgets);
-    std::printf("to go faster:");
-    for (const Sensitivity& s : sens) {
-      std::printf(" %s -> %.2fx;", s.what.c_str(), s.speedup);
-    }
-    std::printf("\n");
-    if (!memory.is_null()) {
-      std::printf(
-          "  a memory tier: with %s of host memory (everything on host): iteration "
-          "%.4g s, %.2fx\n",
-          format_bytes(memory["host_bytes_needed"].get<int64_t>()).c_str(),
-          memory["iter_s"].get<double>(), memory["speedup"].get<double>());
-    }
-    std::printf("to run it: strata train %s\n", set_flags(best.choice).c_str());
+    print_report(cfg, *prof, *best, sens, memory, a.has("simulate"));
   }
   if (a.has("trace")) {
     std::ofstream out(a.get("trace"), std::ios::out | std::ios::trunc);
-    out << execution_trace_json(best.plan, best.sim.report).dump() << '\n';
+    out << execution_trace_json(best->plan, best->sim.report).dump() << '\n';
     out.flush();
     if (!out) return fail("cannot write trace file " + a.get("trace"), 1);
   }
