@@ -32,6 +32,11 @@ printf '{"train": {"steps": "ten"}}' >"$work/wrong_type.json"
 printf '{"train": {"steps": 2.5}}' >"$work/not_integer.json"
 printf '{"train": {"seq_len": 256}}' >"$work/too_long.json"
 
+# A device that cannot run here: without a GPU (or a CUDA build) the device is refused naming why;
+# with one, the trainers refuse it (they run on the CPU device for now). Either way one line, 2.
+expect_error device_cuda 'device cuda cannot run here|CPU device only' train --device cuda
+expect_error device_unknown "--device 'tpu' is not one of cpu, cuda" train --device tpu
+expect_error device_config_unknown "device 'gpu' is not one of cpu, cuda" train --set device=gpu
 expect_error missing_config 'nope\.json' train --config "$work/nope.json"
 expect_error malformed_config 'malformed\.json' train --config "$work/malformed.json"
 expect_error unknown_nested_key 'model\.n_layers' train --config "$work/unknown_nested.json"
