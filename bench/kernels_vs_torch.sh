@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
 threads=${2:-2}
+source bench/quiet.sh
 build_dir=${STRATA_BUILD_DIR:-build}
 cmake --build "$build_dir" --target bench_kernels >/dev/null
 

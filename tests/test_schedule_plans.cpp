@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "sched/plan_builder.h"
 #include "sched/happens_before.h"
+#include "sched/plan_builder.h"
 #include "sched/plan_checker.h"
 #include "sched/schedule_horizontal.h"
 #include "sched/schedule_spec.h"

@@ -12,8 +12,8 @@
 #include "plan/simulator.h"
 #include "sched/plan.h"
 #include "sched/plan_builder.h"
-#include "test_util.h"
 #include "sched/plan_checker.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {

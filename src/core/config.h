@@ -110,7 +110,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
   TokenFormat data_format = TokenFormat::auto_detect;  // "auto" | "llmc" | "raw_u16"
-  Schedule schedule = Schedule::in_memory;  // "in_memory" | "horizontal" | "vertical"
+  Schedule schedule = Schedule::in_memory;             // "in_memory" | "horizontal" | "vertical"
   // Where compute runs: "cpu" (default) or "cuda" (docs/design.md §5.9). The offloaded schedules
   // run on the CPU device for now.
   DeviceKind device = DeviceKind::cpu;

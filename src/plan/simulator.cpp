@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "sched/happens_before.h"
 #include "sched/plan_checker.h"
 
 namespace strata {
@@ -120,23 +121,16 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
     return invalid_argument("simulate: " + std::to_string(dur.size()) + " durations for " +
                             std::to_string(n) + " tasks");
   }
-  std::vector<int32_t> pending(static_cast<size_t>(n), 0);
-  std::vector<std::vector<int32_t>> dependents(static_cast<size_t>(n));
-  std::array<std::vector<int32_t>, kResourceCount> queues;
   for (int32_t i = 0; i < n; ++i) {
-    const Task& t = plan.tasks[static_cast<size_t>(i)];
     if (dur[static_cast<size_t>(i)] < 0) {
       return invalid_argument("simulate: task " + plan.describe(i) + " has a negative duration");
     }
-    for (int32_t d : t.deps) {
-      if (d < 0 || d >= n || d == i) {
-        return invalid_argument("simulate: task " + plan.describe(i) + " has a bad dep " +
-                                plan.describe(d));
-      }
-      dependents[static_cast<size_t>(d)].push_back(i);
-      ++pending[static_cast<size_t>(i)];
-    }
-    queues[static_cast<size_t>(t.resource)].push_back(i);
+  }
+  // The executor's rule: a task starts when its queue predecessor and its deps have finished.
+  STRATA_ASSIGN_OR_RETURN(const HappensBefore edges, happens_before_edges(plan));
+  std::vector<int64_t> pending(static_cast<size_t>(n), 0);
+  for (int32_t i = 0; i < n; ++i) {
+    pending[static_cast<size_t>(i)] = static_cast<int64_t>(edges.predecessors(i).size());
   }
 
   SimResult out;
@@ -152,8 +146,9 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
   int32_t done = 0;
   while (true) {
     for (int r = 0; r < kResourceCount; ++r) {
-      if (active[r] >= 0 || head[r] >= queues[r].size()) continue;
-      const int32_t i = queues[r][head[r]];
+      const std::vector<int32_t>& queue = edges.queue(static_cast<Resource>(r));
+      if (active[r] >= 0 || head[r] >= queue.size()) continue;
+      const int32_t i = queue[head[r]];
       if (pending[static_cast<size_t>(i)] != 0) continue;
       ++head[r];
       active[r] = i;
@@ -188,7 +183,7 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
         timing[static_cast<size_t>(i)].end_s = now;
         active[r] = -1;
         ++done;
-        for (int32_t d : dependents[static_cast<size_t>(i)]) --pending[static_cast<size_t>(d)];
+        for (int32_t d : edges.successors(i)) --pending[static_cast<size_t>(d)];
       } else {
         remaining[r] -= dt * speed[r];
       }

@@ -46,10 +46,6 @@ class HappensBefore {
  private:
   friend Result<HappensBefore> happens_before_edges(const Plan& plan);
 
-// OK, or the one-line "plan: ..." error above for task t alone (unknown resource, a dep on
-// itself or out of range): the edge checks check_plan's structure rule shares.
-Status check_task_edges(const Plan& plan, int32_t t);
-
   static std::span<const int32_t> edges(const std::vector<int64_t>& begin,
                                         const std::vector<int32_t>& targets, int32_t t) {
     return std::span<const int32_t>(targets.data() + begin[t], targets.data() + begin[t + 1]);
