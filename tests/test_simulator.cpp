@@ -109,7 +109,7 @@ TEST(Simulator, SerialChainAcrossResourcesAddsUp) {
 
 // Reads into `buffers` staging slots, each consumed by a compute task: the slot rule (a read may
 // not overwrite a buffer until the compute reading it is done) limits the pipeline. Built by the
-// same SlotDepBuilder the schedules use, so the deps are the real ones.
+// same PlanBuilder the schedules use, so the deps are the real ones.
 Plan slot_pipeline(int n, int buffers) {
   PlanBuilder b;
   const int32_t src = b.slot("store", Tier::storage, 1, true);

@@ -15,9 +15,10 @@ namespace strata {
 // -> state and new working params written back where they live.
 // Placement::device for params or optim is treated as host (device-resident state is the
 // in-memory schedule's job); checkpoints live in one slot per block, on host or storage.
-// The embedding/head stays on the device; its optimizer step is not part of this plan.
+// The embedding group stays on the device; its AdamW runs on host after the norm, at the end of
+// the plan (schedule_common.h).
 // Requires blocks >= 1, micro_batches >= 1. Every dep is derived from slot uses
-// (SlotDepBuilder), so the plan passes check_plan with unlimited budgets.
+// (PlanBuilder), so the plan passes check_plan with unlimited budgets.
 Plan make_horizontal_plan(const ScheduleSpec& spec);
 
 }  // namespace strata

@@ -1,4 +1,4 @@
-// The vertical schedule (GreedySnake, docs/design.md §5, research/greedysnake.md) as a plan.
+// The vertical schedule (GreedySnake; docs/design.md §5.6) as a plan.
 #pragma once
 
 #include "sched/plan.h"
@@ -33,7 +33,7 @@ namespace strata {
 //    on host; it is needed first thing in the next forward).
 // Gradients w.r.t. block outputs ("dact.mb<m>") stay on the device between blocks (M slots).
 // Placement::device for params or optim is treated as host.
-// Requires blocks >= 1, micro_batches >= 1. Deps are derived from slot uses (SlotDepBuilder).
+// Requires blocks >= 1, micro_batches >= 1. Deps are derived from slot uses (PlanBuilder).
 Plan make_vertical_plan(const ScheduleSpec& spec);
 
 // Micro-batch order of block l in the vertical schedule (the snake).
