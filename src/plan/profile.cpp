@@ -119,6 +119,134 @@ class Reader {
 
 }  // namespace
 
+namespace {
+
+// One section of a profile, read into p by a Reader positioned on it (src names the file).
+Status read_dtype(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"param_bytes", "grad_bytes", "optim_bytes", "act_bytes"}));
+  STRATA_RETURN_IF_ERROR(r.number("param_bytes", p.param_bytes, true));
+  STRATA_RETURN_IF_ERROR(r.number("grad_bytes", p.grad_bytes, true));
+  STRATA_RETURN_IF_ERROR(r.number("optim_bytes", p.optim_bytes, true));
+  return r.number("act_bytes", p.act_bytes, true);
+}
+
+Status read_gemm_samples(Reader& r, const std::string& src, HardwareProfile& p) {
+  if (!r.has("gemm")) return Status::ok_status();
+  if (!r.at("gemm").is_array()) return r.err("gemm", "must be an array");
+  for (const json& g : r.at("gemm")) {
+    Reader gr(g, "compute.gemm[]", src);
+    STRATA_RETURN_IF_ERROR(gr.check_object());
+    STRATA_RETURN_IF_ERROR(gr.unknown_keys({"m", "n", "k", "flops_per_s"}));
+    GemmSample s;
+    STRATA_RETURN_IF_ERROR(gr.number("m", s.m, true, true));
+    STRATA_RETURN_IF_ERROR(gr.number("n", s.n, true, true));
+    STRATA_RETURN_IF_ERROR(gr.number("k", s.k, true, true));
+    STRATA_RETURN_IF_ERROR(gr.number("flops_per_s", s.flops_per_s, true, true));
+    p.gemm.push_back(s);
+  }
+  return Status::ok_status();
+}
+
+Status read_compute(Reader& r, const std::string& src, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(
+      r.unknown_keys({"block_fwd", "block_bwd", "head", "embed_s_per_token", "memset_bytes_per_s",
+                      "task_overhead_s", "attention", "gemm"}));
+  STRATA_RETURN_IF_ERROR(r.table("block_fwd", p.block_fwd));
+  STRATA_RETURN_IF_ERROR(r.table("block_bwd", p.block_bwd));
+  STRATA_RETURN_IF_ERROR(r.table("head", p.head));
+  STRATA_RETURN_IF_ERROR(r.number("embed_s_per_token", p.embed_s_per_token));
+  STRATA_RETURN_IF_ERROR(r.number("memset_bytes_per_s", p.memset_bytes_per_s, true));
+  STRATA_RETURN_IF_ERROR(r.number("task_overhead_s", p.task_overhead_s));
+  std::string att = "materialized";
+  STRATA_RETURN_IF_ERROR(r.string("attention", att));
+  if (att != "flash" && att != "materialized") {
+    return r.err("attention", "must be \"flash\" or \"materialized\", got '" + att + "'");
+  }
+  p.flash_attention = att == "flash";
+  return read_gemm_samples(r, src, p);
+}
+
+Status read_link(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"h2d_bytes_per_s", "d2h_bytes_per_s", "latency_s"}));
+  STRATA_RETURN_IF_ERROR(r.number("h2d_bytes_per_s", p.h2d_bytes_per_s, true, true));
+  STRATA_RETURN_IF_ERROR(r.number("d2h_bytes_per_s", p.d2h_bytes_per_s, true, true));
+  return r.number("latency_s", p.link_latency_s);
+}
+
+Status read_storage(Reader& r, const std::string& src, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"dirs", "latency_s"}));
+  STRATA_RETURN_IF_ERROR(r.number("latency_s", p.storage_latency_s));
+  if (!r.has("dirs") || !r.at("dirs").is_array() || r.at("dirs").empty()) {
+    return r.err("dirs", "must be a non-empty array");
+  }
+  for (const json& d : r.at("dirs")) {
+    Reader dr(d, "storage.dirs[]", src);
+    STRATA_RETURN_IF_ERROR(dr.check_object());
+    STRATA_RETURN_IF_ERROR(
+        dr.unknown_keys({"path", "read_bytes_per_s", "write_bytes_per_s", "capacity_bytes"}));
+    StorageDir sd;
+    STRATA_RETURN_IF_ERROR(dr.string("path", sd.path));
+    STRATA_RETURN_IF_ERROR(dr.number("read_bytes_per_s", sd.read_bytes_per_s, true, true));
+    STRATA_RETURN_IF_ERROR(dr.number("write_bytes_per_s", sd.write_bytes_per_s, true, true));
+    STRATA_RETURN_IF_ERROR(dr.number("capacity_bytes", sd.capacity_bytes));
+    p.storage_dirs.push_back(sd);
+  }
+  return Status::ok_status();
+}
+
+Status read_cpu_optimizer(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"params_per_s", "reduce_bytes_per_s", "latency_s"}));
+  STRATA_RETURN_IF_ERROR(r.number("params_per_s", p.optim_params_per_s, true, true));
+  STRATA_RETURN_IF_ERROR(r.number("reduce_bytes_per_s", p.reduce_bytes_per_s, true));
+  return r.number("latency_s", p.optim_latency_s);
+}
+
+Status read_cores(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"shared", "shared_speed"}));
+  STRATA_RETURN_IF_ERROR(r.boolean("shared", p.shared_cores));
+  STRATA_RETURN_IF_ERROR(r.number("shared_speed", p.shared_speed, true));
+  if (p.shared_speed > 1) return r.err("shared_speed", "must be in (0, 1]");
+  return Status::ok_status();
+}
+
+Status read_capacity(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"device_bytes", "host_bytes"}));
+  STRATA_RETURN_IF_ERROR(r.number("device_bytes", p.device_bytes));
+  return r.number("host_bytes", p.host_bytes);
+}
+
+Status read_sources(const json& j, const std::string& src, HardwareProfile& p) {
+  if (!j.contains("sources")) return Status::ok_status();
+  if (!j["sources"].is_object()) {
+    return invalid_argument("profile " + src + ": sources must be an object");
+  }
+  for (auto it = j["sources"].begin(); it != j["sources"].end(); ++it) {
+    if (!it.value().is_string()) {
+      return invalid_argument("profile " + src + ": sources." + it.key() + " must be a string");
+    }
+    p.sources[it.key()] = it.value().get<std::string>();
+  }
+  return Status::ok_status();
+}
+
+// The profile's sections in the order they are read (and errors reported).
+struct Section {
+  const char* key;
+  bool required;
+  Status (*read)(Reader&, const std::string&, HardwareProfile&);
+};
+const Section kSections[] = {
+    {"dtype", false, read_dtype},
+    {"compute", true, read_compute},
+    {"link", true, read_link},
+    {"storage", true, read_storage},
+    {"cpu_optimizer", true, read_cpu_optimizer},
+    {"cores", false, read_cores},
+    {"capacity", false, read_capacity},
+};
+
+}  // namespace
+
 Result<HardwareProfile> profile_from_json(const json& j, const std::string& src) {
   HardwareProfile p;
   if (!j.is_object()) return invalid_argument("profile " + src + ": must be a JSON object");
@@ -132,121 +260,18 @@ Result<HardwareProfile> profile_from_json(const json& j, const std::string& src)
   }
   if (j.contains("name") && j["name"].is_string()) p.name = j["name"];
   if (j.contains("description") && j["description"].is_string()) p.description = j["description"];
-  auto section = [&](const char* key, bool required) -> Result<const json*> {
-    if (!j.contains(key)) {
-      if (required) return invalid_argument("profile " + src + ": " + key + " is missing");
-      return static_cast<const json*>(nullptr);
+  for (const Section& s : kSections) {
+    if (!j.contains(s.key)) {
+      if (s.required) return invalid_argument("profile " + src + ": " + s.key + " is missing");
+      continue;
     }
-    if (!j.at(key).is_object()) {
-      return invalid_argument("profile " + src + ": " + key + " must be an object");
+    if (!j.at(s.key).is_object()) {
+      return invalid_argument("profile " + src + ": " + std::string(s.key) + " must be an object");
     }
-    return &j.at(key);
-  };
-  STRATA_ASSIGN_OR_RETURN(const json* dt, section("dtype", false));
-  if (dt) {
-    Reader r(*dt, "dtype", src);
-    STRATA_RETURN_IF_ERROR(
-        r.unknown_keys({"param_bytes", "grad_bytes", "optim_bytes", "act_bytes"}));
-    STRATA_RETURN_IF_ERROR(r.number("param_bytes", p.param_bytes, true));
-    STRATA_RETURN_IF_ERROR(r.number("grad_bytes", p.grad_bytes, true));
-    STRATA_RETURN_IF_ERROR(r.number("optim_bytes", p.optim_bytes, true));
-    STRATA_RETURN_IF_ERROR(r.number("act_bytes", p.act_bytes, true));
+    Reader r(j.at(s.key), s.key, src);
+    STRATA_RETURN_IF_ERROR(s.read(r, src, p));
   }
-  STRATA_ASSIGN_OR_RETURN(const json* c, section("compute", true));
-  {
-    Reader r(*c, "compute", src);
-    STRATA_RETURN_IF_ERROR(
-        r.unknown_keys({"block_fwd", "block_bwd", "head", "embed_s_per_token", "memset_bytes_per_s",
-                        "task_overhead_s", "attention", "gemm"}));
-    STRATA_RETURN_IF_ERROR(r.table("block_fwd", p.block_fwd));
-    STRATA_RETURN_IF_ERROR(r.table("block_bwd", p.block_bwd));
-    STRATA_RETURN_IF_ERROR(r.table("head", p.head));
-    STRATA_RETURN_IF_ERROR(r.number("embed_s_per_token", p.embed_s_per_token));
-    STRATA_RETURN_IF_ERROR(r.number("memset_bytes_per_s", p.memset_bytes_per_s, true));
-    STRATA_RETURN_IF_ERROR(r.number("task_overhead_s", p.task_overhead_s));
-    std::string att = "materialized";
-    STRATA_RETURN_IF_ERROR(r.string("attention", att));
-    if (att != "flash" && att != "materialized") {
-      return r.err("attention", "must be \"flash\" or \"materialized\", got '" + att + "'");
-    }
-    p.flash_attention = att == "flash";
-    if (r.has("gemm")) {
-      if (!r.at("gemm").is_array()) return r.err("gemm", "must be an array");
-      for (const json& g : r.at("gemm")) {
-        Reader gr(g, "compute.gemm[]", src);
-        STRATA_RETURN_IF_ERROR(gr.check_object());
-        STRATA_RETURN_IF_ERROR(gr.unknown_keys({"m", "n", "k", "flops_per_s"}));
-        GemmSample s;
-        STRATA_RETURN_IF_ERROR(gr.number("m", s.m, true, true));
-        STRATA_RETURN_IF_ERROR(gr.number("n", s.n, true, true));
-        STRATA_RETURN_IF_ERROR(gr.number("k", s.k, true, true));
-        STRATA_RETURN_IF_ERROR(gr.number("flops_per_s", s.flops_per_s, true, true));
-        p.gemm.push_back(s);
-      }
-    }
-  }
-  STRATA_ASSIGN_OR_RETURN(const json* l, section("link", true));
-  {
-    Reader r(*l, "link", src);
-    STRATA_RETURN_IF_ERROR(r.unknown_keys({"h2d_bytes_per_s", "d2h_bytes_per_s", "latency_s"}));
-    STRATA_RETURN_IF_ERROR(r.number("h2d_bytes_per_s", p.h2d_bytes_per_s, true, true));
-    STRATA_RETURN_IF_ERROR(r.number("d2h_bytes_per_s", p.d2h_bytes_per_s, true, true));
-    STRATA_RETURN_IF_ERROR(r.number("latency_s", p.link_latency_s));
-  }
-  STRATA_ASSIGN_OR_RETURN(const json* st, section("storage", true));
-  {
-    Reader r(*st, "storage", src);
-    STRATA_RETURN_IF_ERROR(r.unknown_keys({"dirs", "latency_s"}));
-    STRATA_RETURN_IF_ERROR(r.number("latency_s", p.storage_latency_s));
-    if (!r.has("dirs") || !r.at("dirs").is_array() || r.at("dirs").empty()) {
-      return r.err("dirs", "must be a non-empty array");
-    }
-    for (const json& d : r.at("dirs")) {
-      Reader dr(d, "storage.dirs[]", src);
-      STRATA_RETURN_IF_ERROR(dr.check_object());
-      STRATA_RETURN_IF_ERROR(
-          dr.unknown_keys({"path", "read_bytes_per_s", "write_bytes_per_s", "capacity_bytes"}));
-      StorageDir sd;
-      STRATA_RETURN_IF_ERROR(dr.string("path", sd.path));
-      STRATA_RETURN_IF_ERROR(dr.number("read_bytes_per_s", sd.read_bytes_per_s, true, true));
-      STRATA_RETURN_IF_ERROR(dr.number("write_bytes_per_s", sd.write_bytes_per_s, true, true));
-      STRATA_RETURN_IF_ERROR(dr.number("capacity_bytes", sd.capacity_bytes));
-      p.storage_dirs.push_back(sd);
-    }
-  }
-  STRATA_ASSIGN_OR_RETURN(const json* o, section("cpu_optimizer", true));
-  {
-    Reader r(*o, "cpu_optimizer", src);
-    STRATA_RETURN_IF_ERROR(r.unknown_keys({"params_per_s", "reduce_bytes_per_s", "latency_s"}));
-    STRATA_RETURN_IF_ERROR(r.number("params_per_s", p.optim_params_per_s, true, true));
-    STRATA_RETURN_IF_ERROR(r.number("reduce_bytes_per_s", p.reduce_bytes_per_s, true));
-    STRATA_RETURN_IF_ERROR(r.number("latency_s", p.optim_latency_s));
-  }
-  STRATA_ASSIGN_OR_RETURN(const json* co, section("cores", false));
-  if (co) {
-    Reader r(*co, "cores", src);
-    STRATA_RETURN_IF_ERROR(r.unknown_keys({"shared", "shared_speed"}));
-    STRATA_RETURN_IF_ERROR(r.boolean("shared", p.shared_cores));
-    STRATA_RETURN_IF_ERROR(r.number("shared_speed", p.shared_speed, true));
-    if (p.shared_speed > 1) return r.err("shared_speed", "must be in (0, 1]");
-  }
-  STRATA_ASSIGN_OR_RETURN(const json* cap, section("capacity", false));
-  if (cap) {
-    Reader r(*cap, "capacity", src);
-    STRATA_RETURN_IF_ERROR(r.unknown_keys({"device_bytes", "host_bytes"}));
-    STRATA_RETURN_IF_ERROR(r.number("device_bytes", p.device_bytes));
-    STRATA_RETURN_IF_ERROR(r.number("host_bytes", p.host_bytes));
-  }
-  if (j.contains("sources")) {
-    if (!j["sources"].is_object())
-      return invalid_argument("profile " + src + ": sources must be an object");
-    for (auto it = j["sources"].begin(); it != j["sources"].end(); ++it) {
-      if (!it.value().is_string()) {
-        return invalid_argument("profile " + src + ": sources." + it.key() + " must be a string");
-      }
-      p.sources[it.key()] = it.value().get<std::string>();
-    }
-  }
+  STRATA_RETURN_IF_ERROR(read_sources(j, src, p));
   return p;
 }
 
