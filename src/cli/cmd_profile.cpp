@@ -141,61 +141,31 @@ int64_t mem_total_bytes() {
   return 0;
 }
 
-}  // namespace
-
-int cmd_profile(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args,
-                           {{"config", true, false},
-                            {"set", true, true},
-                            {"out", true, false},
-                            {"dir", true, true},
-                            {"model", true, false},
-                            {"io-size", true, false},
-                            {"quiet", false, false}},
-                           "profile");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = *parsed;
-  if (!a.has("out")) return fail("strata profile: --out FILE is required", 2);
-  auto cfg_or = load_config_from_args(a);
-  if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
-  TrainConfig base = *cfg_or;
+// The model to measure: --model PRESET, the config's, or (bare) the benchmark model whose shapes
+// the accuracy benchmark runs.
+Result<TrainConfig> profile_config(const ParsedArgs& a) {
+  STRATA_ASSIGN_OR_RETURN(TrainConfig base, load_config_from_args(a));
   if (a.has("model")) {
-    auto p = find_preset(a.get("model"));
-    if (!p.ok()) return fail(p.status().message(), 2);
-    base.model = p->model;
-    base.seq_len = p->seq_len;
+    STRATA_ASSIGN_OR_RETURN(ModelPreset p, find_preset(a.get("model")));
+    base.model = p.model;
+    base.seq_len = p.seq_len;
   } else if (!a.has("config") && a.all("set").empty()) {
-    // The default: the benchmark model, whose shapes the accuracy benchmark runs.
     const ModelPreset p = *find_preset("bench-14m");
     base.model = p.model;
     base.seq_len = p.seq_len;
   }
-  uint64_t io_size = 256ull << 20;
-  if (a.has("io-size")) {
-    const long long v = std::atoll(a.get("io-size").c_str());
-    if (v < (1 << 20)) return fail("--io-size must be at least 1048576 bytes", 2);
-    io_size = static_cast<uint64_t>(v);
-  }
-  std::vector<std::string> dirs = a.all("dir");
-  if (dirs.empty()) dirs = base.io.dirs;
-  if (dirs.empty()) dirs = {std::filesystem::temp_directory_path().string()};
+  return base;
+}
 
-  HardwareProfile prof;
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  const std::time_t now = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  prof.name = std::string("measured-") + host;
-  prof.description = std::string("measured by strata profile on ") + host + " at " + date +
-                     " (CPU backend, f32, model " + std::to_string(base.model.n_layer) + " x " +
-                     std::to_string(base.model.n_embd) + ", T " + std::to_string(base.seq_len) +
-                     ")";
-  prof.shared_cores = true;
-  prof.shared_speed = 0.5;
-  prof.flash_attention = false;
+void add_sums(Sums& into, const Sums& s) {
+  into.seconds += s.seconds;
+  into.amount += s.amount;
+  into.n += s.n;
+}
 
-  // ---- Compute, link, optimizer: instrumented runs -------------------------------------------
+// Compute, link and optimizer rates from instrumented horizontal runs at B = 1, 2, 4 (all state
+// on host, nothing throttled).
+Status measure_rates(const TrainConfig& base, bool quiet, HardwareProfile& prof) {
   Sums h2d, d2h, adamw, reduce, embed, zero;
   for (int64_t B : {1, 2, 4}) {
     TrainConfig cfg = base;
@@ -207,28 +177,23 @@ int cmd_profile(const std::vector<std::string>& args) {
     cfg.io.dirs.clear();
     cfg.io.read_bytes_per_s = cfg.io.write_bytes_per_s = 0;
     cfg.optim.grad_clip = 0;
-    if (!a.has("quiet"))
+    if (!quiet) {
       log_info("profile: compute at B=" + std::to_string(B) +
                " x T=" + std::to_string(cfg.seq_len));
-    auto m = measure_compute(cfg, 3);
-    if (!m.ok()) return fail("profile: " + m.status().to_string(), 1);
-    const double fwd_s = m->fwd.mean_s();
+    }
+    STRATA_ASSIGN_OR_RETURN(Measured m, measure_compute(cfg, 3));
+    const double fwd_s = m.fwd.mean_s();
     // Backward tasks hold the recompute (a forward) and the backward proper.
-    const double bwd_s = std::max(m->bwd.mean_s() - fwd_s, 1e-9);
-    prof.block_fwd.emplace_back(m->tokens, m->block_fwd_flops / std::max(fwd_s, 1e-9));
-    prof.block_bwd.emplace_back(m->tokens, m->block_bwd_flops / bwd_s);
-    prof.head.emplace_back(m->tokens, m->head_flops / std::max(m->loss.mean_s(), 1e-9));
-    auto merge = [](Sums& into, const Sums& s) {
-      into.seconds += s.seconds;
-      into.amount += s.amount;
-      into.n += s.n;
-    };
-    merge(h2d, m->h2d);
-    merge(d2h, m->d2h);
-    merge(adamw, m->adamw);
-    merge(reduce, m->reduce);
-    merge(embed, m->embed);
-    merge(zero, m->zero);
+    const double bwd_s = std::max(m.bwd.mean_s() - fwd_s, 1e-9);
+    prof.block_fwd.emplace_back(m.tokens, m.block_fwd_flops / std::max(fwd_s, 1e-9));
+    prof.block_bwd.emplace_back(m.tokens, m.block_bwd_flops / bwd_s);
+    prof.head.emplace_back(m.tokens, m.head_flops / std::max(m.loss.mean_s(), 1e-9));
+    add_sums(h2d, m.h2d);
+    add_sums(d2h, m.d2h);
+    add_sums(adamw, m.adamw);
+    add_sums(reduce, m.reduce);
+    add_sums(embed, m.embed);
+    add_sums(zero, m.zero);
   }
   prof.embed_s_per_token = embed.amount > 0 ? embed.seconds / embed.amount : 0;
   prof.memset_bytes_per_s = std::max(zero.rate(), 1e6);
@@ -237,16 +202,20 @@ int cmd_profile(const std::vector<std::string>& args) {
   prof.optim_params_per_s = std::max(adamw.rate(), 1.0);
   prof.reduce_bytes_per_s = std::max(reduce.rate(), 1e6);
   prof.device_bytes = prof.host_bytes = mem_total_bytes();
+  return Status::ok_status();
+}
 
-  // ---- Storage ----------------------------------------------------------------------------------
+// A write pass then a read pass of io_size bytes per directory.
+Status measure_storage(const std::vector<std::string>& dirs, uint64_t io_size, bool quiet,
+                       HardwareProfile& prof) {
   for (const std::string& dir : dirs) {
-    if (!a.has("quiet")) log_info("profile: storage " + dir);
+    if (!quiet) log_info("profile: storage " + dir);
     auto w = bench_dir(dir, IoOp::write, io_size);
-    if (!w.ok()) return fail("profile: storage " + dir + ": " + w.status().to_string(), 1);
+    if (!w.ok()) return Status(w.status().code(), "storage " + dir + ": " + w.status().message());
     auto r = bench_dir(dir, IoOp::read, io_size);
     std::error_code ec;
     std::filesystem::remove(std::filesystem::path(dir) / "strata-profile.tmp", ec);
-    if (!r.ok()) return fail("profile: storage " + dir + ": " + r.status().to_string(), 1);
+    if (!r.ok()) return Status(r.status().code(), "storage " + dir + ": " + r.status().message());
     StorageDir d;
     d.path = dir;
     d.read_bytes_per_s = r->gb_per_s * 1e9;
@@ -254,6 +223,50 @@ int cmd_profile(const std::vector<std::string>& args) {
     d.capacity_bytes = static_cast<int64_t>(std::filesystem::space(dir, ec).available);
     prof.storage_dirs.push_back(d);
   }
+  return Status::ok_status();
+}
+
+const std::vector<FlagSpec> kProfileFlags = {
+    {"config", true, false}, {"set", true, true},      {"out", true, false},   {"dir", true, true},
+    {"model", true, false},  {"io-size", true, false}, {"quiet", false, false}};
+
+}  // namespace
+
+int cmd_profile(const std::vector<std::string>& args) {
+  auto parsed = parse_args(args, kProfileFlags, "profile");
+  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+  const ParsedArgs& a = *parsed;
+  if (!a.has("out")) return fail("strata profile: --out FILE is required", 2);
+  auto base = profile_config(a);
+  if (!base.ok()) return fail(base.status().message(), 2);
+  uint64_t io_size = 256ull << 20;
+  if (a.has("io-size")) {
+    const long long v = std::atoll(a.get("io-size").c_str());
+    if (v < (1 << 20)) return fail("--io-size must be at least 1048576 bytes", 2);
+    io_size = static_cast<uint64_t>(v);
+  }
+  std::vector<std::string> dirs = a.all("dir");
+  if (dirs.empty()) dirs = base->io.dirs;
+  if (dirs.empty()) dirs = {std::filesystem::temp_directory_path().string()};
+  const bool quiet = a.has("quiet");
+
+  HardwareProfile prof;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  prof.name = std::string("measured-") + host;
+  prof.description = std::string("measured by strata profile on ") + host + " at " + date +
+                     " (CPU backend, f32, model " + std::to_string(base->model.n_layer) + " x " +
+                     std::to_string(base->model.n_embd) + ", T " + std::to_string(base->seq_len) +
+                     ")";
+  prof.shared_cores = true;
+  prof.shared_speed = 0.5;
+  prof.flash_attention = false;
+  Status st = measure_rates(*base, quiet, prof);
+  if (st.ok()) st = measure_storage(dirs, io_size, quiet, prof);
+  if (!st.ok()) return fail("profile: " + st.to_string(), 1);
   const std::string how = std::string("measured by strata profile on ") + host + ", " + date;
   for (const char* k : {"compute", "link", "storage", "cpu_optimizer", "capacity"}) {
     prof.sources[k] = how;
@@ -262,7 +275,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   out << profile_to_json(prof).dump(2) << '\n';
   out.flush();
   if (!out) return fail("cannot write profile " + a.get("out"), 1);
-  if (!a.has("quiet")) log_info("profile written to " + a.get("out"));
+  if (!quiet) log_info("profile written to " + a.get("out"));
   return 0;
 }
 
