@@ -114,6 +114,28 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
   return d;
 }
 
+namespace {
+
+// The roofline: the busiest resource's work (compute and the CPU optimizer counted as one when
+// they share the cores), and which resource that is.
+void set_roofline(const SimOptions& opt, SimResult& out) {
+  const int kCompute = static_cast<int>(Resource::compute),
+            kOptim = static_cast<int>(Resource::cpu_optim);
+  double roof = -1;
+  for (int r = 0; r < kResourceCount; ++r) {
+    if (opt.shared_cores && r == kOptim) continue;
+    double w = out.work_s[r];
+    if (opt.shared_cores && r == kCompute) w += out.work_s[kOptim];
+    if (w > roof) {
+      roof = w;
+      out.bound = static_cast<Resource>(r);
+    }
+  }
+  out.roofline_s = std::max(roof, 0.0);
+}
+
+}  // namespace
+
 Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
                            const SimOptions& opt) {
   const int32_t n = static_cast<int32_t>(plan.tasks.size());
@@ -197,17 +219,7 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
     rep.busy_s[r] += timing[static_cast<size_t>(i)].end_s - timing[static_cast<size_t>(i)].start_s;
     out.work_s[r] += dur[static_cast<size_t>(i)];
   }
-  double roof = -1;
-  for (int r = 0; r < kResourceCount; ++r) {
-    if (opt.shared_cores && r == kOptim) continue;
-    double w = out.work_s[r];
-    if (opt.shared_cores && r == kCompute) w += out.work_s[kOptim];
-    if (w > roof) {
-      roof = w;
-      out.bound = static_cast<Resource>(r);
-    }
-  }
-  out.roofline_s = std::max(roof, 0.0);
+  set_roofline(opt, out);
   if (opt.record_trace) rep.timings = std::move(timing);
   const PlanStats st = plan_stats(plan);
   out.peak_bytes = st.bytes_per_tier;
