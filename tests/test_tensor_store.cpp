@@ -408,6 +408,35 @@ TEST_P(TensorStoreTest, ConcurrentBatchesAndUnwaitedBatches) {
   EXPECT_EQ(engine_->in_flight(), 0);
 }
 
+// Note [One run per store file]: a second store on a directory a live store uses is refused
+// before it sizes, writes or removes anything, and works once the first is gone.
+TEST_P(TensorStoreTest, SecondStoreOnTheSameFilesIsRefused) {
+  StoreOptions o;
+  o.dirs = make_dirs(2, "shared");
+  o.stripe_unit = 64 * kKiB;
+  o.direct = false;
+  auto first = make_store(o, {{"a", 256 * kKiB}});
+  ASSERT_TRUE(first);
+  const std::vector<uint8_t> want = pattern(256 * kKiB, 7);
+  HostBuffer b = buffer(256 * kKiB);
+  std::memcpy(b.data(), want.data(), want.size());
+  ASSERT_TRUE(write_sync(*first, "a", 0, b.data(), 256 * kKiB).ok());
+  const auto size_before = std::filesystem::file_size(o.dirs[1] + "/strata.store");
+
+  auto second = TensorStore::create(*engine_, o, {{"a", 4 * kMiB}});  // would resize the files
+  ASSERT_FALSE(second.ok());
+  test::expect_error(second.status(), ErrorCode::invalid_argument,
+                     {o.dirs[0] + "/strata.store", "is in use by another run"});
+  EXPECT_EQ(std::filesystem::file_size(o.dirs[1] + "/strata.store"), size_before);
+  std::memset(b.data(), 0, 256 * kKiB);
+  ASSERT_TRUE(read_sync(*first, "a", 0, b.data(), 256 * kKiB).ok());
+  EXPECT_EQ(std::memcmp(b.data(), want.data(), want.size()), 0) << "the first store's data changed";
+
+  first.reset();  // closing releases the files
+  auto third = TensorStore::create(*engine_, o, {{"a", 4 * kMiB}});
+  EXPECT_TRUE(third.ok()) << third.status().to_string();
+}
+
 TEST_P(TensorStoreTest, CreateRefusesBadOptions) {
   StoreOptions o;
   o.dirs = make_dirs(1, "bad");

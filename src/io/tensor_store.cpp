@@ -1,6 +1,7 @@
 #include "io/tensor_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -32,6 +33,20 @@ struct CreatedFiles {
     for (const auto& p : paths) ::unlink(p.c_str());  // best effort: we are already failing
   }
 };
+
+// Note [One run per store file]: a store file belongs to the one store that holds an exclusive
+// flock on it, from before it is sized until it is closed. A second store (another run given the
+// same io.dirs, or a second store in this process) is refused before it resizes, overwrites or
+// removes anything of the first one's. The lock goes with the file descriptor, so a killed run
+// releases it.
+Status lock_exclusively(const IoFile& f) {
+  if (::flock(f.fd, LOCK_EX | LOCK_NB) == 0) return Status::ok_status();
+  if (errno == EWOULDBLOCK) {
+    return invalid_argument("storage file " + f.path +
+                            " is in use by another run; give each run io.dirs of its own");
+  }
+  return io_error("storage file " + f.path + ": flock: " + std::strerror(errno));
+}
 
 // fallocate the whole file; no_space names the directory with what it needs and has.
 Status preallocate(const IoFile& f, const std::string& dir, uint64_t bytes) {
@@ -173,6 +188,7 @@ Result<std::unique_ptr<TensorStore>> TensorStore::create(IoEngine& engine,
                     "storage directory " + dir + ": " + file.status().message());
     }
     if (!existed) created.paths.push_back(path);
+    STRATA_RETURN_IF_ERROR(lock_exclusively(**file));
     uint64_t dir_stripes = stripes > d ? (stripes - d + ndirs - 1) / ndirs : 0;
     uint64_t bytes = dir_stripes * su;
     STRATA_RETURN_IF_ERROR(preallocate(**file, dir, bytes));

@@ -102,7 +102,9 @@ class TensorStore {
   // Validates options and extents (invalid_argument naming the field or extent), opens or creates
   // `file_name` in every directory (not_found for a missing directory; unavailable when the file
   // system refuses O_DIRECT) and preallocates it (no_space naming the directory with the bytes
-  // needed and available). Files this call created are removed again if it fails.
+  // needed and available). Files this call created are removed again if it fails. Each file is
+  // locked for this store's lifetime: a file another live store holds is refused with
+  // invalid_argument naming it (Note [One run per store file] in tensor_store.cpp).
   static Result<std::unique_ptr<TensorStore>> create(IoEngine& engine, const StoreOptions& options,
                                                      const std::vector<ExtentSpec>& extents);
   ~TensorStore();

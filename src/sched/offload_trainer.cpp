@@ -113,13 +113,14 @@ OffloadTrainer::~OffloadTrainer() {
   for (Stream* s : {compute_.get(), h2d_.get(), d2h_.get()}) {
     if (s != nullptr) s->synchronize();
   }
-  const std::vector<std::string> files = store_files();
-  store_.reset();
-  engine_.reset();
-  for (const std::string& f : files) {
+  // Removed while the store still holds their locks (Note [One run per store file]), so a run
+  // that starts meanwhile cannot take a file this one is about to remove.
+  for (const std::string& f : store_files()) {
     std::error_code ec;
     std::filesystem::remove(f, ec);
   }
+  store_.reset();
+  engine_.reset();
 }
 
 Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
