@@ -485,11 +485,11 @@ TEST(Config, ActivationPolicy) {
   TrainConfig c;
   c.schedule = Schedule::vertical;
   c.io.dirs = {"/mnt/nvme0"};
-  c.activations.policy = ActsPolicy::automatic;
+  c.activations.policy = ActsMode::automatic;
   c.activations.tier = ActsTier::host;
   auto back = parse_config(config_to_json(c));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
-  EXPECT_EQ(back->activations.policy, ActsPolicy::automatic);
+  EXPECT_EQ(back->activations.policy, ActsMode::automatic);
   EXPECT_EQ(back->activations.tier, ActsTier::host);
 }
 

@@ -99,9 +99,6 @@ RunResult run_in_memory(TrainConfig c) {
   c.schedule = Schedule::in_memory;
   return run(c);
 }
-RunResult run_offloaded(const TrainConfig& c) {
-  return run(c);
-}
 
 TrainConfig placed(TrainConfig c, const std::string& schedule, double on_host,
                    const std::string& dir, int64_t rate = 0) {
@@ -154,11 +151,11 @@ TEST_P(EquivAcrossPlacements, BitIdenticalOnHostStorageMixedAndRateLimited) {
   const std::string schedule = GetParam();
   const std::string dir = test::make_temp_dir("equiv_" + schedule);
   const TrainConfig base = small_config();
-  const RunResult host = run_offloaded(placed(base, schedule, 1.0, dir));
-  const RunResult storage = run_offloaded(placed(base, schedule, 0.0, dir));
-  const RunResult mixed = run_offloaded(placed(base, schedule, 0.5, dir));
+  const RunResult host = run(placed(base, schedule, 1.0, dir));
+  const RunResult storage = run(placed(base, schedule, 0.0, dir));
+  const RunResult mixed = run(placed(base, schedule, 0.5, dir));
   // 64 MB/s each way: slow enough that the limiter paces every transfer.
-  const RunResult limited = run_offloaded(placed(base, schedule, 0.0, dir, 64 << 20));
+  const RunResult limited = run(placed(base, schedule, 0.0, dir, 64 << 20));
   expect_bit_identical(storage, host, schedule + " storage vs host");
   expect_bit_identical(mixed, host, schedule + " mixed vs host");
   expect_bit_identical(limited, host, schedule + " rate-limited vs host");
@@ -180,7 +177,7 @@ TEST(equiv_offload, VerticalAlphaSplitIsExact) {
   for (double alpha : {1.0, 0.5, 0.0}) {
     TrainConfig c = placed(base, "vertical", 0.0, dir);
     c.optim.alpha = alpha;
-    runs.push_back(run_offloaded(c));
+    runs.push_back(run(c));
   }
   expect_bit_identical(runs[1], runs[0], "alpha 0.5 vs 1");
   expect_bit_identical(runs[2], runs[0], "alpha 0 vs 1");
@@ -192,34 +189,34 @@ TEST(equiv_offload, VerticalAlphaSplitIsExact) {
 TEST(equiv_offload, ActivationPoliciesMatchRecompute) {
   const std::string dir = test::make_temp_dir("equiv_acts");
   const TrainConfig base = placed(small_config(), "vertical", 0.0, dir);
-  const RunResult recompute = run_offloaded(base);
+  const RunResult recompute = run(base);
   for (const auto& [policy, tier] : std::vector<std::pair<std::string, std::string>>{
            {"keep", "storage"}, {"offload", "host"}, {"offload", "storage"}, {"auto", "storage"}}) {
     TrainConfig c = base;
-    c.activations.policy = test::named<ActsPolicy>(policy);
+    c.activations.policy = test::named<ActsMode>(policy);
     c.activations.tier = test::named<ActsTier>(tier);
-    expect_bit_identical(run_offloaded(c), recompute, "activations " + policy + "/" + tier);
+    expect_bit_identical(run(c), recompute, "activations " + policy + "/" + tier);
   }
   // "auto" under a device budget that holds one block's saved sets beyond the all-offloaded
   // plan: the last block before the fused one is kept, the others offloaded (storage fast
   // enough) or recomputed (storage too slow to hide the writes).
   TrainConfig a = base;
-  a.activations.policy = ActsPolicy::automatic;
+  a.activations.policy = ActsMode::automatic;
   auto dev = create_cpu_device();
   const ScheduleSpec spec = offload_schedule_spec(*dev, a, false, true);
   a.memory.device_bytes =
       plan_stats(make_offload_plan(spec, Schedule::vertical)).bytes_per_tier[0] +
       a.grad_accum * spec.acts_bytes;
-  expect_bit_identical(run_offloaded(a), recompute, "activations auto, keep 1 + offload");
+  expect_bit_identical(run(a), recompute, "activations auto, keep 1 + offload");
   a.io.write_bytes_per_s = 64 << 20;  // a 137 KiB set takes ~2 ms against ~0.1 ms of forward
-  expect_bit_identical(run_offloaded(a), recompute, "activations auto, keep 1 + recompute");
+  expect_bit_identical(run(a), recompute, "activations auto, keep 1 + recompute");
 }
 
 // Clipping must actually engage in the comparisons above (a max norm of 1 at these sizes), or
 // "exact clipping" would go untested.
 TEST(equiv_offload, ClippingEngages) {
   const std::string dir = test::make_temp_dir("equiv_clip");
-  const RunResult r = run_offloaded(placed(small_config(), "vertical", 0.0, dir));
+  const RunResult r = run(placed(small_config(), "vertical", 0.0, dir));
   ASSERT_FALSE(r.norms.empty());
   int clipped = 0;
   for (double n : r.norms) clipped += n > 1.0;

@@ -116,7 +116,7 @@ TEST(offload_faults, ActivationReadErrorStopsTraining) {
   c.offload.params_on_host = 1;  // so every storage read is an activation read
   c.offload.optim_on_host = 1;
   c.offload.checkpoints_on_host = 1;
-  c.activations.policy = ActsPolicy::offload;
+  c.activations.policy = ActsMode::offload;
   c.activations.tier = ActsTier::storage;
   const Outcome o = train(c);
   ASSERT_FALSE(o.error.ok()) << "an injected activation read error must stop training";

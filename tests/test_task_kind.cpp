@@ -89,7 +89,7 @@ TEST(PlanTraffic, SumsTransfersPerQueueAndState) {
   PlanBuilder b;
   const int32_t store = b.slot("store", Tier::storage, 4096, true);
   const int32_t acts = b.slot("acts", Tier::storage, 4096);
-  StageRing ring{{b.slot("stage0", Tier::host, 4096), b.slot("stage1", Tier::host, 4096)}};
+  SlotRing ring{{b.slot("stage0", Tier::host, 4096), b.slot("stage1", Tier::host, 4096)}};
   const int32_t dev = b.slot("dev", Tier::device, 4096);
   const int32_t host = b.to_host(TaskKind::params_read, {.block = 0}, store, ring, 1000);
   b.transfer(TaskKind::params_fetch, {.block = 0}, host, dev, 1000);
@@ -117,7 +117,7 @@ TEST(PlanBuilder, ResourceAndLabelComeFromTheKind) {
   b.task(TaskKind::grad_norm, {}, {slot_read(x, Role::sums), slot_write(s, Role::clip)});
   b.task(TaskKind::embed_step, {}, {});
   b.task(TaskKind::block_step, {.block = 3, .part = 1}, {});
-  b.task(TaskKind::head_loss, {.block = 3, .micro_batch = 2}, {});
+  b.task(TaskKind::head_loss, {.micro_batch = 2}, {});
   const Plan p = b.take();
   EXPECT_EQ(p.tasks[0].resource, Resource::cpu_optim);
   EXPECT_EQ(p.tasks[0].label, "grad.norm");

@@ -54,11 +54,11 @@ def functions(path):
         if start is None and SIGNATURE_END.search(code) and not NOT_A_FUNCTION.search(code):
             # A definition at namespace scope or directly inside a class.
             if depth <= 2:
-                j = n - 1
+                j = n - 1  # lines[j] is the current line; earlier lines of the signature precede it
                 sig = code
                 while "(" not in sig and j > 0:
                     j -= 1
-                    sig = lines[j - 1].strip() + " " + sig
+                    sig = strip_literals(lines[j], False)[0].strip() + " " + sig
                 m = re.search(r"([\w:~]+)\s*\(", sig)
                 start, name, start_depth = n, (m.group(1) if m else "?"), depth
         depth += code.count("{") - code.count("}")

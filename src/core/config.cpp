@@ -449,11 +449,11 @@ Status parse_placement(const json& full, TrainConfig& c) {
   ActivationConfig& a = c.activations;
   STRATA_RETURN_IF_ERROR(read_enum(full, "activations", "policy", &a.policy));
   STRATA_RETURN_IF_ERROR(read_enum(full, "activations", "tier", &a.tier));
-  if (a.policy != ActsPolicy::recompute && c.schedule != Schedule::vertical) {
+  if (a.policy != ActsMode::recompute && c.schedule != Schedule::vertical) {
     return invalid_argument(std::string("activations.policy '") + enum_name(a.policy) +
                             "' needs train.schedule vertical (the other schedules recompute)");
   }
-  const bool acts_offloaded = a.policy == ActsPolicy::offload || a.policy == ActsPolicy::automatic;
+  const bool acts_offloaded = a.policy == ActsMode::offload || a.policy == ActsMode::automatic;
   if (acts_offloaded && a.tier == ActsTier::storage && c.io.dirs.empty()) {
     return invalid_argument(
         "io.dirs is empty but activations.tier is storage (set io.dirs, or "

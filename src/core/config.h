@@ -91,8 +91,8 @@ struct OffloadConfig {
 // prefetched back; "auto" keeps, offloads or recomputes each block from the memory budget and the
 // measured compute time and storage bandwidth, and says why in the log.
 struct ActivationConfig {
-  ActsPolicy policy = ActsPolicy::recompute;  // "recompute" | "keep" | "offload" | "auto"
-  ActsTier tier = ActsTier::storage;          // where "offload" puts them: "storage" | "host"
+  ActsMode policy = ActsMode::recompute;  // "recompute" | "keep" | "offload" | "auto"
+  ActsTier tier = ActsTier::storage;      // where "offload" puts them: "storage" | "host"
 };
 
 struct TrainConfig {

@@ -1,35 +1,80 @@
 // The choices a config makes by name (train.schedule, activations.policy, activations.tier,
 // io.engine, data.format, device), parsed once into enums: everything past parse_config
-// switches on the enum, and the name of each value is written here only.
+// switches on the enum, and the name of each value is written here only (enum_names).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include "core/format.h"
 #include "core/status.h"
 
 namespace strata {
 
-enum class Schedule : uint8_t { in_memory, horizontal, vertical };        // train.schedule
-enum class ActsPolicy : uint8_t { recompute, keep, offload, automatic };  // activations.policy
-enum class ActsTier : uint8_t { storage, host };                          // activations.tier
-enum class IoEngineKind : uint8_t { automatic, uring, posix };            // io.engine
-enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };          // data.format
-enum class DeviceKind : uint8_t { cpu, cuda };                            // device
+enum class Schedule : uint8_t { in_memory, horizontal, vertical };  // train.schedule
+// activations.policy as the user sets it; the plan's per-block decision is ActPolicy
+// (sched/schedule_spec.h), which "offload" and "auto" resolve to.
+enum class ActsMode : uint8_t { recompute, keep, offload, automatic };
+enum class ActsTier : uint8_t { storage, host };                  // activations.tier
+enum class IoEngineKind : uint8_t { automatic, uring, posix };    // io.engine
+enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };  // data.format
+enum class DeviceKind : uint8_t { cpu, cuda };                    // device
 
-// The config's name of each value ("in_memory", "auto", "raw_u16", ...).
-const char* enum_name(Schedule v);
-const char* enum_name(ActsPolicy v);
-const char* enum_name(ActsTier v);
-const char* enum_name(IoEngineKind v);
-const char* enum_name(TokenFormat v);
-const char* enum_name(DeviceKind v);
+// Each value with its config name.
+template <typename E, size_t N>
+using EnumNames = std::array<std::pair<E, const char*>, N>;
+constexpr EnumNames<Schedule, 3> enum_names(Schedule) {
+  return {{{Schedule::in_memory, "in_memory"},
+           {Schedule::horizontal, "horizontal"},
+           {Schedule::vertical, "vertical"}}};
+}
+constexpr EnumNames<ActsMode, 4> enum_names(ActsMode) {
+  return {{{ActsMode::recompute, "recompute"},
+           {ActsMode::keep, "keep"},
+           {ActsMode::offload, "offload"},
+           {ActsMode::automatic, "auto"}}};
+}
+constexpr EnumNames<ActsTier, 2> enum_names(ActsTier) {
+  return {{{ActsTier::storage, "storage"}, {ActsTier::host, "host"}}};
+}
+constexpr EnumNames<IoEngineKind, 3> enum_names(IoEngineKind) {
+  return {{{IoEngineKind::automatic, "auto"},
+           {IoEngineKind::uring, "uring"},
+           {IoEngineKind::posix, "posix"}}};
+}
+constexpr EnumNames<TokenFormat, 3> enum_names(TokenFormat) {
+  return {{{TokenFormat::auto_detect, "auto"},
+           {TokenFormat::llmc, "llmc"},
+           {TokenFormat::raw_u16, "raw_u16"}}};
+}
+constexpr EnumNames<DeviceKind, 2> enum_names(DeviceKind) {
+  return {{{DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
+}
+
+// The config's name of a value ("in_memory", "auto", "raw_u16", ...).
+template <typename E>
+const char* enum_name(E v) {
+  for (const auto& [value, name] : enum_names(E{})) {
+    if (value == v) return name;
+  }
+  return "?";
+}
 
 // The value named `text`, or invalid_argument naming `field` and every choice, e.g.
 // "train.schedule 'diagonal' is not one of in_memory, horizontal, vertical".
 template <typename E>
-Result<E> parse_enum(std::string_view field, std::string_view text);
+Result<E> parse_enum(std::string_view field, std::string_view text) {
+  std::string choices;
+  for (const auto& [value, name] : enum_names(E{})) {
+    if (text == name) return value;
+    choices += (choices.empty() ? "" : ", ") + std::string(name);
+  }
+  return invalid_argument(std::string(field) + " '" + printable(text) + "' is not one of " +
+                          choices);
+}
 
 // Whether a schedule streams state through a plan (horizontal, vertical).
 inline bool is_offloaded(Schedule s) {

@@ -11,12 +11,6 @@
 
 namespace strata {
 
-namespace {
-
-constexpr auto kIoAlign = static_cast<int64_t>(kDirectIoAlignment);
-
-}  // namespace
-
 void* OffloadTrainer::slot_ptr(const BoundPlan& bp, int32_t slot) const {
   return bp.slots[static_cast<size_t>(slot)]->buf.data();
 }

@@ -1,5 +1,6 @@
-// Pieces of the offloaded trainer shared by its two source files (offload_trainer.cpp: plans,
-// memory, the step loop; offload_actions.cpp: what each task does). Not a public header.
+// Pieces of the offloaded trainer shared by its source files (offload_trainer.cpp: plans, memory,
+// the step loop; offload_actions.cpp: what each task does; offload_state.cpp: state outside
+// plans; offload_report.cpp: log, metrics, trace). Not a public header.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,10 @@
 #include "sched/offload_trainer.h"
 
 namespace strata {
+
+// Host slot buffers are whole direct-I/O blocks, and a transfer that ends an extent moves whole
+// blocks (Note [Direct ranges] in io/tensor_store.h).
+inline constexpr auto kIoAlign = static_cast<int64_t>(kDirectIoAlignment);
 
 // The memory behind one slot name, shared by every plan that names it.
 struct OffloadTrainer::SlotMemory {

@@ -21,7 +21,7 @@ std::vector<std::string> OffloadTrainer::describe() const {
     line += alpha;
   }
   std::vector<std::string> lines = {line};
-  if (!store_description().empty()) lines.push_back("store: " + store_description());
+  if (store_) lines.push_back("store: " + store_description());
   return lines;
 }
 

@@ -57,7 +57,7 @@ Status OffloadTrainer::initialize_state() {
       const int64_t pe = hi - lo;
       // (3, pe): master, m, v of the part.
       const bool on_storage = sm.tier == Tier::storage;
-      float* state = on_storage ? memory_.at(names::optim_stage(0))->buf.f32() : sm.buf.f32();
+      float* state = on_storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
       std::memset(state, 0, static_cast<size_t>(pe * 12));
       std::memcpy(state, slab + lo, static_cast<size_t>(pe * 4));  // master; m = v = 0
       if (on_storage) STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
@@ -125,7 +125,7 @@ Status OffloadTrainer::read_slab_state(int64_t slab, float* master, float* m, fl
     const int64_t pe = hi - lo;
     const float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
     if (sm.tier == Tier::storage) {
-      float* stage = memory_.at(names::optim_stage(0))->buf.f32();
+      float* stage = memory_.at(names::kOptimStage.at(0))->buf.f32();
       STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, stage, pe * 12));
       st = stage;
     }
@@ -156,7 +156,7 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     const auto [lo, hi] = part_range(part);
     const int64_t pe = hi - lo;
     float* st =
-        sm.tier == Tier::storage ? memory_.at(names::optim_stage(0))->buf.f32() : sm.buf.f32();
+        sm.tier == Tier::storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
     std::memcpy(st, master + lo, static_cast<size_t>(pe * 4));
     std::memcpy(st + pe, m + lo, static_cast<size_t>(pe * 4));
     std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));

@@ -24,9 +24,6 @@ namespace names = slot_names;
 
 namespace {
 
-// Host buffers are whole direct-I/O blocks (Note [Direct ranges] in io/tensor_store.h).
-constexpr auto kIoAlign = static_cast<int64_t>(kDirectIoAlignment);
-
 // Elements of the embed group: the embedding slab then the final-norm slab.
 int64_t embed_group_elems(const ParamLayout& layout) {
   return layout.slabs[static_cast<size_t>(layout.embed_slab())].numel +
@@ -80,12 +77,12 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.split_elems = split_elems_for(cfg, n);
   s.acts_bytes = block_saved_floats(d) * 4;
   s.compute_reads_host = dev.kind() == DeviceKind::cpu;
-  if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsPolicy::recompute) {
+  if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsMode::recompute) {
     // "auto" starts from offloading everything; OffloadTrainer decides per block.
     const ActPolicy offload =
         cfg.activations.tier == ActsTier::host ? ActPolicy::host : ActPolicy::storage;
     s.acts_at.assign(static_cast<size_t>(s.blocks),
-                     cfg.activations.policy == ActsPolicy::keep ? ActPolicy::keep : offload);
+                     cfg.activations.policy == ActsMode::keep ? ActPolicy::keep : offload);
   }
   s.pending_steps = pending_steps;
   s.iteration = iteration;
@@ -193,7 +190,7 @@ double OffloadTrainer::measure_block_forward_s() {
 Status OffloadTrainer::decide_activation_policy() {
   const ScheduleSpec base = offload_schedule_spec(dev_, cfg_, false, true);
   acts_policy_ = base.acts_at;
-  if (cfg_.activations.policy != ActsPolicy::automatic || acts_policy_.empty()) {
+  if (cfg_.activations.policy != ActsMode::automatic || acts_policy_.empty()) {
     return Status::ok_status();
   }
   const int64_t L = cfg_.model.n_layer, M = cfg_.grad_accum, S = base.acts_bytes;
@@ -333,22 +330,11 @@ std::pair<int64_t, int64_t> OffloadTrainer::part_range(int32_t part) const {
   return {split_elems_, block_elems_};
 }
 
-void OffloadTraffic::add(const PlanTraffic& t, int64_t forwarded_sets) {
-  storage_read_bytes += t.on(Resource::storage_read);
-  storage_write_bytes += t.on(Resource::storage_write);
-  h2d_bytes += t.on(Resource::h2d);
-  d2h_bytes += t.on(Resource::d2h);
-  acts_storage_read_bytes += t.of(StateKind::acts, Resource::storage_read);
-  acts_storage_write_bytes += t.of(StateKind::acts, Resource::storage_write);
-  acts_forwarded_sets += forwarded_sets;
-}
-
 Status OffloadTrainer::run(BoundPlan& bp) {
   ExecutorOptions o;
   o.record_trace = record_trace_;
   auto report = execute_plan(bp.plan, bp.actions, o);
   if (!report.ok()) return report.status();
-  traffic_.add(bp.traffic, bp.acts_forwarded);
   last_report_ = std::move(*report);
   last_ = &bp;
   return Status::ok_status();

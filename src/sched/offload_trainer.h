@@ -44,16 +44,6 @@
 
 namespace strata {
 
-// Bytes moved, cumulative over the run (each plan's static traffic, plan_traffic, counted once
-// per run of the plan).
-struct OffloadTraffic {
-  int64_t storage_read_bytes = 0, storage_write_bytes = 0, h2d_bytes = 0, d2h_bytes = 0;
-  // Of those, saved activations (docs/design.md §6), and the saved sets served from host memory
-  // instead of a storage round trip (forwarded).
-  int64_t acts_storage_read_bytes = 0, acts_storage_write_bytes = 0, acts_forwarded_sets = 0;
-  void add(const PlanTraffic& t, int64_t forwarded_sets);
-};
-
 // The plan inputs for a config (exposed for tests, the planner and the fit check).
 ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bool pending_steps,
                                    bool iteration);
@@ -94,11 +84,9 @@ class OffloadTrainer final : public Trainer {
   // Per-step bytes per direction, busy seconds per resource, and the roofline (docs/design.md
   // §10).
   void add_step_metrics(nlohmann::json& line, double iter_s) const override;
-  bool can_trace() const override { return true; }
   void set_record_trace(bool on) override { record_trace_ = on; }
   Result<nlohmann::json> last_step_trace() const override;
 
-  const OffloadTraffic& traffic() const { return traffic_; }
   // The plan of the last step, and its execution report (timings when tracing is on).
   const Plan& last_plan() const;
   const ExecutionReport& last_report() const { return last_report_; }
@@ -192,7 +180,6 @@ class OffloadTrainer final : public Trainer {
   bool pending_ = false;  // vertical: part-1 steps of the last iteration not applied yet
   bool record_trace_ = false;
   float dloss_ = 0;
-  OffloadTraffic traffic_;
   ExecutionReport last_report_;
 };
 

@@ -4,80 +4,10 @@
 
 namespace strata {
 
-namespace {
-
-// The short names traces show; `group` kinds say "embed" when they have no block.
-struct LabelStem {
-  const char* stem;
-  bool group;
-};
-
-LabelStem label_stem(TaskKind k) {
-  switch (k) {
-    case TaskKind::tokens_upload:
-      return {"tokens.load", false};
-    case TaskKind::params_read:
-      return {"read.params", false};
-    case TaskKind::params_fetch:
-      return {"fetch.params", true};
-    case TaskKind::params_write:
-      return {"write.params", false};
-    case TaskKind::optim_read:
-      return {"read.optim", false};
-    case TaskKind::optim_write:
-      return {"write.optim", false};
-    case TaskKind::grad_out:
-      return {"grad.out", true};
-    case TaskKind::ckpt_write:
-      return {"ckpt.write", false};
-    case TaskKind::ckpt_flush:
-      return {"ckpt.flush", false};
-    case TaskKind::ckpt_read:
-      return {"ckpt.read", false};
-    case TaskKind::ckpt_load:
-      return {"ckpt.load", false};
-    case TaskKind::acts_write:
-      return {"acts.write", false};
-    case TaskKind::acts_flush:
-      return {"acts.flush", false};
-    case TaskKind::acts_read:
-      return {"acts.read", false};
-    case TaskKind::acts_load:
-      return {"acts.load", false};
-    case TaskKind::grad_zero:
-      return {"grad.zero", true};
-    case TaskKind::embed_forward:
-      return {"embed.fwd", false};
-    case TaskKind::block_forward:
-      return {"fwd", false};
-    case TaskKind::head_loss:
-      return {"loss", false};
-    case TaskKind::block_backward:
-      return {"bwd", false};
-    case TaskKind::embed_backward:
-      return {"embed.bwd", false};
-    case TaskKind::grad_accumulate:
-      return {"acc", false};
-    case TaskKind::grad_sumsq:
-      return {"sumsq", true};
-    case TaskKind::grad_norm:
-      return {"grad.norm", false};
-    case TaskKind::block_step:
-      return {"adamw", false};
-    case TaskKind::embed_step:
-      return {"adamw", true};
-  }
-  return {"?", false};
-}
-
-}  // namespace
-
 std::string task_label(TaskKind kind, const TaskTag& tag) {
-  const LabelStem s = label_stem(kind);
-  std::string label = s.stem;
-  // The head runs on the last block's output, but it is one per micro-batch, not a block's.
-  if (tag.block >= 0 && kind != TaskKind::head_loss) label += " blk." + std::to_string(tag.block);
-  if (tag.block < 0 && s.group) label += " embed";
+  std::string label = kind_label(kind);
+  if (tag.block >= 0) label += " blk." + std::to_string(tag.block);
+  if (tag.block < 0 && kind_label_names_group(kind)) label += " embed";
   if (tag.micro_batch >= 0) label += " mb." + std::to_string(tag.micro_batch);
   if (tag.part >= 0) label += " p" + std::to_string(tag.part);
   return label;
@@ -135,7 +65,7 @@ int32_t PlanBuilder::transfer(TaskKind kind, const TaskTag& tag, int32_t src, in
 }
 
 void PlanBuilder::move_out(TaskKind copy, TaskKind flush, const TaskTag& tag, int32_t from,
-                           int32_t to, StageRing& ring, int64_t bytes) {
+                           int32_t to, SlotRing& ring, int64_t bytes) {
   if (tier(to) != Tier::storage) {
     transfer(copy, tag, from, to, bytes);
     return;
@@ -145,7 +75,7 @@ void PlanBuilder::move_out(TaskKind copy, TaskKind flush, const TaskTag& tag, in
   transfer(flush, tag, stage, to, bytes);
 }
 
-int32_t PlanBuilder::to_host(TaskKind read, const TaskTag& tag, int32_t from, StageRing& ring,
+int32_t PlanBuilder::to_host(TaskKind read, const TaskTag& tag, int32_t from, SlotRing& ring,
                              int64_t bytes) {
   if (tier(from) != Tier::storage) return from;
   const int32_t stage = ring.take();

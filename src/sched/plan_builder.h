@@ -21,9 +21,9 @@ struct TaskTag {
 // for people only; nothing interprets them (Note [Task signatures]).
 std::string task_label(TaskKind kind, const TaskTag& tag);
 
-// A ring of host slots that stage one kind of state on its way to or from storage, taken in
-// turn (double buffering). Empty when nothing of that kind is on storage.
-struct StageRing {
+// Slots taken in turn (double buffering): the host stages of one kind of state on its way to or
+// from storage (empty when nothing of that kind is on storage), or a device double buffer.
+struct SlotRing {
   std::vector<int32_t> slots;
   int64_t taken = 0;
   int32_t take() {
@@ -51,10 +51,10 @@ class PlanBuilder {
   // Moves `bytes` from device slot `from` out to `to`: one copy of kind `copy` when `to` is on
   // host; through the next stage of `ring` and a flush of kind `flush` when it is on storage.
   void move_out(TaskKind copy, TaskKind flush, const TaskTag& tag, int32_t from, int32_t to,
-                StageRing& ring, int64_t bytes);
+                SlotRing& ring, int64_t bytes);
   // Brings `from` into host memory: `from` itself when it is not on storage, else a read of kind
   // `read` into the next stage of `ring`. Returns the host slot that holds the data.
-  int32_t to_host(TaskKind read, const TaskTag& tag, int32_t from, StageRing& ring, int64_t bytes);
+  int32_t to_host(TaskKind read, const TaskTag& tag, int32_t from, SlotRing& ring, int64_t bytes);
 
   Tier tier(int32_t slot) const { return plan_.slots[static_cast<size_t>(slot)].tier; }
 

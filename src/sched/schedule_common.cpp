@@ -52,7 +52,7 @@ void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s)
 }
 
 void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
-                        const OptimizerStep& x, StageRing& state_ring) {
+                        const OptimizerStep& x, SlotRing& state_ring) {
   const TaskTag tag{.block = x.block, .part = x.part};
   const int64_t n = s.block_elems, a = s.split_elems;
   const int64_t O = part_bytes(s.block_optim_bytes, n, a, x.part);
@@ -78,12 +78,10 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   }
 }
 
-StageRing add_stage_ring(PlanBuilder& b, const char* what, const char* kind, Tier tier,
-                         int64_t bytes, bool needed) {
-  StageRing r;
-  for (int k = 0; needed && k < 2; ++k) {
-    r.slots.push_back(b.slot(names::ring(what, kind, k), tier, bytes));
-  }
+SlotRing add_ring(PlanBuilder& b, const slot_names::Ring& ring, Tier tier, int64_t bytes,
+                  bool needed) {
+  SlotRing r;
+  for (int k = 0; needed && k < 2; ++k) r.slots.push_back(b.slot(ring.at(k), tier, bytes));
   return r;
 }
 

@@ -7,6 +7,7 @@
 
 #include "sched/plan_builder.h"
 #include "sched/schedule_spec.h"
+#include "sched/slot_names.h"
 
 namespace strata {
 
@@ -62,10 +63,11 @@ struct OptimizerStep {
   bool needs_norm = true;
 };
 void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
-                        const OptimizerStep& step, StageRing& state_ring);
+                        const OptimizerStep& step, SlotRing& state_ring);
 
-// Host staging rings (two slots each) of one kind of state, present only when `needed`.
-StageRing add_stage_ring(PlanBuilder& b, const char* what, const char* kind, Tier tier,
-                         int64_t bytes, bool needed);
+// A ring of two slots named by `ring` (slot_names.h) on `tier`: a device double buffer or a host
+// staging ring; empty when not `needed` (nothing of that kind on storage).
+SlotRing add_ring(PlanBuilder& b, const slot_names::Ring& ring, Tier tier, int64_t bytes,
+                  bool needed = true);
 
 }  // namespace strata

@@ -56,21 +56,18 @@ class HorizontalPlan {
       grad_host_.push_back(b_.slot(names::grad_host(l), Tier::host, G));
       ckpt_.push_back(b_.slot(names::ckpt(l), tiers_.checkpoints[l], C));  // every micro-batch's
     }
-    act_ = b_.slot("act", Tier::device, C);    // forward activation, updated in place
-    dact_ = b_.slot("dact", Tier::device, C);  // gradient w.r.t. the current activation
-    for (int k = 0; k < 2; ++k) {
-      params_buf_.push_back(b_.slot(names::ring("params", "buf", k), Tier::device, P));
-      grad_buf_.push_back(b_.slot(names::ring("grad", "buf", k), Tier::device, G));
-      grad_stage_.push_back(b_.slot(names::ring("grad", "stage", k), Tier::host, G));
-      bwd_in_.push_back(b_.slot(names::ring("bwd.in", "buf", k), Tier::device, C));
-    }
-    params_stage_ = add_stage_ring(b_, "params", "stage", Tier::host, P, tiers_.params_on_storage);
-    params_wstage_ =
-        add_stage_ring(b_, "params", "wstage", Tier::host, P, tiers_.params_on_storage);
+    act_ = b_.slot(names::kAct, Tier::device, C);    // forward activation, updated in place
+    dact_ = b_.slot(names::kDact, Tier::device, C);  // gradient w.r.t. the current activation
+    params_buf_ = add_ring(b_, names::kParamsBuf, Tier::device, P).slots;
+    grad_buf_ = add_ring(b_, names::kGradBuf, Tier::device, G).slots;
+    grad_stage_ = add_ring(b_, names::kGradStage, Tier::host, G).slots;
+    bwd_in_ = add_ring(b_, names::kBwdInBuf, Tier::device, C).slots;
+    params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P, tiers_.params_on_storage);
+    params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     // One ring for both directions: a checkpoint is read back only after every write.
-    ckpt_stage_ = add_stage_ring(b_, "ckpt", "stage", Tier::host, C, tiers_.checkpoints_on_storage);
-    optim_stage_ = add_stage_ring(b_, "optim", "stage", Tier::host, s_.block_optim_bytes,
-                                  tiers_.optim_on_storage);
+    ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
+    optim_stage_ =
+        add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes, tiers_.optim_on_storage);
   }
 
   // storage -> host stage (if on storage) -> device double buffer; returns the device slot.
@@ -97,7 +94,7 @@ class HorizontalPlan {
                slot_write(act_, Role::output)},
               0, s_.block_fwd_flops);
     }
-    b_.task(TaskKind::head_loss, {.block = L_ - 1, .micro_batch = m},
+    b_.task(TaskKind::head_loss, {.micro_batch = m},
             {slot_read(act_, Role::input), slot_read(c_.embed, Role::params),
              slot_read(c_.tokens_device, Role::tokens), slot_write(dact_, Role::dact),
              slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad),
@@ -142,7 +139,7 @@ class HorizontalPlan {
   std::vector<int32_t> params_store_, optim_store_, grad_host_, ckpt_;  // per block
   int32_t act_ = -1, dact_ = -1;
   std::vector<int32_t> params_buf_, grad_buf_, grad_stage_, bwd_in_;  // double buffers
-  StageRing params_stage_, params_wstage_, ckpt_stage_, optim_stage_;
+  SlotRing params_stage_, params_wstage_, ckpt_stage_, optim_stage_;
   int fetch_count_ = 0, load_count_ = 0, grad_count_ = 0;
 };
 

@@ -82,18 +82,6 @@ std::vector<Placement> placement_by_fraction(int32_t blocks, double fraction_on_
 // bytes * split / elems, part 1 the rest; part -1 is all of it. Exact for bytes = elems * width.
 int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part);
 
-inline Tier placement_tier(Placement p) {
-  switch (p) {
-    case Placement::device:
-      return Tier::device;
-    case Placement::host:
-      return Tier::host;
-    case Placement::storage:
-      return Tier::storage;
-  }
-  return Tier::host;
-}
-
 // Where offloaded state lives between uses. Placement::device is modelled as host: the CPU
 // optimizer works on host buffers, and device-resident state is the in-memory schedule's job.
 inline Tier offload_tier(Placement p) {

@@ -125,36 +125,28 @@ class VerticalPlan {
 
   void add_buffers() {
     const int64_t A = s_.acts_bytes, C = s_.checkpoint_bytes, P = s_.block_param_bytes;
+    // Saved sets leave the device through double buffers (unless compute reaches host memory),
+    // and storage through host stages.
     const bool device_acts = any_acts_offloaded_ && !s_.compute_reads_host;
-    for (int k = 0; k < 2; ++k) {
-      if (device_acts) {
-        acts_out_.push_back(b_.slot(names::ring("acts", "out.buf", k), Tier::device, A));
-        acts_in_.push_back(b_.slot(names::ring("acts", "in.buf", k), Tier::device, A));
-      }
-    }
+    acts_out_ = add_ring(b_, names::kActsOutBuf, Tier::device, A, device_acts).slots;
+    acts_in_ = add_ring(b_, names::kActsInBuf, Tier::device, A, device_acts).slots;
     const bool acts_stage = any_acts_offloaded_ && any_acts_on_storage_;
-    acts_wstage_ = add_stage_ring(b_, "acts", "wstage", Tier::host, A, acts_stage);
-    acts_rstage_ = add_stage_ring(b_, "acts", "rstage", Tier::host, A, acts_stage);
+    acts_wstage_ = add_ring(b_, names::kActsWstage, Tier::host, A, acts_stage);
+    acts_rstage_ = add_ring(b_, names::kActsRstage, Tier::host, A, acts_stage);
     for (int m = 0; s_.iteration && m < M_; ++m) {
       dact_.push_back(b_.slot(names::dact(m), Tier::device, C));
     }
-    last_out_ = b_.slot("last.out", Tier::device, C);  // the last block's output
-    for (int k = 0; k < 2; ++k) {
-      params_buf_.push_back(b_.slot(names::ring("params", "buf", k), Tier::device, P));
-      act_buf_.push_back(b_.slot(names::ring("act", "buf", k), Tier::device, C));
-      bwd_in_.push_back(b_.slot(names::ring("bwd.in", "buf", k), Tier::device, C));
-      grad_acc_.push_back(
-          b_.slot(names::ring("grad.acc", "buf", k), Tier::device, s_.block_grad_bytes));
-    }
-    params_stage_ = add_stage_ring(b_, "params", "stage", Tier::host, P, tiers_.params_on_storage);
-    params_wstage_ =
-        add_stage_ring(b_, "params", "wstage", Tier::host, P, tiers_.params_on_storage);
-    ckpt_wstage_ =
-        add_stage_ring(b_, "ckpt", "wstage", Tier::host, C, tiers_.checkpoints_on_storage);
-    ckpt_rstage_ =
-        add_stage_ring(b_, "ckpt", "rstage", Tier::host, C, tiers_.checkpoints_on_storage);
-    optim_stage_ = add_stage_ring(b_, "optim", "stage", Tier::host, s_.block_optim_bytes,
-                                  tiers_.optim_on_storage);
+    last_out_ = b_.slot(names::kLastOut, Tier::device, C);  // the last block's output
+    params_buf_ = add_ring(b_, names::kParamsBuf, Tier::device, P).slots;
+    act_buf_ = add_ring(b_, names::kActBuf, Tier::device, C).slots;
+    bwd_in_ = add_ring(b_, names::kBwdInBuf, Tier::device, C).slots;
+    grad_acc_ = add_ring(b_, names::kGradAccBuf, Tier::device, s_.block_grad_bytes).slots;
+    params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P, tiers_.params_on_storage);
+    params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
+    ckpt_wstage_ = add_ring(b_, names::kCkptWstage, Tier::host, C, tiers_.checkpoints_on_storage);
+    ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
+    optim_stage_ =
+        add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes, tiers_.optim_on_storage);
   }
 
   // ---- Parameters and the optimizer split (Note [Optimizer split]) ----------------------------
@@ -334,7 +326,7 @@ class VerticalPlan {
               {slot_read(params_slot_[l], Role::params), slot_read(in, Role::input),
                slot_write(last_out_, Role::output)},
               0, s_.block_fwd_flops);
-      b_.task(TaskKind::head_loss, tag,
+      b_.task(TaskKind::head_loss, {.micro_batch = m},
               {slot_read(last_out_, Role::input), slot_read(c_.embed, Role::params),
                slot_read(c_.tokens_device, Role::tokens), slot_write(dact_[m], Role::dact),
                slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad),
@@ -402,7 +394,7 @@ class VerticalPlan {
   std::vector<int32_t> params_buf_, act_buf_, bwd_in_, grad_acc_, acts_out_, acts_in_, dact_;
   int32_t last_out_ = -1;
   // Host staging rings for what lives on storage.
-  StageRing params_stage_, params_wstage_, ckpt_wstage_, ckpt_rstage_, optim_stage_, acts_wstage_,
+  SlotRing params_stage_, params_wstage_, ckpt_wstage_, ckpt_rstage_, optim_stage_, acts_wstage_,
       acts_rstage_;
 
   // Progress through the iteration.

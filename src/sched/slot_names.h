@@ -4,7 +4,7 @@
 // is a contract between plans; it is spelled here once.
 //
 // Scheme: "<what>.<where or role>[.blk<L>][.mb<M>][.p<P>]" for per-block state, and
-// "<what>.<buffer kind><K>" for the double buffers and staging rings (K = 0, 1).
+// "<what>.<buffer kind><k>" for the double buffers and staging rings (k = 0, 1).
 #pragma once
 
 #include <cstdint>
@@ -45,10 +45,34 @@ inline std::string dact(int64_t m) {  // vertical: the gradient w.r.t. micro-bat
   return "dact.mb" + std::to_string(m);
 }
 
-// Double buffers and staging rings: "<what>.<kind><k>".
-inline std::string ring(const char* what, const char* kind, int k) {
-  return std::string(what) + "." + kind + std::to_string(k);
-}
+// Double buffers and staging rings: "<stem><k>", k = 0, 1.
+struct Ring {
+  const char* stem;
+  std::string at(int k) const { return stem + std::to_string(k); }
+};
+// Device double buffers.
+inline constexpr Ring kParamsBuf{"params.buf"};     // a block's params
+inline constexpr Ring kActBuf{"act.buf"};           // vertical: the forward's input
+inline constexpr Ring kBwdInBuf{"bwd.in.buf"};      // the backward's input (checkpoint)
+inline constexpr Ring kGradAccBuf{"grad.acc.buf"};  // vertical: a block's gradient accumulator
+inline constexpr Ring kGradBuf{"grad.buf"};         // horizontal: one micro-batch's gradient
+inline constexpr Ring kActsOutBuf{"acts.out.buf"};  // a saved set on its way off the device
+inline constexpr Ring kActsInBuf{"acts.in.buf"};    // a saved set back for its backward
+// Host staging rings, for what lives on storage (and the horizontal per-micro-batch gradient).
+inline constexpr Ring kGradStage{"grad.stage"};
+inline constexpr Ring kParamsStage{"params.stage"};    // params read toward the device
+inline constexpr Ring kParamsWstage{"params.wstage"};  // new params on their way to storage
+inline constexpr Ring kCkptStage{"ckpt.stage"};        // horizontal: both directions
+inline constexpr Ring kCkptWstage{"ckpt.wstage"};
+inline constexpr Ring kCkptRstage{"ckpt.rstage"};
+inline constexpr Ring kOptimStage{"optim.stage"};  // slot 0 also stages the trainer's own I/O
+inline constexpr Ring kActsWstage{"acts.wstage"};
+inline constexpr Ring kActsRstage{"acts.rstage"};
+
+// Single activation slots.
+inline constexpr const char* kAct = "act";           // horizontal: updated in place
+inline constexpr const char* kDact = "dact";         // horizontal: d of the current activation
+inline constexpr const char* kLastOut = "last.out";  // vertical: the last block's output
 
 // Slots every offloaded plan has.
 inline constexpr const char* kTokensHost = "tokens.host";
@@ -62,10 +86,5 @@ inline constexpr const char* kEmbedParamsHost = "embed.params.host";
 inline constexpr const char* kGradSums = "grad.sums";
 inline constexpr const char* kGradClip = "grad.clip";
 inline constexpr const char* kLosses = "losses.host";
-// Host staging of optimizer state on storage; ring slot 0 also stages the trainer's own reads
-// and writes of state outside plans.
-inline std::string optim_stage(int k) {
-  return ring("optim", "stage", k);
-}
 
 }  // namespace strata::slot_names

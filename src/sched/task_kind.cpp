@@ -25,6 +25,8 @@ struct RoleSpec {
 
 struct KindInfo {
   const char* name;
+  const char* label;  // the short name traces show ("fwd", "read.params")
+  bool group_label;   // labels say "embed" when the task has no block
   Resource resource;
   StateKind moves;  // transfers only
   std::array<RoleSpec, 6> roles;
@@ -44,63 +46,96 @@ constexpr RoleSpec acc(Role r) {
   return {r, Access::write_maybe_read, false};
 }
 
-constexpr KindInfo transfer(const char* name, Resource r, StateKind moves) {
-  return {name, r, moves, {rd(Role::src), wr(Role::dst)}, 2};
+constexpr KindInfo transfer(const char* name, const char* label, Resource r, StateKind moves,
+                            bool group_label = false) {
+  return {name, label, group_label, r, moves, {rd(Role::src), wr(Role::dst)}, 2};
 }
 
 // Indexed by TaskKind; the static_assert below keeps it in step with the enum.
 constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
-    transfer("tokens_upload", Resource::h2d, StateKind::tokens),
-    transfer("params_read", Resource::storage_read, StateKind::params),
-    transfer("params_fetch", Resource::h2d, StateKind::params),
-    transfer("params_write", Resource::storage_write, StateKind::params),
-    transfer("optim_read", Resource::storage_read, StateKind::optim),
-    transfer("optim_write", Resource::storage_write, StateKind::optim),
-    transfer("grad_out", Resource::d2h, StateKind::grads),
-    transfer("ckpt_write", Resource::d2h, StateKind::checkpoints),
-    transfer("ckpt_flush", Resource::storage_write, StateKind::checkpoints),
-    transfer("ckpt_read", Resource::storage_read, StateKind::checkpoints),
-    transfer("ckpt_load", Resource::h2d, StateKind::checkpoints),
-    transfer("acts_write", Resource::d2h, StateKind::acts),
-    transfer("acts_flush", Resource::storage_write, StateKind::acts),
-    transfer("acts_read", Resource::storage_read, StateKind::acts),
-    transfer("acts_load", Resource::h2d, StateKind::acts),
-    {"grad_zero", Resource::compute, StateKind::none, {wr(Role::grad)}, 1},
+    transfer("tokens_upload", "tokens.load", Resource::h2d, StateKind::tokens),
+    transfer("params_read", "read.params", Resource::storage_read, StateKind::params),
+    transfer("params_fetch", "fetch.params", Resource::h2d, StateKind::params, true),
+    transfer("params_write", "write.params", Resource::storage_write, StateKind::params),
+    transfer("optim_read", "read.optim", Resource::storage_read, StateKind::optim),
+    transfer("optim_write", "write.optim", Resource::storage_write, StateKind::optim),
+    transfer("grad_out", "grad.out", Resource::d2h, StateKind::grads, true),
+    transfer("ckpt_write", "ckpt.write", Resource::d2h, StateKind::checkpoints),
+    transfer("ckpt_flush", "ckpt.flush", Resource::storage_write, StateKind::checkpoints),
+    transfer("ckpt_read", "ckpt.read", Resource::storage_read, StateKind::checkpoints),
+    transfer("ckpt_load", "ckpt.load", Resource::h2d, StateKind::checkpoints),
+    transfer("acts_write", "acts.write", Resource::d2h, StateKind::acts),
+    transfer("acts_flush", "acts.flush", Resource::storage_write, StateKind::acts),
+    transfer("acts_read", "acts.read", Resource::storage_read, StateKind::acts),
+    transfer("acts_load", "acts.load", Resource::h2d, StateKind::acts),
+    {"grad_zero", "grad.zero", true, Resource::compute, StateKind::none, {wr(Role::grad)}, 1},
     {"embed_forward",
+     "embed.fwd",
+     false,
      Resource::compute,
      StateKind::none,
      {rd(Role::params), rd(Role::tokens), wr(Role::output)},
      3},
     {"block_forward",
+     "fwd",
+     false,
      Resource::compute,
      StateKind::none,
      {rd(Role::params), rd(Role::input), wr(Role::output), wr(Role::saved, true)},
      4},
     {"head_loss",
+     "loss",
+     false,
      Resource::compute,
      StateKind::none,
      {rd(Role::input), rd(Role::params), rd(Role::tokens), wr(Role::dact), rw(Role::grad),
       wr(Role::losses)},
      6},
     {"block_backward",
+     "bwd",
+     false,
      Resource::compute,
      StateKind::none,
      {rd(Role::params), rd(Role::input), rw(Role::dact), acc(Role::grad), rd(Role::saved, true)},
      5},
     {"embed_backward",
+     "embed.bwd",
+     false,
      Resource::compute,
      StateKind::none,
      {rd(Role::dact), rd(Role::tokens), rw(Role::grad)},
      3},
-    {"grad_accumulate", Resource::cpu_optim, StateKind::none, {rd(Role::src), acc(Role::grad)}, 2},
-    {"grad_sumsq", Resource::cpu_optim, StateKind::none, {rd(Role::grad), wr(Role::sums)}, 2},
-    {"grad_norm", Resource::cpu_optim, StateKind::none, {rd(Role::sums), wr(Role::clip)}, 2},
+    {"grad_accumulate",
+     "acc",
+     false,
+     Resource::cpu_optim,
+     StateKind::none,
+     {rd(Role::src), acc(Role::grad)},
+     2},
+    {"grad_sumsq",
+     "sumsq",
+     true,
+     Resource::cpu_optim,
+     StateKind::none,
+     {rd(Role::grad), wr(Role::sums)},
+     2},
+    {"grad_norm",
+     "grad.norm",
+     false,
+     Resource::cpu_optim,
+     StateKind::none,
+     {rd(Role::sums), wr(Role::clip)},
+     2},
     {"block_step",
+     "adamw",
+     false,
      Resource::cpu_optim,
      StateKind::none,
      {rd(Role::grad), rw(Role::state), wr(Role::params), rd(Role::clip, true)},
      4},
     {"embed_step",
+     "adamw",
+     true,
      Resource::cpu_optim,
      StateKind::none,
      {rd(Role::grad), rd(Role::clip), rw(Role::state), wr(Role::params)},
@@ -186,11 +221,12 @@ const char* role_name(Role r) {
   return static_cast<int>(r) < kRoleCount ? kNames[static_cast<size_t>(r)] : "?";
 }
 
-const char* state_kind_name(StateKind s) {
-  static constexpr std::array<const char*, kStateKindCount> kNames = {
-      "none", "tokens", "params", "optim", "grads", "checkpoints", "acts"};
-  static_assert(static_cast<int>(StateKind::acts) + 1 == kStateKindCount);
-  return static_cast<int>(s) < kStateKindCount ? kNames[static_cast<size_t>(s)] : "?";
+const char* kind_label(TaskKind k) {
+  return info(k).label;
+}
+
+bool kind_label_names_group(TaskKind k) {
+  return info(k).group_label;
 }
 
 Resource kind_resource(TaskKind k) {

@@ -80,8 +80,11 @@ const char* role_name(Role r);  // "params", ...
 // Which kind of state a transfer moves (Plan statistics count bytes per state and resource).
 enum class StateKind : uint8_t { none, tokens, params, optim, grads, checkpoints, acts };
 inline constexpr int kStateKindCount = 7;
-const char* state_kind_name(StateKind s);
 
+// The short name labels start with ("fwd", "read.params"), and whether a task of this kind with no
+// block is the embed group's (its label then says "embed"). See task_label in plan_builder.h.
+const char* kind_label(TaskKind k);
+bool kind_label_names_group(TaskKind k);
 // The resource queue tasks of this kind run on.
 Resource kind_resource(TaskKind k);
 // Whether the kind is a transfer ({src, dst}, moving `bytes`), and what it moves (none if not).

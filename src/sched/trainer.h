@@ -59,9 +59,8 @@ class Trainer {
   virtual std::vector<std::string> describe() const { return {}; }
   // Adds the last step's schedule-specific figures to its metrics line (docs/design.md §10).
   virtual void add_step_metrics(nlohmann::json& line, double iter_s) const {}
-  // Whether steps can be traced; when on, the next steps record timings and last_step_trace()
-  // is the last one as Chrome-trace JSON.
-  virtual bool can_trace() const { return false; }
+  // With tracing on, the next steps record timings and last_step_trace() is the last one as
+  // Chrome-trace JSON; a trainer that records none answers unavailable.
   virtual void set_record_trace(bool on) {}
   virtual Result<nlohmann::json> last_step_trace() const;
 };
