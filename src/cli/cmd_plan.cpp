@@ -3,7 +3,6 @@
 // the tier budgets; says what bounds it and what must change to go faster. docs/design.md §7,
 // docs/planner.md.
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -11,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/format.h"
 #include "model/layout.h"
 #include "plan/planner.h"
@@ -323,10 +323,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     print_report(cfg, *prof, *best, sens, memory, a.has("simulate"));
   }
   if (a.has("trace")) {
-    std::ofstream out(a.get("trace"), std::ios::out | std::ios::trunc);
-    out << execution_trace_json(best->plan, best->sim.report).dump() << '\n';
-    out.flush();
-    if (!out) return fail("cannot write trace file " + a.get("trace"), 1);
+    const std::string trace = execution_trace_json(best->plan, best->sim.report).dump() + "\n";
+    Status written = write_whole_file(a.get("trace"), trace, "trace file");
+    if (!written.ok()) return fail(written.message(), 1);
   }
   return 0;
 }

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/log.h"
 #include "io/configured_engine.h"
 #include "io/io_bench.h"
@@ -271,10 +272,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   for (const char* k : {"compute", "link", "storage", "cpu_optimizer", "capacity"}) {
     prof.sources[k] = how;
   }
-  std::ofstream out(a.get("out"), std::ios::out | std::ios::trunc);
-  out << profile_to_json(prof).dump(2) << '\n';
-  out.flush();
-  if (!out) return fail("cannot write profile " + a.get("out"), 1);
+  Status written = write_whole_file(a.get("out"), profile_to_json(prof).dump(2) + "\n", "profile");
+  if (!written.ok()) return fail(written.message(), 1);
   if (!quiet) log_info("profile written to " + a.get("out"));
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/config.h"
+#include "core/file_util.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "data/byte_tokenizer.h"
@@ -277,11 +278,7 @@ Result<double> save(TrainRun& run, int64_t steps_done, Progress& progress) {
 
 Status write_trace(const Trainer& trainer, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json trace, trainer.last_step_trace());
-  std::ofstream out(path, std::ios::out | std::ios::trunc);
-  out << trace.dump() << '\n';
-  out.flush();
-  if (!out) return io_error("cannot write trace file " + path);
-  return Status::ok_status();
+  return write_whole_file(path, trace.dump() + "\n", "trace file");
 }
 
 // After a step: the checkpoint when one is due, then the step's metrics line.

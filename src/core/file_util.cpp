@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 namespace strata {
 
@@ -30,6 +31,14 @@ Result<std::string> read_whole_file(const std::string& path, const std::string& 
   }
   ::close(fd);  // read-only: nothing to lose if close reports an error
   return text;
+}
+
+Status write_whole_file(const std::string& path, const std::string& text, const std::string& what) {
+  std::ofstream out(path, std::ios::out | std::ios::trunc | std::ios::binary);
+  out << text;
+  out.flush();
+  if (!out) return io_error("cannot write " + what + " " + path);
+  return Status::ok_status();
 }
 
 }  // namespace strata
