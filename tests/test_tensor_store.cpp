@@ -426,7 +426,7 @@ TEST_P(TensorStoreTest, SecondStoreOnTheSameFilesIsRefused) {
   auto second = TensorStore::create(*engine_, o, {{"a", 4 * kMiB}});  // would resize the files
   ASSERT_FALSE(second.ok());
   test::expect_error(second.status(), ErrorCode::invalid_argument,
-                     {o.dirs[0] + "/strata.store", "is in use by another run"});
+                     {o.dirs[0] + "/strata.store", "is in use by other runs"});
   EXPECT_EQ(std::filesystem::file_size(o.dirs[1] + "/strata.store"), size_before);
   std::memset(b.data(), 0, 256 * kKiB);
   ASSERT_TRUE(read_sync(*first, "a", 0, b.data(), 256 * kKiB).ok());
@@ -435,6 +435,42 @@ TEST_P(TensorStoreTest, SecondStoreOnTheSameFilesIsRefused) {
   first.reset();  // closing releases the files
   auto third = TensorStore::create(*engine_, o, {{"a", 4 * kMiB}});
   EXPECT_TRUE(third.ok()) << third.status().to_string();
+}
+
+// With instances > 1 a second store takes the next free name in every directory, leaves the
+// first one's files as they are, and a third takes the first name again once it is free.
+TEST_P(TensorStoreTest, SecondStoreTakesTheNextFreeName) {
+  StoreOptions o;
+  o.dirs = make_dirs(2, "instances");
+  o.stripe_unit = 64 * kKiB;
+  o.direct = false;
+  o.instances = 2;
+  auto first = make_store(o, {{"a", 256 * kKiB}});
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->file_name(), "strata.store");
+  const std::vector<uint8_t> want = pattern(256 * kKiB, 3);
+  HostBuffer b = buffer(256 * kKiB);
+  std::memcpy(b.data(), want.data(), want.size());
+  ASSERT_TRUE(write_sync(*first, "a", 0, b.data(), 256 * kKiB).ok());
+
+  auto second = TensorStore::create(*engine_, o, {{"a", 1 * kMiB}});
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ((*second)->file_name(), "strata.1.store");
+  for (size_t d = 0; d < 2; ++d) {
+    EXPECT_EQ((*second)->file(d).path, o.dirs[d] + "/strata.1.store");
+  }
+  auto third = TensorStore::create(*engine_, o, {{"a", 64 * kKiB}});
+  ASSERT_FALSE(third.ok());
+  test::expect_error(third.status(), ErrorCode::invalid_argument,
+                     {o.dirs[0] + "/strata.store", "and the 1 names after it are in use"});
+  std::memset(b.data(), 0, 256 * kKiB);
+  ASSERT_TRUE(read_sync(*first, "a", 0, b.data(), 256 * kKiB).ok());
+  EXPECT_EQ(std::memcmp(b.data(), want.data(), want.size()), 0) << "the first store's data changed";
+
+  first.reset();
+  auto fourth = TensorStore::create(*engine_, o, {{"a", 64 * kKiB}});
+  ASSERT_TRUE(fourth.ok()) << fourth.status().to_string();
+  EXPECT_EQ((*fourth)->file_name(), "strata.store");
 }
 
 TEST_P(TensorStoreTest, CreateRefusesBadOptions) {

@@ -36,16 +36,46 @@ struct CreatedFiles {
 
 // Note [One run per store file]: a store file belongs to the one store that holds an exclusive
 // flock on it, from before it is sized until it is closed. A second store (another run given the
-// same io.dirs, or a second store in this process) is refused before it resizes, overwrites or
-// removes anything of the first one's. The lock goes with the file descriptor, so a killed run
-// releases it.
-Status lock_exclusively(const IoFile& f) {
-  if (::flock(f.fd, LOCK_EX | LOCK_NB) == 0) return Status::ok_status();
-  if (errno == EWOULDBLOCK) {
-    return invalid_argument("storage file " + f.path +
-                            " is in use by another run; give each run io.dirs of its own");
-  }
+// same io.dirs, or a second store in this process) never resizes, overwrites or removes anything
+// of the first one's: it takes the next free name (StoreOptions::instances), or is refused when
+// there is none. The lock goes with the file descriptor, so a killed run releases it, and the
+// next run that finds the name free takes the file over (a stale file is reused, never leaked
+// one per crash). Only the holder removes its files, and it does so while still holding them.
+Result<bool> lock_exclusively(const IoFile& f) {
+  if (::flock(f.fd, LOCK_EX | LOCK_NB) == 0) return true;
+  if (errno == EWOULDBLOCK) return false;
   return io_error("storage file " + f.path + ": flock: " + std::strerror(errno));
+}
+
+// The k-th name a store may take in a directory (Note [One run per store file]): the configured
+// name, then "strata.1.store", "strata.2.store", ... (the number before the extension).
+std::string instance_file_name(const std::string& name, int32_t k) {
+  if (k == 0) return name;
+  size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot == 0) dot = name.size();
+  std::string out = name;
+  out.insert(dot, "." + std::to_string(k));
+  return out;
+}
+
+// Every directory exists, is a directory, and is listed once (two entries naming one directory
+// would put two stripes of the layout in one file).
+Status check_dirs(const std::vector<std::string>& dirs) {
+  std::set<std::string> seen;
+  for (const std::string& dir : dirs) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) {
+      if (errno == ENOENT) return not_found("storage directory " + dir + " does not exist");
+      return io_error("storage directory " + dir + ": " + std::strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return invalid_argument("storage directory " + dir + " is not a directory");
+    }
+    if (!seen.insert(std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)).second) {
+      return invalid_argument("storage directory " + dir + " is listed twice");
+    }
+  }
+  return Status::ok_status();
 }
 
 // fallocate the whole file; no_space names the directory with what it needs and has.
@@ -155,28 +185,31 @@ Result<std::unique_ptr<TensorStore>> TensorStore::create(IoEngine& engine,
   }
   store->logical_bytes_ = offset;
 
-  const uint64_t ndirs = options.dirs.size();
-  const uint64_t stripes = offset / su;
-  std::set<std::string> seen;
+  STRATA_RETURN_IF_ERROR(check_dirs(options.dirs));
+  const int32_t instances = std::max<int32_t>(1, options.instances);
+  for (int32_t k = 0; k < instances; k++) {
+    const std::string name = instance_file_name(options.file_name, k);
+    bool busy = false;
+    STRATA_RETURN_IF_ERROR(store->open_files(name, offset / su, &busy));
+    if (!busy) return store;
+  }
+  return invalid_argument("storage file " + options.dirs.front() + "/" + options.file_name +
+                          (instances > 1
+                               ? " and the " + std::to_string(instances - 1) + " names after it are"
+                               : std::string(" is")) +
+                          " in use by other runs; give each run io.dirs of its own");
+}
+
+Status TensorStore::open_files(const std::string& name, uint64_t stripes, bool* busy) {
+  const uint64_t ndirs = options_.dirs.size(), su = options_.stripe_unit;
   CreatedFiles created;
+  std::vector<std::unique_ptr<IoFile>> files;
+  std::vector<uint64_t> sizes;
   for (uint64_t d = 0; d < ndirs; d++) {
-    const std::string& dir = options.dirs[d];
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0) {
-      if (errno == ENOENT) return not_found("storage directory " + dir + " does not exist");
-      return io_error("storage directory " + dir + ": " + std::strerror(errno));
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      return invalid_argument("storage directory " + dir + " is not a directory");
-    }
-    // Two entries naming one directory would put two stripes of the layout in one file.
-    std::string id = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
-    if (!seen.insert(id).second) {
-      return invalid_argument("storage directory " + dir + " is listed twice");
-    }
-    std::string path = dir + "/" + options.file_name;
-    bool existed = ::access(path.c_str(), F_OK) == 0;
-    auto file = open_io_file(path, /*create=*/true, options.direct);
+    const std::string& dir = options_.dirs[d];
+    const std::string path = dir + "/" + name;
+    const bool existed = ::access(path.c_str(), F_OK) == 0;
+    auto file = open_io_file(path, /*create=*/true, options_.direct);
     if (!file.ok()) {
       if (file.status().code() == ErrorCode::unavailable) {
         return unavailable("storage directory " + dir +
@@ -188,15 +221,22 @@ Result<std::unique_ptr<TensorStore>> TensorStore::create(IoEngine& engine,
                     "storage directory " + dir + ": " + file.status().message());
     }
     if (!existed) created.paths.push_back(path);
-    STRATA_RETURN_IF_ERROR(lock_exclusively(**file));
-    uint64_t dir_stripes = stripes > d ? (stripes - d + ndirs - 1) / ndirs : 0;
-    uint64_t bytes = dir_stripes * su;
+    STRATA_ASSIGN_OR_RETURN(const bool locked, lock_exclusively(**file));
+    if (!locked) {  // another live store's: leave it alone, and give back what we took
+      *busy = true;
+      return Status::ok_status();
+    }
+    const uint64_t dir_stripes = stripes > d ? (stripes - d + ndirs - 1) / ndirs : 0;
+    const uint64_t bytes = dir_stripes * su;
     STRATA_RETURN_IF_ERROR(preallocate(**file, dir, bytes));
-    store->files_.push_back(std::move(file).value());
-    store->file_bytes_.push_back(bytes);
+    files.push_back(std::move(file).value());
+    sizes.push_back(bytes);
   }
   created.keep = true;
-  return store;
+  files_ = std::move(files);
+  file_bytes_ = std::move(sizes);
+  file_name_ = name;
+  return Status::ok_status();
 }
 
 TensorStore::~TensorStore() = default;

@@ -54,6 +54,9 @@ struct StoreOptions {
   bool direct = true;                      // O_DIRECT files (Note [Direct ranges])
   bool checksums = false;                  // Note [Extent checksums]
   std::string file_name = "strata.store";  // the file created in each directory
+  // Names tried in turn when another live store holds the file: file_name, then "strata.1.store"
+  // and so on (Note [One run per store file] in tensor_store.cpp). 1: refuse instead.
+  int32_t instances = 1;
 };
 
 struct ExtentSpec {
@@ -103,8 +106,9 @@ class TensorStore {
   // `file_name` in every directory (not_found for a missing directory; unavailable when the file
   // system refuses O_DIRECT) and preallocates it (no_space naming the directory with the bytes
   // needed and available). Files this call created are removed again if it fails. Each file is
-  // locked for this store's lifetime: a file another live store holds is refused with
-  // invalid_argument naming it (Note [One run per store file] in tensor_store.cpp).
+  // locked for this store's lifetime: when another live store holds the name, the next of
+  // `instances` names is tried; none free is invalid_argument naming the file (Note [One run per
+  // store file] in tensor_store.cpp).
   static Result<std::unique_ptr<TensorStore>> create(IoEngine& engine, const StoreOptions& options,
                                                      const std::vector<ExtentSpec>& extents);
   ~TensorStore();
@@ -144,6 +148,8 @@ class TensorStore {
   };
   Location locate(uint64_t logical_offset) const;  // Note [Store layout]
   const StoreOptions& options() const { return options_; }
+  // The file name this store took in every directory (options().file_name or a later instance).
+  const std::string& file_name() const { return file_name_; }
 
  private:
   struct Chunk {
@@ -153,6 +159,9 @@ class TensorStore {
 
   TensorStore(IoEngine& engine, const StoreOptions& options) : engine_(engine), options_(options) {}
   Result<size_t> find(const std::string& name) const;
+  // Opens `name` in every directory, locks and sizes it (`stripes` stripes over all). *busy: a
+  // file is held by another live store; nothing is then kept and files this call made are removed.
+  Status open_files(const std::string& name, uint64_t stripes, bool* busy);
   Status check_range(const ExtentInfo& e, uint64_t offset, const void* buffer, uint64_t length,
                      IoOp op) const;
   Result<IoBatch> submit(IoOp op, size_t extent, uint64_t offset, uint8_t* buffer, uint64_t length);
@@ -167,6 +176,7 @@ class TensorStore {
   std::vector<std::unique_ptr<IoFile>> files_;  // one per dir
   std::vector<uint64_t> file_bytes_;            // one per dir
   uint64_t logical_bytes_ = 0;
+  std::string file_name_;
 
   mutable std::mutex crc_mu_;
   std::vector<std::vector<Chunk>> chunks_;  // guarded by crc_mu_; [extent][chunk] (checksums on)

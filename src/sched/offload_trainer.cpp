@@ -313,6 +313,9 @@ Status OffloadTrainer::allocate_slots() {
   o.stripe_unit = static_cast<uint64_t>(cfg_.io.stripe_unit);
   o.checksums = cfg_.io.checksums;
   o.direct = true;
+  // Runs given the same io.dirs each take a store file of their own (Note [One run per store
+  // file]); this many at once is far past what one set of SSDs serves well.
+  o.instances = 64;
   auto store = TensorStore::create(*engine_, o, extents);
   if (!store.ok() && store.status().code() == ErrorCode::unavailable) {
     log_warn(store.status().message() + "; using buffered I/O");
@@ -396,12 +399,8 @@ const Plan& OffloadTrainer::last_plan() const {
 std::vector<std::string> OffloadTrainer::store_files() const {
   std::vector<std::string> files;
   if (!store_) return files;
-  for (const std::string& dir : store_->options().dirs) {
-    files.push_back((std::filesystem::path(dir) / store_->options().file_name).string());
-  }
+  for (size_t d = 0; d < store_->dir_count(); ++d) files.push_back(store_->file(d).path);
   return files;
 }
 
 }  // namespace strata
-
-namespace strata {}  // namespace strata

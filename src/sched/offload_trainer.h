@@ -146,7 +146,8 @@ class OffloadTrainer final : public Trainer {
   // Block state parts: the slot names of a block's optimizer state ("optim.store.blkL" or its
   // ".p0"/".p1"), with their part numbers.
   std::vector<std::pair<std::string, int32_t>> optim_parts(int64_t block) const;
-  // The store's files, "dir/strata.store" per directory (none without a store).
+  // The store's files, "dir/strata.store" (or a later instance's name) per directory; none
+  // without a store.
   std::vector<std::string> store_files() const;
   // One storage transfer, waited; errors name the tensor and the file.
   Status store_io(const SlotMemory& m, IoOp op, int64_t offset, void* host, int64_t bytes);
