@@ -29,6 +29,7 @@ model=(--set model.n_layer=6 --set model.n_embd=768 --set model.n_head=12
   --set model.context_length=256 --set train.seq_len=256 --set train.grad_accum=8
   --set train.schedule=vertical --set optim.grad_clip=0 --set optim.alpha=1
   --set offload.params_on_host=1 --set offload.optim_on_host=1 --set offload.checkpoints_on_host=1
+  --set offload.grads_on_host=1
   --set "io.dirs=[\"$store\"]" --set activations.tier=storage)
 
 run() {  # name [flags...] -> $out/<name>.jsonl, .log

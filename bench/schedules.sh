@@ -65,7 +65,7 @@ common=(--set "model.n_layer=$layers" --set "model.n_embd=$embd" --set "model.n_
   --set "model.vocab_size=$vocab" --set "model.context_length=$seq" --set "train.seq_len=$seq"
   --set "train.batch_size=$batch" --set "train.steps=$steps" --set "io.dirs=[\"$store\"]"
   --set offload.params_on_host=0 --set offload.optim_on_host=0
-  --set offload.checkpoints_on_host=1)
+  --set offload.checkpoints_on_host=1 --set offload.grads_on_host=1)
 declare -A flags=(
   [horizontal]="--set train.schedule=horizontal --set optim.grad_clip=0"
   [vertical]="--set train.schedule=vertical --set optim.grad_clip=0"

@@ -61,9 +61,11 @@ TEST(Config, DefaultParsesToTheStructDefaults) {
   EXPECT_EQ(j["offload"]["params_on_host"], 0.0);
   EXPECT_EQ(j["offload"]["optim_on_host"], 0.0);
   EXPECT_EQ(j["offload"]["checkpoints_on_host"], 1.0);
+  EXPECT_EQ(j["offload"]["grads_on_host"], 0.0);
   EXPECT_TRUE(j["memory"]["device_bytes"].is_number_integer());
   EXPECT_TRUE(j["optim"]["alpha"].is_number_float());
-  for (const char* key : {"params_on_host", "optim_on_host", "checkpoints_on_host"}) {
+  for (const char* key :
+       {"params_on_host", "optim_on_host", "checkpoints_on_host", "grads_on_host"}) {
     EXPECT_TRUE(j["offload"][key].is_number_float()) << key;
   }
   EXPECT_EQ(c->optim.alpha, d.optim.alpha);
@@ -72,6 +74,7 @@ TEST(Config, DefaultParsesToTheStructDefaults) {
   EXPECT_EQ(c->offload.params_on_host, 0.0);
   EXPECT_EQ(c->offload.optim_on_host, 0.0);
   EXPECT_EQ(c->offload.checkpoints_on_host, 1.0);
+  EXPECT_EQ(c->offload.grads_on_host, 0.0);
 }
 
 TEST(Config, RoundTripsThroughJson) {
@@ -96,6 +99,7 @@ TEST(Config, RoundTripsThroughJson) {
   c.offload.params_on_host = 0.3;
   c.offload.optim_on_host = 1.0 / 3.0;
   c.offload.checkpoints_on_host = 0.75;
+  c.offload.grads_on_host = 0.25;
   c.io.dirs = {"/mnt/nvme0", "/mnt/nvme1"};
   auto back = parse_config(config_to_json(c));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
@@ -109,6 +113,7 @@ TEST(Config, RoundTripsThroughJson) {
   EXPECT_EQ(back->offload.params_on_host, 0.3);
   EXPECT_EQ(back->offload.optim_on_host, 1.0 / 3.0);
   EXPECT_EQ(back->offload.checkpoints_on_host, 0.75);
+  EXPECT_EQ(back->offload.grads_on_host, 0.25);
   EXPECT_EQ(back->io.dirs, c.io.dirs);
   // Through text too, as a config file written by config_to_json would be read.
   auto text = parse_config(json::parse(config_to_json(c).dump()));
@@ -378,7 +383,7 @@ TEST(Config, FractionsTakeIntegers) {
   std::string path = write_file(dir, "run.json",
                                 R"({"train": {"schedule": "vertical"},
                                     "offload": {"params_on_host": 1, "optim_on_host": 1,
-                                                "checkpoints_on_host": 1},
+                                                "checkpoints_on_host": 1, "grads_on_host": 1},
                                     "optim": {"grad_clip": 0, "alpha": 0}})");
   auto file = read_json_file(path);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
@@ -407,6 +412,8 @@ TEST(Config, MemoryOffloadAndAlphaErrors) {
                {"offload.optim_on_host must be in [0, 1], got 1.5"});
   expect_error(parse_with("offload.checkpoints_on_host=2"), ErrorCode::invalid_argument,
                {"offload.checkpoints_on_host must be in [0, 1], got 2"});
+  expect_error(parse_with("offload.grads_on_host=-0.5"), ErrorCode::invalid_argument,
+               {"offload.grads_on_host must be in [0, 1], got -0.5"});
   expect_error(parse_with("optim.alpha=1.5"), ErrorCode::invalid_argument,
                {"optim.alpha must be in [0, 1], got 1.5"});
   expect_error(parse_with("optim.alpha=-0.5"), ErrorCode::invalid_argument,
@@ -445,10 +452,15 @@ TEST(Config, OffloadToStorageNeedsDirs) {
   EXPECT_TRUE(parse_sets({"train.schedule=vertical", "offload.params_on_host=0",
                           "io.dirs=[\"/mnt/nvme0\"]"})
                   .ok());
+  // Everything on host but the gradients (on storage by default): still storage.
+  expect_error(parse_sets({"train.schedule=vertical", "offload.params_on_host=1",
+                           "offload.optim_on_host=1", "offload.checkpoints_on_host=1"}),
+               ErrorCode::invalid_argument, {message});
   // Everything on host: no directory needed.
-  EXPECT_TRUE(parse_sets({"train.schedule=vertical", "offload.params_on_host=1",
-                          "offload.optim_on_host=1", "offload.checkpoints_on_host=1"})
-                  .ok());
+  EXPECT_TRUE(
+      parse_sets({"train.schedule=vertical", "offload.params_on_host=1", "offload.optim_on_host=1",
+                  "offload.checkpoints_on_host=1", "offload.grads_on_host=1"})
+          .ok());
 }
 
 }  // namespace
@@ -462,25 +474,26 @@ TEST(Config, ActivationPolicy) {
   const json d = default_config_json();
   EXPECT_EQ(d["activations"]["policy"], "recompute");
   EXPECT_EQ(d["activations"]["tier"], "storage");
-  const char* on_host[] = {"offload.params_on_host=1", "offload.optim_on_host=1"};
-  EXPECT_TRUE(
-      parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.policy=keep"})
-          .ok());
-  EXPECT_TRUE(parse_sets({"train.schedule=vertical", on_host[0], on_host[1],
+  const char* on_host[] = {"offload.params_on_host=1", "offload.optim_on_host=1",
+                           "offload.grads_on_host=1"};
+  EXPECT_TRUE(parse_sets({"train.schedule=vertical", on_host[0], on_host[1], on_host[2],
+                          "activations.policy=keep"})
+                  .ok());
+  EXPECT_TRUE(parse_sets({"train.schedule=vertical", on_host[0], on_host[1], on_host[2],
                           "activations.policy=offload", "activations.tier=host"})
                   .ok());
   expect_error(parse_sets({"activations.policy=swap"}), ErrorCode::invalid_argument,
                {"activations.policy 'swap' is not one of recompute, keep, offload, auto"});
-  expect_error(
-      parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.tier=gpu"}),
-      ErrorCode::invalid_argument, {"activations.tier 'gpu'"});
-  expect_error(parse_sets({"train.schedule=horizontal", on_host[0], on_host[1],
+  expect_error(parse_sets({"train.schedule=vertical", on_host[0], on_host[1], on_host[2],
+                           "activations.tier=gpu"}),
+               ErrorCode::invalid_argument, {"activations.tier 'gpu'"});
+  expect_error(parse_sets({"train.schedule=horizontal", on_host[0], on_host[1], on_host[2],
                            "activations.policy=offload", "activations.tier=host"}),
                ErrorCode::invalid_argument,
                {"activations.policy 'offload' needs train.schedule vertical"});
-  expect_error(
-      parse_sets({"train.schedule=vertical", on_host[0], on_host[1], "activations.policy=auto"}),
-      ErrorCode::invalid_argument, {"io.dirs is empty but activations.tier is storage"});
+  expect_error(parse_sets({"train.schedule=vertical", on_host[0], on_host[1], on_host[2],
+                           "activations.policy=auto"}),
+               ErrorCode::invalid_argument, {"io.dirs is empty but activations.tier is storage"});
   // Round trip.
   TrainConfig c;
   c.schedule = Schedule::vertical;

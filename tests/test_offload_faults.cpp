@@ -22,6 +22,7 @@ TrainConfig faulty_config(const std::string& schedule, const std::string& dir,
   TrainConfig c = test::tiny_offload_config(schedule, dir);
   c.steps = 6;
   c.offload.checkpoints_on_host = 0;
+  c.offload.grads_on_host = 1;  // the write counts below are of params, optimizer state and ckpts
   c.io.faults = faults;
   return c;
 }
@@ -116,6 +117,7 @@ TEST(offload_faults, ActivationReadErrorStopsTraining) {
   c.offload.params_on_host = 1;  // so every storage read is an activation read
   c.offload.optim_on_host = 1;
   c.offload.checkpoints_on_host = 1;
+  c.offload.grads_on_host = 1;
   c.activations.policy = ActsMode::offload;
   c.activations.tier = ActsTier::storage;
   const Outcome o = train(c);

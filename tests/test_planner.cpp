@@ -98,6 +98,7 @@ TEST(Planner, MoreHostMemoryIsNeverSlowerAndPredictsTheBound) {
   const HardwareProfile p = small_profile();
   cfg.schedule = Schedule::horizontal;
   cfg.offload.params_on_host = cfg.offload.optim_on_host = 0;
+  cfg.offload.grads_on_host = 1;
   auto on_storage = predict(cfg, p);
   ASSERT_TRUE(on_storage.ok()) << on_storage.status().to_string();
   EXPECT_EQ(on_storage->bound, "storage_read");

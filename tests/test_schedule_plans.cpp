@@ -65,15 +65,18 @@ TEST(plan_schedules, GridPassesChecker) {
       for (Placement pp : kOff) {
         for (Placement op : kOff) {
           for (Placement cp : kOff) {
-            const ScheduleSpec s = spec(L, M, pp, op, cp);
-            const std::string what = "L=" + std::to_string(L) + " M=" + std::to_string(M) +
-                                     " params=" + std::to_string(int(pp)) +
-                                     " optim=" + std::to_string(int(op)) +
-                                     " ckpt=" + std::to_string(int(cp));
-            Status h = check_all(make_horizontal_plan(s));
-            EXPECT_TRUE(h.ok()) << "horizontal " << what << ": " << h.to_string();
-            Status v = check_all(make_vertical_plan(s));
-            EXPECT_TRUE(v.ok()) << "vertical " << what << ": " << v.to_string();
+            for (Placement gp : kOff) {
+              ScheduleSpec s = spec(L, M, pp, op, cp);
+              s.grads = gp;
+              const std::string what =
+                  "L=" + std::to_string(L) + " M=" + std::to_string(M) +
+                  " params=" + std::to_string(int(pp)) + " optim=" + std::to_string(int(op)) +
+                  " ckpt=" + std::to_string(int(cp)) + " grads=" + std::to_string(int(gp));
+              Status h = check_all(make_horizontal_plan(s));
+              EXPECT_TRUE(h.ok()) << "horizontal " << what << ": " << h.to_string();
+              Status v = check_all(make_vertical_plan(s));
+              EXPECT_TRUE(v.ok()) << "vertical " << what << ": " << v.to_string();
+            }
           }
         }
       }
@@ -91,6 +94,7 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
       s.params_at = placement_by_fraction(L, 0.5);
       s.optim_at = placement_by_fraction(L, 0.34);
       s.checkpoints_at = placement_by_fraction(L, 0.67);
+      s.grads_at = placement_by_fraction(L, 0.5);
       for (int64_t split : {int64_t{0}, s.block_elems / 2, s.block_elems}) {
         for (auto [pending, iteration] : {std::pair{false, true}, {true, true}, {true, false}}) {
           s.split_elems = split;
@@ -309,6 +313,44 @@ TEST(plan_schedules, GradientLeavesDevice) {
         EXPECT_EQ(v.at(l), 1) << "vertical L=" << L << " M=" << M << " l=" << l;
         EXPECT_EQ(h.at(l), M) << "horizontal L=" << L << " M=" << M << " l=" << l;
       }
+    }
+  }
+}
+
+// Gradients on storage: the vertical plan writes each block's gradient out once, and only the
+// range its pending part-1 step needs (none when alpha steps it all in backward), and reads that
+// range back once in the next plan; the horizontal plan keeps a running sum on storage (written
+// every micro-batch, read back before each later one and for the step). With gradients on host
+// nothing of them touches storage.
+TEST(plan_schedules, GradientStorageTraffic) {
+  const auto grad_bytes = [](const Plan& p, Resource r) {
+    return plan_traffic(p).of(StateKind::grads, r);
+  };
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::host);
+      const int64_t G = s.block_grad_bytes;
+      for (int64_t split : {int64_t{0}, s.block_elems / 4, s.block_elems}) {
+        s.split_elems = split;
+        s.pending_steps = true;
+        s.grads = Placement::storage;
+        const int64_t part1 = G - part_bytes(G, s.block_elems, split, 0);
+        const Plan v = make_vertical_plan(s);
+        EXPECT_EQ(grad_bytes(v, Resource::storage_write), L * part1)
+            << L << " " << M << " " << split;
+        EXPECT_EQ(grad_bytes(v, Resource::storage_read), L * part1)
+            << L << " " << M << " " << split;
+        s.grads = Placement::host;
+        const Plan vh = make_vertical_plan(s);
+        EXPECT_EQ(grad_bytes(vh, Resource::storage_write) + grad_bytes(vh, Resource::storage_read),
+                  0);
+      }
+      s.split_elems = 0;
+      s.pending_steps = false;
+      s.grads = Placement::storage;
+      const Plan h = make_horizontal_plan(s);
+      EXPECT_EQ(grad_bytes(h, Resource::storage_write), int64_t{L} * M * G);
+      EXPECT_EQ(grad_bytes(h, Resource::storage_read), int64_t{L} * M * G);
     }
   }
 }

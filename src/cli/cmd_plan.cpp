@@ -32,13 +32,10 @@ std::string pct(double f) {
 }
 
 json choice_json(const RunChoice& c) {
-  return {{"schedule", enum_name(c.schedule)},
-          {"batch_size", c.batch_size},
-          {"micro_batches", c.micro_batches},
-          {"params_on_host", c.params_on_host},
-          {"optim_on_host", c.optim_on_host},
-          {"checkpoints_on_host", c.checkpoints_on_host},
-          {"alpha", c.alpha}};
+  return {{"schedule", enum_name(c.schedule)}, {"batch_size", c.batch_size},
+          {"micro_batches", c.micro_batches},  {"params_on_host", c.params_on_host},
+          {"optim_on_host", c.optim_on_host},  {"checkpoints_on_host", c.checkpoints_on_host},
+          {"grads_on_host", c.grads_on_host},  {"alpha", c.alpha}};
 }
 
 json prediction_json(const Prediction& p, const TierBudgets& b) {
@@ -66,7 +63,8 @@ std::string describe_choice(const RunChoice& c, int64_t T) {
   o << "schedule " << enum_name(c.schedule) << ", micro-batch " << c.batch_size << " x " << T
     << " tokens, " << c.micro_batches << " micro-batches (" << c.batch_size * T * c.micro_batches
     << " tokens/step); on host: params " << pct(c.params_on_host) << ", optimizer state "
-    << pct(c.optim_on_host) << ", checkpoints " << pct(c.checkpoints_on_host);
+    << pct(c.optim_on_host) << ", checkpoints " << pct(c.checkpoints_on_host) << ", gradients "
+    << pct(c.grads_on_host);
   if (c.schedule == Schedule::vertical) o << "; alpha " << c.alpha;
   return o.str();
 }
@@ -77,7 +75,8 @@ std::string set_flags(const RunChoice& c) {
     << " --set train.batch_size=" << c.batch_size << " --set train.grad_accum=" << c.micro_batches
     << " --set offload.params_on_host=" << c.params_on_host
     << " --set offload.optim_on_host=" << c.optim_on_host
-    << " --set offload.checkpoints_on_host=" << c.checkpoints_on_host;
+    << " --set offload.checkpoints_on_host=" << c.checkpoints_on_host
+    << " --set offload.grads_on_host=" << c.grads_on_host;
   if (c.schedule == Schedule::vertical) o << " --set optim.alpha=" << c.alpha;
   return o.str();
 }
@@ -225,9 +224,13 @@ Result<Prediction> search_best(const TrainConfig& cfg, const HardwareProfile& pr
 // A memory tier: would more host memory (everything on host) be faster? null when it already is.
 json all_on_host(const TrainConfig& chosen, const HardwareProfile& prof, const Prediction& best) {
   const RunChoice& c = best.choice;
-  if (c.params_on_host >= 1 && c.optim_on_host >= 1 && c.checkpoints_on_host >= 1) return nullptr;
+  if (c.params_on_host >= 1 && c.optim_on_host >= 1 && c.checkpoints_on_host >= 1 &&
+      c.grads_on_host >= 1) {
+    return nullptr;
+  }
   TrainConfig all = chosen;
-  all.offload.params_on_host = all.offload.optim_on_host = all.offload.checkpoints_on_host = 1;
+  all.offload.params_on_host = all.offload.optim_on_host = all.offload.checkpoints_on_host =
+      all.offload.grads_on_host = 1;
   all.memory.host_bytes = 0;
   HardwareProfile roomy = prof;
   roomy.host_bytes = 0;

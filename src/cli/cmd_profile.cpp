@@ -174,7 +174,8 @@ Status measure_rates(const TrainConfig& base, bool quiet, HardwareProfile& prof)
     cfg.schedule = Schedule::horizontal;
     cfg.batch_size = B;
     cfg.grad_accum = 2;
-    cfg.offload.params_on_host = cfg.offload.optim_on_host = cfg.offload.checkpoints_on_host = 1;
+    cfg.offload.params_on_host = cfg.offload.optim_on_host = cfg.offload.checkpoints_on_host =
+        cfg.offload.grads_on_host = 1;
     cfg.io.dirs.clear();
     cfg.io.read_bytes_per_s = cfg.io.write_bytes_per_s = 0;
     cfg.optim.grad_clip = 0;

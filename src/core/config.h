@@ -15,7 +15,7 @@
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
 //              faults, dirs, stripe_unit, checksums},
 //    "memory":  {device_bytes, host_bytes},
-//    "offload": {params_on_host, optim_on_host, checkpoints_on_host},
+//    "offload": {params_on_host, optim_on_host, checkpoints_on_host, grads_on_host},
 //    "activations": {policy, tier}}
 #pragma once
 
@@ -83,6 +83,7 @@ struct OffloadConfig {
   double params_on_host = 0.0;       // working parameters
   double optim_on_host = 0.0;        // optimizer state (master weights, m, v)
   double checkpoints_on_host = 1.0;  // block-input checkpoints
+  double grads_on_host = 0.0;        // a block's f32 gradient, from leaving the device to its step
 };
 
 // Saved activations (docs/design.md §6, SSDTrain), vertical only. Per block the backward either

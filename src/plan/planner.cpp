@@ -66,6 +66,7 @@ TrainConfig apply_choice(const TrainConfig& cfg, const RunChoice& c) {
   out.offload.params_on_host = c.params_on_host;
   out.offload.optim_on_host = c.optim_on_host;
   out.offload.checkpoints_on_host = c.checkpoints_on_host;
+  out.offload.grads_on_host = c.grads_on_host;
   out.optim.alpha = c.alpha;
   return out;
 }
@@ -78,6 +79,7 @@ RunChoice choice_of(const TrainConfig& cfg) {
   c.params_on_host = cfg.offload.params_on_host;
   c.optim_on_host = cfg.offload.optim_on_host;
   c.checkpoints_on_host = cfg.offload.checkpoints_on_host;
+  c.grads_on_host = cfg.offload.grads_on_host;
   c.alpha = cfg.optim.alpha;
   return c;
 }
@@ -186,21 +188,24 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
       c.micro_batches = N / B;
       c.alpha = sched == Schedule::vertical && !clip ? 0.5 : 1.0;
       // Placement: more on host never costs time in this model (it only removes transfers), so
-      // for each optimizer fraction take the largest params fraction that fits, checkpoints on
-      // host first; the simulator picks among those.
+      // for each gradient and optimizer fraction take the largest params fraction that fits,
+      // checkpoints on host first; the simulator picks among those.
       bool placed = false;
       Prediction best;
       for (double ck : {1.0, 0.0}) {
-        for (double of : o.fractions) {
-          for (double pf : o.fractions) {
-            c.checkpoints_on_host = ck;
-            c.optim_on_host = of;
-            c.params_on_host = pf;
-            auto p = try_one(c);
-            if (!p.ok()) continue;
-            if (!placed || p->iter_s < best.iter_s) best = std::move(*p);
-            placed = true;
-            break;  // smaller params fractions fit too, and are no faster
+        for (double gf : {1.0, 0.0}) {
+          for (double of : o.fractions) {
+            for (double pf : o.fractions) {
+              c.checkpoints_on_host = ck;
+              c.grads_on_host = gf;
+              c.optim_on_host = of;
+              c.params_on_host = pf;
+              auto p = try_one(c);
+              if (!p.ok()) continue;
+              if (!placed || p->iter_s < best.iter_s) best = std::move(*p);
+              placed = true;
+              break;  // smaller params fractions fit too, and are no faster
+            }
           }
         }
         if (placed) break;

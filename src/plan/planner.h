@@ -35,7 +35,7 @@ struct RunChoice {
   Schedule schedule = Schedule::vertical;  // horizontal | vertical
   int64_t batch_size = 1;                  // B, sequences per micro-batch
   int64_t micro_batches = 1;               // M
-  double params_on_host = 0, optim_on_host = 0, checkpoints_on_host = 1;
+  double params_on_host = 0, optim_on_host = 0, checkpoints_on_host = 1, grads_on_host = 1;
   double alpha = 1;  // vertical: part of each step deferred to the next forward
 };
 // Applies a choice to a config (train.*, offload.*, optim.alpha).

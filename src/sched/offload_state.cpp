@@ -42,11 +42,26 @@ Status OffloadTrainer::read_slot(const std::string& name, int64_t offset, void* 
   return store_io(m, IoOp::read, offset, dst, bytes);
 }
 
+float* OffloadTrainer::idle_block_stage() {
+  for (const std::string& name :
+       {names::grad_store(0), names::kGradWstage.at(0), names::kGradRstage.at(0)}) {
+    auto it = memory_.find(name);
+    if (it != memory_.end() && it->second->tier == Tier::host &&
+        it->second->bytes >= block_elems_ * 4) {
+      return it->second->buf.f32();
+    }
+  }
+  // Every gradient slot on storage and none of its stages in the plans (alpha = 1 with no
+  // gradient kept between plans): one block's worth, beside what the plan counts.
+  spare_stage_.resize(static_cast<size_t>(block_elems_));
+  return spare_stage_.data();
+}
+
 Status OffloadTrainer::initialize_state() {
   const int64_t n = block_elems_;
-  // Staging for storage writes comes from slots that are idle before step 1 (block 0's host
-  // gradient, an optimizer stage), so the host peak stays what the plan says.
-  float* slab = memory_.at(names::grad_host(0))->buf.f32();  // (n)
+  // Staging for storage writes comes from slots that are idle before step 1 (a host gradient
+  // slot, an optimizer stage), so the host peak stays what the plan says.
+  float* slab = idle_block_stage();  // (n)
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     std::memset(slab, 0, static_cast<size_t>(n * 4));
     init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
@@ -81,8 +96,8 @@ Status OffloadTrainer::initialize_state() {
 Status OffloadTrainer::read_params(float* host) {
   STRATA_RETURN_IF_ERROR(finish());
   const int64_t n = block_elems_;
-  // Block 0's host gradient is idle once no step is pending: the staging for storage reads.
-  float* tmp = memory_.at(names::grad_host(0))->buf.f32();
+  // Gradient slots are idle once no step is pending: the staging for storage reads.
+  float* tmp = idle_block_stage();
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, tmp, n * 4));
     const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
@@ -162,8 +177,8 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
     if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
   }
-  // The working params (f32: the master itself), staged through block 0's idle host gradient.
-  float* stage = memory_.at(names::grad_host(0))->buf.f32();
+  // The working params (f32: the master itself), staged through an idle gradient slot.
+  float* stage = idle_block_stage();
   std::memcpy(stage, master, static_cast<size_t>(s.numel * 4));
   return write_slot(names::params_store(block), 0, stage, s.numel * 4);
 }

@@ -73,6 +73,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.params_at = placement_by_fraction(s.blocks, cfg.offload.params_on_host);
   s.optim_at = placement_by_fraction(s.blocks, cfg.offload.optim_on_host);
   s.checkpoints_at = placement_by_fraction(s.blocks, cfg.offload.checkpoints_on_host);
+  s.grads_at = placement_by_fraction(s.blocks, cfg.offload.grads_on_host);
   s.block_elems = n;
   s.split_elems = split_elems_for(cfg, n);
   s.acts_bytes = block_saved_floats(d) * 4;

@@ -146,6 +146,10 @@ class OffloadTrainer final : public Trainer {
   // Block state parts: the slot names of a block's optimizer state ("optim.store.blkL" or its
   // ".p0"/".p1"), with their part numbers.
   std::vector<std::pair<std::string, int32_t>> optim_parts(int64_t block) const;
+  // One block's f32 worth of host memory that no plan uses between steps (a gradient slot or
+  // stage), for the state moved outside plans; never an optimizer stage, which the same moves
+  // use beside it.
+  float* idle_block_stage();
   // The store's files, "dir/strata.store" (or a later instance's name) per directory; none
   // without a store.
   std::vector<std::string> store_files() const;
@@ -173,6 +177,7 @@ class OffloadTrainer final : public Trainer {
   // the head's buffers; laid out in the "compute.workspace" slot.
   OffloadWorkspace ws_{};
 
+  std::vector<float> spare_stage_;  // idle_block_stage when no plan slot serves
   std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
   StepState state_;                 // of the last norm: what pending and post-norm steps apply
   int64_t steps_done_ = 0;

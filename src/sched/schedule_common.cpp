@@ -67,14 +67,7 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   b.task(TaskKind::block_step, tag, std::move(uses), O);
   if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, x.state_store, O);
   if (x.params_store != x.params_out) {
-    Task t{.kind = TaskKind::params_write};
-    t.block = x.block;
-    t.part = x.part;
-    t.uses = {slot_read(x.params_out, Role::src), slot_write(x.params_store, Role::dst)};
-    t.bytes = P;
-    t.src_offset = p_off;
-    t.dst_offset = p_off;
-    b.task(std::move(t));
+    b.transfer_range(TaskKind::params_write, tag, x.params_out, x.params_store, p_off, P);
   }
 }
 

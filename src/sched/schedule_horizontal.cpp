@@ -34,9 +34,11 @@ class HorizontalPlan {
     add_iteration_end(b_, c_, s_, [this] {
       for (int l = L_ - 1; l >= 0; --l) {
         const bool on_storage = tiers_.params[l] == Tier::storage;
+        const int32_t grad = b_.to_host(TaskKind::grad_read, {.block = l}, grad_store_[l],
+                                        grad_rstage_, s_.block_grad_bytes);
         add_optimizer_step(b_, c_, s_,
                            {.block = l,
-                            .grad = grad_host_[l],
+                            .grad = grad,
                             .state_store = optim_store_[l],
                             .params_out = on_storage ? params_wstage_.take() : params_store_[l],
                             .params_store = params_store_[l]},
@@ -53,7 +55,7 @@ class HorizontalPlan {
       params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l], P, true));
       optim_store_.push_back(
           b_.slot(names::optim_store(l), tiers_.optim[l], s_.block_optim_bytes, true));
-      grad_host_.push_back(b_.slot(names::grad_host(l), Tier::host, G));
+      grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], G));
       ckpt_.push_back(b_.slot(names::ckpt(l), tiers_.checkpoints[l], C));  // every micro-batch's
     }
     act_ = b_.slot(names::kAct, Tier::device, C);    // forward activation, updated in place
@@ -68,6 +70,8 @@ class HorizontalPlan {
     ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
     optim_stage_ =
         add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes, tiers_.optim_on_storage);
+    grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, G, tiers_.grads_on_storage);
+    grad_rstage_ = add_ring(b_, names::kGradRstage, Tier::host, G, tiers_.grads_on_storage);
   }
 
   // storage -> host stage (if on storage) -> device double buffer; returns the device slot.
@@ -119,15 +123,31 @@ class HorizontalPlan {
                slot_write(grad_buf_[j], Role::grad)},
               0, s_.block_fwd_flops + s_.block_bwd_flops);
       b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
-      std::vector<SlotUse> acc = {slot_read(grad_stage_[j], Role::src),
-                                  slot_write(grad_host_[l], Role::grad)};
-      if (m > 0) acc.push_back(slot_read(grad_host_[l], Role::grad));
-      b_.task(TaskKind::grad_accumulate, tag, std::move(acc), s_.block_grad_bytes);
-      if (m == M_ - 1) add_grad_sumsq(b_, c_, l, grad_host_[l], s_.block_grad_bytes);
+      accumulate(l, m, grad_stage_[j]);
     }
     b_.task(TaskKind::embed_backward, {.micro_batch = m},
             {slot_read(dact_, Role::dact), slot_read(c_.tokens_device, Role::tokens),
              slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
+  }
+
+  // Micro-batch m's gradient of block l (in host slot `part`) added into the block's sum. On
+  // storage the sum is read into a stage (after the first micro-batch), added to there and
+  // written back: the traffic ZeRO-Infinity avoids by keeping gradients in host memory, paid
+  // here only where the placement asks for it.
+  void accumulate(int l, int m, int32_t part) {
+    const TaskTag tag{.block = l, .micro_batch = m};
+    const int64_t G = s_.block_grad_bytes;
+    const bool on_storage = b_.tier(grad_store_[l]) == Tier::storage;
+    int32_t sum = grad_store_[l];
+    if (on_storage) {
+      sum = grad_wstage_.take();
+      if (m > 0) b_.transfer(TaskKind::grad_read, tag, grad_store_[l], sum, G);
+    }
+    std::vector<SlotUse> acc = {slot_read(part, Role::src), slot_write(sum, Role::grad)};
+    if (m > 0) acc.push_back(slot_read(sum, Role::grad));
+    b_.task(TaskKind::grad_accumulate, tag, std::move(acc), G);
+    if (m == M_ - 1) add_grad_sumsq(b_, c_, l, sum, G);
+    if (on_storage) b_.transfer(TaskKind::grad_write, tag, sum, grad_store_[l], G);
   }
 
   const ScheduleSpec& s_;
@@ -136,10 +156,10 @@ class HorizontalPlan {
   PlanBuilder b_;
   const CommonSlots c_;
 
-  std::vector<int32_t> params_store_, optim_store_, grad_host_, ckpt_;  // per block
+  std::vector<int32_t> params_store_, optim_store_, grad_store_, ckpt_;  // per block
   int32_t act_ = -1, dact_ = -1;
   std::vector<int32_t> params_buf_, grad_buf_, grad_stage_, bwd_in_;  // double buffers
-  SlotRing params_stage_, params_wstage_, ckpt_stage_, optim_stage_;
+  SlotRing params_stage_, params_wstage_, ckpt_stage_, optim_stage_, grad_wstage_, grad_rstage_;
   int fetch_count_ = 0, load_count_ = 0, grad_count_ = 0;
 };
 

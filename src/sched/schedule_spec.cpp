@@ -31,6 +31,8 @@ BlockTiers block_tiers(const ScheduleSpec& s) {
     t.params.push_back(offload_tier(placement_of(s.params_at, s.params, l)));
     t.optim.push_back(offload_tier(placement_of(s.optim_at, s.optim, l)));
     t.checkpoints.push_back(offload_tier(placement_of(s.checkpoints_at, s.checkpoints, l)));
+    t.grads.push_back(offload_tier(placement_of(s.grads_at, s.grads, l)));
+    t.grads_on_storage |= t.grads.back() == Tier::storage;
     t.params_on_storage |= t.params.back() == Tier::storage;
     t.optim_on_storage |= t.optim.back() == Tier::storage;
     t.checkpoints_on_storage |= t.checkpoints.back() == Tier::storage;

@@ -49,8 +49,10 @@ struct ScheduleSpec {
   // `blocks`), override the single value. Checkpoints: host or storage (device is treated as
   // host). For the vertical schedule the first and last two micro-batches of each block stay on
   // host whatever this says.
-  Placement params = Placement::storage, optim = Placement::storage, checkpoints = Placement::host;
-  std::vector<Placement> params_at{}, optim_at{}, checkpoints_at{};
+  // Gradients: where a block's gradient waits, once it has left the device, until its step.
+  Placement params = Placement::storage, optim = Placement::storage, checkpoints = Placement::host,
+            grads = Placement::host;
+  std::vector<Placement> params_at{}, optim_at{}, checkpoints_at{}, grads_at{};
   // Note [Optimizer split] (vertical only): part 0 has split_elems of block_elems elements.
   int64_t block_elems = 0;
   int64_t split_elems = 0;
@@ -91,8 +93,9 @@ inline Tier offload_tier(Placement p) {
 // Per block, the tier each kind of state lives on between uses (offload_tier of its placement),
 // and whether any block's is on storage (the generators then add staging buffers for it).
 struct BlockTiers {
-  std::vector<Tier> params, optim, checkpoints;
-  bool params_on_storage = false, optim_on_storage = false, checkpoints_on_storage = false;
+  std::vector<Tier> params, optim, checkpoints, grads;
+  bool params_on_storage = false, optim_on_storage = false, checkpoints_on_storage = false,
+       grads_on_storage = false;
 };
 BlockTiers block_tiers(const ScheduleSpec& s);
 

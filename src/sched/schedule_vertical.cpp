@@ -85,9 +85,10 @@ class VerticalPlan {
         }
       }
       optim_store_.push_back(parts);
-      // Read by the pending part-1 steps before this iteration's backward writes it again.
-      grad_host_.push_back(
-          b_.slot(names::grad_host(l), Tier::host, s_.block_grad_bytes, s_.pending_steps));
+      // Read by the pending part-1 steps before this iteration's backward writes it again. On
+      // storage only part 1's range is ever written and read (part 0 steps from the stage).
+      grad_store_.push_back(
+          b_.slot(names::grad_store(l), tiers_.grads[l], s_.block_grad_bytes, s_.pending_steps));
       ckpt_.emplace_back(static_cast<size_t>(M_), -1);
       for (int i = 0; s_.iteration && i < M_; ++i) {
         const int m = vertical_micro_batch(l, i, M_);
@@ -147,14 +148,18 @@ class VerticalPlan {
     ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
     optim_stage_ =
         add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes, tiers_.optim_on_storage);
+    grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, s_.block_grad_bytes,
+                            tiers_.grads_on_storage && s_.iteration);
+    grad_rstage_ = add_ring(b_, names::kGradRstage, Tier::host, s_.block_grad_bytes,
+                            tiers_.grads_on_storage && has_part1_);
   }
 
   // ---- Parameters and the optimizer split (Note [Optimizer split]) ----------------------------
-  void step(int l, int part, int32_t params_out, bool needs_norm) {
+  void step(int l, int part, int32_t grad, int32_t params_out, bool needs_norm) {
     add_optimizer_step(b_, c_, s_,
                        {.block = l,
                         .part = part,
-                        .grad = grad_host_[l],
+                        .grad = grad,
                         .state_store = optim_store_[l][part],
                         .params_out = params_out,
                         .params_store = params_store_[l],
@@ -181,7 +186,7 @@ class VerticalPlan {
                       part0_bytes);
         }
       }
-      step(l, 1, src, true);
+      step(l, 1, part1_grad(l), src, true);
     } else if (on_storage && fetch) {
       src = params_stage_.slots[k];
       b_.transfer(TaskKind::params_read, {.block = l}, params_store_[l], src, s_.block_param_bytes);
@@ -254,18 +259,39 @@ class VerticalPlan {
   }
 
   // ---- Gradients ------------------------------------------------------------------------------
+  // Part 1's range of a block's gradient, as stored (Note [Optimizer split]).
+  int64_t part1_grad_offset() const {
+    return part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0);
+  }
+  // The host slot holding block l's gradient for its part-1 step: its store on host, or part 1's
+  // range read back into a stage (at the same offset, so the step finds it where it belongs).
+  int32_t part1_grad(int l) {
+    if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
+    const int32_t stage = grad_rstage_.take();
+    b_.transfer_range(TaskKind::grad_read, {.block = l, .part = 1}, grad_store_[l], stage,
+                      part1_grad_offset(), s_.block_grad_bytes - part1_grad_offset());
+    return stage;
+  }
+
   void zero_grad(int l) {
     b_.task(TaskKind::grad_zero, {.block = l}, {slot_write(grad_acc_[l % 2], Role::grad)});
   }
   // The gradient leaves the device once; its sum of squares, then part 0's step (clipping
-  // off), run on cpu_optim while compute goes on with earlier blocks.
+  // off), run on cpu_optim while compute goes on with earlier blocks. A gradient kept on storage
+  // passes through a host stage, where those read it, and only part 1's range, which waits for
+  // the next plan, is written out.
   void finish_block(int l) {
-    b_.transfer(TaskKind::grad_out, {.block = l}, grad_acc_[l % 2], grad_host_[l],
-                s_.block_grad_bytes);
-    add_grad_sumsq(b_, c_, l, grad_host_[l], s_.block_grad_bytes);
+    const bool grad_on_storage = b_.tier(grad_store_[l]) == Tier::storage;
+    const int32_t grad = grad_on_storage ? grad_wstage_.take() : grad_store_[l];
+    b_.transfer(TaskKind::grad_out, {.block = l}, grad_acc_[l % 2], grad, s_.block_grad_bytes);
+    add_grad_sumsq(b_, c_, l, grad, s_.block_grad_bytes);
     if (has_part0_) {
       const bool on_storage = tiers_.params[l] == Tier::storage;
-      step(l, 0, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false);
+      step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false);
+    }
+    if (grad_on_storage && has_part1_) {
+      b_.transfer_range(TaskKind::grad_write, {.block = l, .part = 1}, grad, grad_store_[l],
+                        part1_grad_offset(), s_.block_grad_bytes - part1_grad_offset());
     }
   }
 
@@ -386,7 +412,7 @@ class VerticalPlan {
   const CommonSlots c_;
 
   // Per block: state between plans, checkpoints and saved sets ([block][micro-batch]).
-  std::vector<int32_t> params_store_, grad_host_;
+  std::vector<int32_t> params_store_, grad_store_;
   std::vector<std::array<int32_t, 2>> optim_store_;  // [block][part]
   std::vector<std::vector<int32_t>> ckpt_, acts_;
   bool any_acts_offloaded_ = false, any_acts_on_storage_ = false;
@@ -395,7 +421,7 @@ class VerticalPlan {
   int32_t last_out_ = -1;
   // Host staging rings for what lives on storage.
   SlotRing params_stage_, params_wstage_, ckpt_wstage_, ckpt_rstage_, optim_stage_, acts_wstage_,
-      acts_rstage_;
+      acts_rstage_, grad_wstage_, grad_rstage_;
 
   // Progress through the iteration.
   int fetch_count_ = 0;        // params fetches so far: picks params.buf / params.stage

@@ -27,8 +27,8 @@ inline std::string params_store(int64_t l) {  // working params, host or storage
 inline std::string optim_store(int64_t l, int32_t part = -1) {
   return "optim.store" + blk(l) + (part >= 0 ? ".p" + std::to_string(part) : std::string());
 }
-inline std::string grad_host(int64_t l) {  // a block's gradient on host until its step
-  return "grad.host" + blk(l);
+inline std::string grad_store(int64_t l) {  // a block's gradient until its step, host or storage
+  return "grad.store" + blk(l);
 }
 
 // Per block (and micro-batch) within an iteration.
@@ -59,7 +59,9 @@ inline constexpr Ring kGradBuf{"grad.buf"};         // horizontal: one micro-bat
 inline constexpr Ring kActsOutBuf{"acts.out.buf"};  // a saved set on its way off the device
 inline constexpr Ring kActsInBuf{"acts.in.buf"};    // a saved set back for its backward
 // Host staging rings, for what lives on storage (and the horizontal per-micro-batch gradient).
-inline constexpr Ring kGradStage{"grad.stage"};
+inline constexpr Ring kGradStage{"grad.stage"};        // horizontal: one micro-batch's gradient
+inline constexpr Ring kGradWstage{"grad.wstage"};      // a gradient on its way to storage
+inline constexpr Ring kGradRstage{"grad.rstage"};      // a gradient read back for its step
 inline constexpr Ring kParamsStage{"params.stage"};    // params read toward the device
 inline constexpr Ring kParamsWstage{"params.wstage"};  // new params on their way to storage
 inline constexpr Ring kCkptStage{"ckpt.stage"};        // horizontal: both directions

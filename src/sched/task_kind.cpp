@@ -60,6 +60,8 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
     transfer("optim_read", "read.optim", Resource::storage_read, StateKind::optim),
     transfer("optim_write", "write.optim", Resource::storage_write, StateKind::optim),
     transfer("grad_out", "grad.out", Resource::d2h, StateKind::grads, true),
+    transfer("grad_write", "write.grad", Resource::storage_write, StateKind::grads),
+    transfer("grad_read", "read.grad", Resource::storage_read, StateKind::grads),
     transfer("ckpt_write", "ckpt.write", Resource::d2h, StateKind::checkpoints),
     transfer("ckpt_flush", "ckpt.flush", Resource::storage_write, StateKind::checkpoints),
     transfer("ckpt_read", "ckpt.read", Resource::storage_read, StateKind::checkpoints),

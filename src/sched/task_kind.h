@@ -31,6 +31,8 @@ enum class TaskKind : uint8_t {
   optim_read,     // a block's optimizer state (one part), storage -> host stage
   optim_write,    // the same, host stage -> storage
   grad_out,       // a gradient (per micro-batch, per block, or the embed group's), device -> host
+  grad_write,     // a block's gradient (or the part a pending step needs), host stage -> storage
+  grad_read,      // the same, storage -> host stage
   ckpt_write,     // a block-input checkpoint, device -> host slot or stage
   ckpt_flush,     // the same, host stage -> storage
   ckpt_read,      // the same, storage -> host stage
@@ -54,7 +56,7 @@ enum class TaskKind : uint8_t {
   block_step,       // {grad read, state read+write, params write, [clip read]}: AdamW, one part
   embed_step,       // {grad read, clip read, state read+write, params write}
 };
-inline constexpr int kTaskKindCount = 26;
+inline constexpr int kTaskKindCount = 28;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
 
 // What a slot is to the task that uses it.
