@@ -107,6 +107,7 @@ TrainConfig placed(TrainConfig c, const std::string& schedule, double on_host,
   c.offload.optim_on_host = on_host;
   c.offload.checkpoints_on_host = on_host;
   c.offload.grads_on_host = on_host;
+  c.offload.embed_optim_on_host = on_host > 0;  // all on storage: the chunked embed step
   c.io.dirs = {dir};
   c.io.read_bytes_per_s = rate;
   c.io.write_bytes_per_s = rate;

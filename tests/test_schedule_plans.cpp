@@ -32,7 +32,10 @@ ScheduleSpec spec(int L, int M, Placement params, Placement optim, Placement ckp
   s.block_grad_bytes = 8 * kMiB;
   s.block_optim_bytes = 24 * kMiB;
   s.checkpoint_bytes = kMiB;
-  s.embed_param_bytes = 4 * kMiB;
+  s.embed_param_bytes = 20 * kMiB;  // 2.5 blocks of elements: three chunks, the last short
+  s.embed_elems = s.embed_param_bytes / 4;
+  s.embed_optim_bytes = 3 * s.embed_param_bytes;
+  s.embed_chunk_elems = s.block_elems;
   s.block_fwd_flops = 1e9;
   s.block_bwd_flops = 2e9;
   s.params = params;
@@ -68,6 +71,7 @@ TEST(plan_schedules, GridPassesChecker) {
             for (Placement gp : kOff) {
               ScheduleSpec s = spec(L, M, pp, op, cp);
               s.grads = gp;
+              s.embed_optim = op;  // on storage: the chunked embed step
               const std::string what =
                   "L=" + std::to_string(L) + " M=" + std::to_string(M) +
                   " params=" + std::to_string(int(pp)) + " optim=" + std::to_string(int(op)) +
@@ -351,6 +355,24 @@ TEST(plan_schedules, GradientStorageTraffic) {
       const Plan h = make_horizontal_plan(s);
       EXPECT_EQ(grad_bytes(h, Resource::storage_write), int64_t{L} * M * G);
       EXPECT_EQ(grad_bytes(h, Resource::storage_read), int64_t{L} * M * G);
+    }
+  }
+}
+
+// The embed group's state on storage (Note [Embed step in chunks]): read and written once per
+// step in block-sized chunks, three ranges each; on host it never touches storage.
+TEST(plan_schedules, EmbedStateOnStorageMovesOncePerStep) {
+  for (Placement op : kOff) {
+    ScheduleSpec s = spec(3, 2, Placement::host, Placement::host, Placement::host);
+    s.embed_optim = op;
+    for (const Plan& p : {make_vertical_plan(s), make_horizontal_plan(s)}) {
+      const PlanTraffic t = plan_traffic(p);
+      const int64_t want = op == Placement::storage ? s.embed_optim_bytes : 0;
+      EXPECT_EQ(t.of(StateKind::optim, Resource::storage_read), want);
+      EXPECT_EQ(t.of(StateKind::optim, Resource::storage_write), want);
+      int steps = 0;
+      for (const Task& task : p.tasks) steps += task.kind == TaskKind::embed_step;
+      EXPECT_EQ(steps, op == Placement::storage ? 3 : 1);
     }
   }
 }

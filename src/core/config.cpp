@@ -438,10 +438,12 @@ Status parse_placement(const json& full, TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(
       read_fraction(full, "offload", "checkpoints_on_host", &off.checkpoints_on_host));
   STRATA_RETURN_IF_ERROR(read_fraction(full, "offload", "grads_on_host", &off.grads_on_host));
+  off.embed_optim_on_host = full.at("offload").at("embed_optim_on_host").get<bool>();
   // The in-memory schedule ignores the placement; the offloaded ones put every fraction below 1
   // on storage, which has nowhere to go without a directory.
   bool on_storage = off.params_on_host < 1 || off.optim_on_host < 1 ||
-                    off.checkpoints_on_host < 1 || off.grads_on_host < 1;
+                    off.checkpoints_on_host < 1 || off.grads_on_host < 1 ||
+                    !off.embed_optim_on_host;
   if (is_offloaded(c.schedule) && on_storage && c.io.dirs.empty()) {
     return invalid_argument(
         "io.dirs is empty but the offload placement puts state on storage (set io.dirs, or "
@@ -541,6 +543,7 @@ json config_to_json(const TrainConfig& c) {
   off["optim_on_host"] = c.offload.optim_on_host;
   off["checkpoints_on_host"] = c.offload.checkpoints_on_host;
   off["grads_on_host"] = c.offload.grads_on_host;
+  off["embed_optim_on_host"] = c.offload.embed_optim_on_host;
   return j;
 }
 

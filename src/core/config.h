@@ -15,7 +15,8 @@
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
 //              faults, dirs, stripe_unit, checksums},
 //    "memory":  {device_bytes, host_bytes},
-//    "offload": {params_on_host, optim_on_host, checkpoints_on_host, grads_on_host},
+//    "offload": {params_on_host, optim_on_host, checkpoints_on_host, grads_on_host,
+//                embed_optim_on_host},
 //    "activations": {policy, tier}}
 #pragma once
 
@@ -84,6 +85,9 @@ struct OffloadConfig {
   double optim_on_host = 0.0;        // optimizer state (master weights, m, v)
   double checkpoints_on_host = 1.0;  // block-input checkpoints
   double grads_on_host = 0.0;        // a block's f32 gradient, from leaving the device to its step
+  // The embedding group's optimizer state (master, m, v): host, or storage with its step run in
+  // chunks (Note [Embed step in chunks] in sched/schedule_spec.h).
+  bool embed_optim_on_host = true;
 };
 
 // Saved activations (docs/design.md §6, SSDTrain), vertical only. Per block the backward either

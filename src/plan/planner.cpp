@@ -94,7 +94,7 @@ ScheduleSpec planner_spec(const TrainConfig& cfg, const HardwareProfile& p) {
   s.block_param_bytes = n * p.param_bytes;
   s.block_grad_bytes = n * p.grad_bytes;
   s.block_optim_bytes = n * p.optim_bytes;
-  const int64_t E = s.embed_param_bytes / 4;
+  const int64_t E = s.embed_elems;
   s.embed_param_bytes = E * p.param_bytes;
   s.embed_optim_bytes = E * p.optim_bytes;
   s.checkpoint_bytes = BT * C * p.act_bytes;

@@ -307,22 +307,35 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   return Status::ok_status();
 }
 
+// The embed group's elements [lo, hi) a step covers (Note [Embed step in chunks]).
+std::pair<int64_t, int64_t> OffloadTrainer::embed_chunk_range(int32_t chunk) const {
+  if (chunk < 0) return {0, embed_elems_};
+  const int64_t lo = chunk * block_elems_;
+  return {lo, std::min(embed_elems_, lo + block_elems_)};
+}
+
 Status OffloadTrainer::do_embed_step(const BoundPlan& bp, const Task& t) {
-  const int64_t E = embed_elems_;
+  const auto [lo, hi] = embed_chunk_range(t.part);
+  const int64_t n = hi - lo;
   const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
-  const float* grad = f32_of(bp, t, Role::grad);  // (E)
-  float* master = f32_of(bp, t, Role::state);     // (3, E): master, m, v
-  float* params = f32_of(bp, t, Role::params);    // (E) working params
+  const float* grad = f32_of(bp, t, Role::grad);     // (E), the whole group's
+  float* master = f32_of(bp, t, Role::state);        // (3, n): master, m, v of [lo, hi)
+  float* params = f32_of(bp, t, Role::params) + lo;  // (n) working params of [lo, hi)
   if (!state_.skip) {
     const AdamWHyper h = adamw_hyper(cfg_.optim, state_.lr, state_.adam_step, state_.grad_scale);
-    float *m = master + E, *v = master + 2 * E;
-    const int64_t nf = E - ne;
-    adamw_slab_range(layout_, layout_.embed_slab(), 0, ne, master, m, v, grad, h,
-                     cfg_.optim.weight_decay);
-    adamw_slab_range(layout_, layout_.final_slab(), 0, nf, master + ne, m + ne, v + ne, grad + ne,
-                     h, cfg_.optim.weight_decay);
+    float *m = master + n, *v = master + 2 * n;
+    // The range's part in each slab: the embedding [0, ne), the final norm [ne, E).
+    if (lo < ne) {
+      adamw_slab_range(layout_, layout_.embed_slab(), lo, std::min(hi, ne), master, m, v, grad, h,
+                       cfg_.optim.weight_decay);
+    }
+    if (hi > ne) {
+      const int64_t at = std::max(lo, ne) - lo;  // where the final slab starts in the range
+      adamw_slab_range(layout_, layout_.final_slab(), lo + at - ne, hi - ne, master + at, m + at,
+                       v + at, grad + ne, h, cfg_.optim.weight_decay);
+    }
   }
-  std::memcpy(params, master, static_cast<size_t>(E * 4));
+  std::memcpy(params, master, static_cast<size_t>(n * 4));
   return Status::ok_status();
 }
 

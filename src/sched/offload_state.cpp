@@ -78,18 +78,43 @@ Status OffloadTrainer::initialize_state() {
       if (on_storage) STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
     }
   }
-  std::memset(slab, 0, static_cast<size_t>(n * 4));
-  // The embed group: params on the device, master copy and zeroed moments on host.
+  // The embed group: params on the device, the master copy and zeroed moments in its state.
+  // Built in its host params slot, idle before step 1.
   const int64_t E = embed_elems_;
   const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
-  std::vector<float> group(static_cast<size_t>(E), 0.0f);
-  init_gpt2_slab(layout_, layout_.embed_slab(), group.data(), static_cast<uint64_t>(cfg_.seed));
-  init_gpt2_slab(layout_, layout_.final_slab(), group.data() + ne,
-                 static_cast<uint64_t>(cfg_.seed));
-  STRATA_RETURN_IF_ERROR(write_slot(names::kEmbedParams, 0, group.data(), E * 4));
-  float* es = memory_.at(names::kEmbedOptim)->buf.f32();
-  std::memset(es, 0, static_cast<size_t>(E * 12));
-  std::memcpy(es, group.data(), static_cast<size_t>(E * 4));
+  float* group = memory_.at(names::kEmbedParamsHost)->buf.f32();  // (E)
+  std::memset(group, 0, static_cast<size_t>(E * 4));
+  init_gpt2_slab(layout_, layout_.embed_slab(), group, static_cast<uint64_t>(cfg_.seed));
+  init_gpt2_slab(layout_, layout_.final_slab(), group + ne, static_cast<uint64_t>(cfg_.seed));
+  STRATA_RETURN_IF_ERROR(write_slot(names::kEmbedParams, 0, group, E * 4));
+  STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 0, group, E));
+  std::memset(slab, 0, static_cast<size_t>(n * 4));
+  for (int64_t at = E; at < 3 * E; at += n) {  // m = v = 0, a block's worth at a time
+    STRATA_RETURN_IF_ERROR(
+        write_slot(names::kEmbedOptim, at * 4, slab, std::min(n, 3 * E - at) * 4));
+  }
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::embed_state_io(IoOp op, int64_t at, float* data, int64_t elems) {
+  SlotMemory& sm = *memory_.at(names::kEmbedOptim);
+  if (sm.tier != Tier::storage) {
+    float* st = sm.buf.f32() + at;
+    if (op == IoOp::read) {
+      std::memcpy(data, st, static_cast<size_t>(elems * 4));
+    } else {
+      std::memcpy(st, data, static_cast<size_t>(elems * 4));
+    }
+    return Status::ok_status();
+  }
+  // Through an aligned stage, a block's worth at a time: `data` need not suit O_DIRECT.
+  float* stage = idle_block_stage();
+  for (int64_t i = 0; i < elems; i += block_elems_) {
+    const int64_t k = std::min(block_elems_, elems - i);
+    if (op == IoOp::write) std::memcpy(stage, data + i, static_cast<size_t>(k * 4));
+    STRATA_RETURN_IF_ERROR(store_io(sm, op, (at + i) * 4, stage, k * 4));
+    if (op == IoOp::read) std::memcpy(data + i, stage, static_cast<size_t>(k * 4));
+  }
   return Status::ok_status();
 }
 
@@ -103,12 +128,11 @@ Status OffloadTrainer::read_params(float* host) {
     const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
     std::memcpy(host + s.offset, tmp, static_cast<size_t>(n * 4));
   }
-  const float* master = memory_.at(names::kEmbedOptim)->buf.f32();
+  // The embed group's master weights: the first E elements of its state.
   const Slab& e = layout_.slabs[static_cast<size_t>(layout_.embed_slab())];
   const Slab& f = layout_.slabs[static_cast<size_t>(layout_.final_slab())];
-  std::memcpy(host + e.offset, master, static_cast<size_t>(e.numel * 4));
-  std::memcpy(host + f.offset, master + e.numel, static_cast<size_t>(f.numel * 4));
-  return Status::ok_status();
+  STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, 0, host + e.offset, e.numel));
+  return embed_state_io(IoOp::read, e.numel, host + f.offset, f.numel);
 }
 
 std::vector<std::pair<std::string, int32_t>> OffloadTrainer::optim_parts(int64_t block) const {
@@ -124,14 +148,12 @@ Status OffloadTrainer::read_slab_state(int64_t slab, float* master, float* m, fl
   STRATA_RETURN_IF_ERROR(finish());
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    // The embed group on host: (3, E) master, m, v; the embedding slab first, then the final.
-    const float* st = memory_.at(names::kEmbedOptim)->buf.f32();
+    // The embed group's state: (3, E) master, m, v; the embedding slab first, then the final.
     const int64_t E = embed_elems_;
     const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
-    std::memcpy(master, st + at, static_cast<size_t>(s.numel * 4));
-    std::memcpy(m, st + E + at, static_cast<size_t>(s.numel * 4));
-    std::memcpy(v, st + 2 * E + at, static_cast<size_t>(s.numel * 4));
-    return Status::ok_status();
+    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, at, master, s.numel));
+    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, E + at, m, s.numel));
+    return embed_state_io(IoOp::read, 2 * E + at, v, s.numel);
   }
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
@@ -156,12 +178,12 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
   pending_ = false;
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    float* st = memory_.at(names::kEmbedOptim)->buf.f32();
     const int64_t E = embed_elems_;
     const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
-    std::memcpy(st + at, master, static_cast<size_t>(s.numel * 4));
-    std::memcpy(st + E + at, m, static_cast<size_t>(s.numel * 4));
-    std::memcpy(st + 2 * E + at, v, static_cast<size_t>(s.numel * 4));
+    // The writes only read their source; embed_state_io's signature serves both directions.
+    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, at, const_cast<float*>(master), s.numel));
+    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, E + at, const_cast<float*>(m), s.numel));
+    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 2 * E + at, const_cast<float*>(v), s.numel));
     // The device's working copy is the master (f32).
     return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
   }

@@ -59,6 +59,9 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.checkpoint_bytes = BT * C * 4;
   s.embed_param_bytes = E * 4;
   s.embed_optim_bytes = E * 12;
+  s.embed_elems = E;
+  s.embed_optim = cfg.offload.embed_optim_on_host ? Placement::host : Placement::storage;
+  s.embed_chunk_elems = n;
   s.tokens_bytes = M * 2 * BT * 4;
   s.losses_bytes = M * BT * 4;
   const BlockDims d = block_dims(dev, B, T, C, cfg.model.n_head);

@@ -140,6 +140,8 @@ class OffloadTrainer final : public Trainer {
   BlockActs saved_view(float* saved) const;
   // Element range [first, second) of a block covered by an optimizer part (-1: all of it).
   std::pair<int64_t, int64_t> part_range(int32_t part) const;
+  // Element range [first, second) of the embed group an embed step covers (-1: all of it).
+  std::pair<int64_t, int64_t> embed_chunk_range(int32_t chunk) const;
   // Whole-slot access by name outside plans (initial state, read_params).
   Status write_slot(const std::string& name, int64_t offset, const void* src, int64_t bytes);
   Status read_slot(const std::string& name, int64_t offset, void* dst, int64_t bytes);
@@ -150,6 +152,9 @@ class OffloadTrainer final : public Trainer {
   // stage), for the state moved outside plans; never an optimizer stage, which the same moves
   // use beside it.
   float* idle_block_stage();
+  // Elements [at, at + elems) of the embed group's (3, E) optimizer state to or from `data`,
+  // wherever the state lives (through idle_block_stage on storage).
+  Status embed_state_io(IoOp op, int64_t at, float* data, int64_t elems);
   // The store's files, "dir/strata.store" (or a later instance's name) per directory; none
   // without a store.
   std::vector<std::string> store_files() const;

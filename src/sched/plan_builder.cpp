@@ -61,18 +61,20 @@ int32_t PlanBuilder::task(TaskKind kind, const TaskTag& tag, std::vector<SlotUse
 
 int32_t PlanBuilder::transfer(TaskKind kind, const TaskTag& tag, int32_t src, int32_t dst,
                               int64_t bytes) {
-  return transfer_range(kind, tag, src, dst, 0, bytes);
+  return transfer_range(kind, tag, src, 0, dst, 0, bytes);
 }
 
-int32_t PlanBuilder::transfer_range(TaskKind kind, const TaskTag& tag, int32_t src, int32_t dst,
-                                    int64_t offset, int64_t bytes) {
+int32_t PlanBuilder::transfer_range(TaskKind kind, const TaskTag& tag, int32_t src,
+                                    int64_t src_offset, int32_t dst, int64_t dst_offset,
+                                    int64_t bytes) {
   Task t{.kind = kind};
   t.block = tag.block;
   t.micro_batch = tag.micro_batch;
   t.part = tag.part;
   t.uses = {slot_read(src, Role::src), slot_write(dst, Role::dst)};
   t.bytes = bytes;
-  t.src_offset = t.dst_offset = offset;
+  t.src_offset = src_offset;
+  t.dst_offset = dst_offset;
   return task(std::move(t));
 }
 

@@ -47,10 +47,10 @@ class PlanBuilder {
                double flops = 0);
   // A transfer of `bytes` from slot src to slot dst (offsets 0).
   int32_t transfer(TaskKind kind, const TaskTag& tag, int32_t src, int32_t dst, int64_t bytes);
-  // The same for the byte range [offset, offset + bytes) of both slots (one optimizer part's
-  // range of a block's params or gradient).
-  int32_t transfer_range(TaskKind kind, const TaskTag& tag, int32_t src, int32_t dst,
-                         int64_t offset, int64_t bytes);
+  // The same for `bytes` from src_offset of src to dst_offset of dst (one optimizer part's range
+  // of a block's params or gradient, one array of an embed chunk's state).
+  int32_t transfer_range(TaskKind kind, const TaskTag& tag, int32_t src, int64_t src_offset,
+                         int32_t dst, int64_t dst_offset, int64_t bytes);
 
   // Moves `bytes` from device slot `from` out to `to`: one copy of kind `copy` when `to` is on
   // host; through the next stage of `ring` and a flush of kind `flush` when it is on storage.

@@ -1,5 +1,7 @@
 #include "sched/schedule_common.h"
 
+#include <algorithm>
+
 #include "sched/slot_names.h"
 
 namespace strata {
@@ -14,7 +16,8 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s) {
   c.embed = b.slot(names::kEmbedParams, Tier::device, s.embed_param_bytes, true);
   c.embed_grad = b.slot(names::kEmbedGrad, Tier::device, s.embed_param_bytes);
   c.embed_grad_host = b.slot(names::kEmbedGradHost, Tier::host, s.embed_param_bytes);
-  c.embed_state = b.slot(names::kEmbedOptim, Tier::host, s.embed_optim_bytes, true);
+  c.embed_state =
+      b.slot(names::kEmbedOptim, offload_tier(s.embed_optim), s.embed_optim_bytes, true);
   c.embed_params_host = b.slot(names::kEmbedParamsHost, Tier::host, s.embed_param_bytes);
   c.sums = b.slot(names::kGradSums, Tier::host, int64_t{8} * (s.blocks + 2));
   c.clip = b.slot(names::kGradClip, Tier::host, 8, s.pending_steps);
@@ -42,12 +45,41 @@ void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   add_grad_sumsq(b, c, -1, c.embed_grad_host, s.embed_param_bytes);
 }
 
-void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
-  b.task(TaskKind::embed_step, {},
+namespace {
+
+// One embed step task over the state in host slot `state` (the group's, or a chunk's stage).
+void add_embed_step_task(PlanBuilder& b, const CommonSlots& c, int32_t chunk, int32_t state,
+                         int64_t state_bytes) {
+  b.task(TaskKind::embed_step, {.part = chunk},
          {slot_read(c.embed_grad_host, Role::grad), slot_read(c.clip, Role::clip),
-          slot_read(c.embed_state, Role::state), slot_write(c.embed_state, Role::state),
+          slot_read(state, Role::state), slot_write(state, Role::state),
           slot_write(c.embed_params_host, Role::params)},
-         s.embed_optim_bytes);
+         state_bytes);
+}
+
+}  // namespace
+
+void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
+                    SlotRing& state_ring) {
+  if (b.tier(c.embed_state) != Tier::storage) {
+    add_embed_step_task(b, c, -1, c.embed_state, s.embed_optim_bytes);
+  } else {  // Note [Embed step in chunks]
+    const int64_t E = s.embed_elems, S = s.embed_chunk_elems;
+    const int64_t width = s.embed_optim_bytes / (3 * E);  // bytes per element of each array
+    for (int32_t k = 0; int64_t{k} * S < E; ++k) {
+      const int64_t lo = k * S, len = std::min(S, E - lo);
+      const int32_t stage = state_ring.take();
+      for (int64_t a = 0; a < 3; ++a) {
+        b.transfer_range(TaskKind::optim_read, {.part = k}, c.embed_state, (a * E + lo) * width,
+                         stage, a * len * width, len * width);
+      }
+      add_embed_step_task(b, c, k, stage, 3 * len * width);
+      for (int64_t a = 0; a < 3; ++a) {
+        b.transfer_range(TaskKind::optim_write, {.part = k}, stage, a * len * width, c.embed_state,
+                         (a * E + lo) * width, len * width);
+      }
+    }
+  }
   b.transfer(TaskKind::params_fetch, {}, c.embed_params_host, c.embed, s.embed_param_bytes);
 }
 
@@ -67,7 +99,7 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   b.task(TaskKind::block_step, tag, std::move(uses), O);
   if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, x.state_store, O);
   if (x.params_store != x.params_out) {
-    b.transfer_range(TaskKind::params_write, tag, x.params_out, x.params_store, p_off, P);
+    b.transfer_range(TaskKind::params_write, tag, x.params_out, p_off, x.params_store, p_off, P);
   }
 }
 

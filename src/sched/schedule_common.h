@@ -42,13 +42,17 @@ void add_grad_norm(PlanBuilder& b, const CommonSlots& c);
 // `steps` (the block steps that must see the norm), then the embed step and its new params
 // back to the device.
 void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
-void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
+// The embed step stages its state through `state_ring` when it lives on storage (Note [Embed
+// step in chunks] in schedule_spec.h).
+void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
+                    SlotRing& state_ring);
 template <typename Steps>
-void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, Steps&& steps) {
+void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
+                       SlotRing& state_ring, Steps&& steps) {
   add_embed_grad_out(b, c, s);
   add_grad_norm(b, c);
   steps();
-  add_embed_step(b, c, s);
+  add_embed_step(b, c, s, state_ring);
 }
 
 // One block's CPU optimizer step (or one part of it, Note [Optimizer split]) once its gradient

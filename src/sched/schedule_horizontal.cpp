@@ -31,7 +31,7 @@ class HorizontalPlan {
       backward(m);
     }
     // The norm, then the optimizer step after the last backward, pipelined over blocks.
-    add_iteration_end(b_, c_, s_, [this] {
+    add_iteration_end(b_, c_, s_, optim_stage_, [this] {
       for (int l = L_ - 1; l >= 0; --l) {
         const bool on_storage = tiers_.params[l] == Tier::storage;
         const int32_t grad = b_.to_host(TaskKind::grad_read, {.block = l}, grad_store_[l],
@@ -68,8 +68,8 @@ class HorizontalPlan {
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     // One ring for both directions: a checkpoint is read back only after every write.
     ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
-    optim_stage_ =
-        add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes, tiers_.optim_on_storage);
+    optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes,
+                            tiers_.optim_on_storage || s_.embed_optim == Placement::storage);
     grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, G, tiers_.grads_on_storage);
     grad_rstage_ = add_ring(b_, names::kGradRstage, Tier::host, G, tiers_.grads_on_storage);
   }

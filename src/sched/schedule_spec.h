@@ -38,13 +38,18 @@ struct ScheduleSpec {
   int64_t block_optim_bytes = 0;  // master + m + v per block
   int64_t checkpoint_bytes = 0;   // one block input, one micro-batch
   int64_t embed_param_bytes = 0;  // embedding + final norm, kept on the device (f32)
-  int64_t embed_optim_bytes = 0;  // their master + m + v, kept on host
-  int64_t tokens_bytes = 0;       // inputs and targets of every micro-batch (host, uploaded once)
-  int64_t losses_bytes = 0;       // per-position losses of every micro-batch (host)
-  int64_t workspace_bytes = 0;    // device scratch of the compute tasks (activations, head)
-  double block_fwd_flops = 0;     // per micro-batch
-  double block_bwd_flops = 0;     // per micro-batch, recompute not included
-  double head_flops = 0;          // per micro-batch: final norm, LM head, loss and their backward
+  int64_t embed_optim_bytes = 0;  // their master + m + v, laid out (3, embed_elems)
+  int64_t embed_elems = 0;        // elements of the embed group (both slabs, padding included)
+  // Where the embed group's optimizer state lives (Note [Embed step in chunks]); on storage its
+  // step runs in chunks of embed_chunk_elems (at most block_elems: one optimizer stage each).
+  Placement embed_optim = Placement::host;
+  int64_t embed_chunk_elems = 0;
+  int64_t tokens_bytes = 0;     // inputs and targets of every micro-batch (host, uploaded once)
+  int64_t losses_bytes = 0;     // per-position losses of every micro-batch (host)
+  int64_t workspace_bytes = 0;  // device scratch of the compute tasks (activations, head)
+  double block_fwd_flops = 0;   // per micro-batch
+  double block_bwd_flops = 0;   // per micro-batch, recompute not included
+  double head_flops = 0;        // per micro-batch: final norm, LM head, loss and their backward
   // Placement per kind of state, for every block; the per-block vectors, when not empty (size
   // `blocks`), override the single value. Checkpoints: host or storage (device is treated as
   // host). For the vertical schedule the first and last two micro-batches of each block stay on
@@ -71,6 +76,15 @@ struct ScheduleSpec {
   // in place, with no device buffer and no copy between them.
   bool compute_reads_host = false;
 };
+
+// Note [Embed step in chunks]
+// The embed group's optimizer state is one (3, E) array: master, then m, then v, on host or in
+// the store alike. On host its step is one task over all E elements. On storage the step runs
+// chunk by chunk (chunk k: elements [k S, min(E, (k + 1) S)), S = embed_chunk_elems): the
+// chunk's three ranges are read into an optimizer stage laid out (3, len), stepped there, and
+// written back, so host memory holds one block's optimizer state, not the group's. AdamW is
+// elementwise, so the chunks give the bits of the whole step. A step task's `part` is its chunk
+// (-1: the whole group).
 
 // Block l's placement of one kind of state.
 inline Placement placement_of(const std::vector<Placement>& at, Placement all, int l) {

@@ -66,7 +66,7 @@ class VerticalPlan {
                slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
     }
     // Block steps: part 0 ran in backward, part 1 runs in the next plan (pending_step).
-    add_iteration_end(b_, c_, s_, [] {});
+    add_iteration_end(b_, c_, s_, optim_stage_, [] {});
     return b_.take();
   }
 
@@ -146,8 +146,8 @@ class VerticalPlan {
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     ckpt_wstage_ = add_ring(b_, names::kCkptWstage, Tier::host, C, tiers_.checkpoints_on_storage);
     ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
-    optim_stage_ =
-        add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes, tiers_.optim_on_storage);
+    optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes,
+                            tiers_.optim_on_storage || s_.embed_optim == Placement::storage);
     grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, s_.block_grad_bytes,
                             tiers_.grads_on_storage && s_.iteration);
     grad_rstage_ = add_ring(b_, names::kGradRstage, Tier::host, s_.block_grad_bytes,
@@ -268,8 +268,9 @@ class VerticalPlan {
   int32_t part1_grad(int l) {
     if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
     const int32_t stage = grad_rstage_.take();
-    b_.transfer_range(TaskKind::grad_read, {.block = l, .part = 1}, grad_store_[l], stage,
-                      part1_grad_offset(), s_.block_grad_bytes - part1_grad_offset());
+    b_.transfer_range(TaskKind::grad_read, {.block = l, .part = 1}, grad_store_[l],
+                      part1_grad_offset(), stage, part1_grad_offset(),
+                      s_.block_grad_bytes - part1_grad_offset());
     return stage;
   }
 
@@ -290,8 +291,9 @@ class VerticalPlan {
       step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false);
     }
     if (grad_on_storage && has_part1_) {
-      b_.transfer_range(TaskKind::grad_write, {.block = l, .part = 1}, grad, grad_store_[l],
-                        part1_grad_offset(), s_.block_grad_bytes - part1_grad_offset());
+      b_.transfer_range(TaskKind::grad_write, {.block = l, .part = 1}, grad, part1_grad_offset(),
+                        grad_store_[l], part1_grad_offset(),
+                        s_.block_grad_bytes - part1_grad_offset());
     }
   }
 
