@@ -299,7 +299,7 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   if (!st.skip) {
     const AdamWHyper h = adamw_hyper(cfg_.optim, st.lr, st.adam_step, st.grad_scale);
     adamw_slab_range(layout_, layout_.block_slab(t.block), lo, hi, master, master + pe,
-                     master + 2 * pe, grad, h, cfg_.optim.weight_decay);
+                     master + 2 * pe, nullptr, grad, h, cfg_.optim.weight_decay);
   }
   // The working copy is f32 here, so it is the master range itself (skipped or not: the task's
   // reader expects the current params in params_out).
@@ -317,10 +317,10 @@ Status OffloadTrainer::do_embed_step(const BoundPlan& bp, const Task& t) {
     const AdamWHyper h = adamw_hyper(cfg_.optim, state_.lr, state_.adam_step, state_.grad_scale);
     float *m = master + E, *v = master + 2 * E;
     const int64_t nf = E - ne;
-    adamw_slab_range(layout_, layout_.embed_slab(), 0, ne, master, m, v, grad, h,
+    adamw_slab_range(layout_, layout_.embed_slab(), 0, ne, master, m, v, nullptr, grad, h,
                      cfg_.optim.weight_decay);
-    adamw_slab_range(layout_, layout_.final_slab(), 0, nf, master + ne, m + ne, v + ne, grad + ne,
-                     h, cfg_.optim.weight_decay);
+    adamw_slab_range(layout_, layout_.final_slab(), 0, nf, master + ne, m + ne, v + ne, nullptr,
+                     grad + ne, h, cfg_.optim.weight_decay);
   }
   std::memcpy(params, master, static_cast<size_t>(E * 4));
   return Status::ok_status();
