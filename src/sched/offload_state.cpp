@@ -1,9 +1,12 @@
 // The offloaded trainer's state outside plans: the initial parameters and optimizer state, and
 // whole-slab reads and writes for checkpoints and read_params. Each goes through the slots' own
 // memory (device, host or the store), staged through slots that are idle between steps so that
-// the host peak stays what the plan says.
+// the host peak stays what the plan says (bf16 mode adds one block's bf16 stage of its own).
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/kernels.h"
+#include "core/dtype.h"
 #include "model/init.h"
 #include "sched/offload_internal.h"
 #include "sched/slot_names.h"
@@ -42,15 +45,31 @@ Status OffloadTrainer::read_slot(const std::string& name, int64_t offset, void* 
   return store_io(m, IoOp::read, offset, dst, bytes);
 }
 
+Status OffloadTrainer::write_block_params_bf16(int64_t block, const float* master) {
+  const int64_t n = block_elems_;
+  bf16_t* stage = bf16_stage_.bf16();  // (n) bf16
+  cpu::convert_f32_to_bf16(stage, master, n);
+  return write_slot(names::params_store(block), 0, stage, n * 2);
+}
+
 Status OffloadTrainer::initialize_state() {
   const int64_t n = block_elems_;
-  // Staging for storage writes comes from slots that are idle before step 1 (block 0's host
-  // gradient, an optimizer stage), so the host peak stays what the plan says.
-  float* slab = memory_.at(names::grad_host(0))->buf.f32();  // (n)
+  // f32: staging for storage writes comes from slots that are idle before step 1 (block 0's host
+  // gradient, an optimizer stage), so the host peak stays what the plan says. bf16 (Note
+  // [Precision modes]): the f32 slab is a vector of our own and the working params go through
+  // bf16_stage_, so neither depends on the plan's gradient slots.
+  std::vector<float> own_slab;
+  if (bf16_) {
+    STRATA_ASSIGN_OR_RETURN(bf16_stage_, dev_.alloc_host(round_up(n * 2, kIoAlign)));
+    std::memset(bf16_stage_.data(), 0, static_cast<size_t>(bf16_stage_.bytes()));
+    own_slab.resize(static_cast<size_t>(n));
+  }
+  float* slab = bf16_ ? own_slab.data() : memory_.at(names::grad_host(0))->buf.f32();  // (n)
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     std::memset(slab, 0, static_cast<size_t>(n * 4));
     init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
-    STRATA_RETURN_IF_ERROR(write_slot(names::params_store(l), 0, slab, n * 4));
+    STRATA_RETURN_IF_ERROR(bf16_ ? write_block_params_bf16(l, slab)
+                                 : write_slot(names::params_store(l), 0, slab, n * 4));
     for (const auto& [name, part] : optim_parts(l)) {
       SlotMemory& sm = *memory_.at(name);
       const auto [lo, hi] = part_range(part);
@@ -71,28 +90,41 @@ Status OffloadTrainer::initialize_state() {
   init_gpt2_slab(layout_, layout_.embed_slab(), group.data(), static_cast<uint64_t>(cfg_.seed));
   init_gpt2_slab(layout_, layout_.final_slab(), group.data() + ne,
                  static_cast<uint64_t>(cfg_.seed));
-  STRATA_RETURN_IF_ERROR(write_slot(names::kEmbedParams, 0, group.data(), E * 4));
   float* es = memory_.at(names::kEmbedOptim)->buf.f32();
   std::memset(es, 0, static_cast<size_t>(E * 12));
   std::memcpy(es, group.data(), static_cast<size_t>(E * 4));
-  return Status::ok_status();
+  if (bf16_) {
+    for (float& w : group) w = bf16_round(w);  // f32 on the device, bf16 values
+  }
+  return write_slot(names::kEmbedParams, 0, group.data(), E * 4);
 }
 
 Status OffloadTrainer::read_params(float* host) {
   STRATA_RETURN_IF_ERROR(finish());
   const int64_t n = block_elems_;
-  // Block 0's host gradient is idle once no step is pending: the staging for storage reads.
-  float* tmp = memory_.at(names::grad_host(0))->buf.f32();
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, tmp, n * 4));
     const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
+    if (bf16_) {
+      STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, bf16_stage_.data(), n * 2));
+      cpu::convert_bf16_to_f32(host + s.offset, bf16_stage_.bf16(), n);
+      continue;
+    }
+    // Block 0's host gradient is idle once no step is pending: the staging for storage reads.
+    float* tmp = memory_.at(names::grad_host(0))->buf.f32();
+    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, tmp, n * 4));
     std::memcpy(host + s.offset, tmp, static_cast<size_t>(n * 4));
   }
+  // The embed group's working params are its master (bf16 mode: rounded).
   const float* master = memory_.at(names::kEmbedOptim)->buf.f32();
   const Slab& e = layout_.slabs[static_cast<size_t>(layout_.embed_slab())];
   const Slab& f = layout_.slabs[static_cast<size_t>(layout_.final_slab())];
   std::memcpy(host + e.offset, master, static_cast<size_t>(e.numel * 4));
   std::memcpy(host + f.offset, master + e.numel, static_cast<size_t>(f.numel * 4));
+  if (bf16_) {
+    for (const Slab* g : {&e, &f}) {
+      for (int64_t i = g->offset; i < g->offset + g->numel; ++i) host[i] = bf16_round(host[i]);
+    }
+  }
   return Status::ok_status();
 }
 
@@ -147,8 +179,11 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     std::memcpy(st + at, master, static_cast<size_t>(s.numel * 4));
     std::memcpy(st + E + at, m, static_cast<size_t>(s.numel * 4));
     std::memcpy(st + 2 * E + at, v, static_cast<size_t>(s.numel * 4));
-    // The device's working copy is the master (f32).
-    return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
+    // The device's working copy is the master (f32), or its bf16 rounding in bf16 mode.
+    if (!bf16_) return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
+    std::vector<float> rounded(master, master + s.numel);
+    for (float& w : rounded) w = bf16_round(w);
+    return write_slot(names::kEmbedParams, at * 4, rounded.data(), s.numel * 4);
   }
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
@@ -162,7 +197,9 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
     if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
   }
-  // The working params (f32: the master itself), staged through block 0's idle host gradient.
+  // The working params: bf16 mode, the master's rounding (Note [Precision modes]); f32, the
+  // master itself, staged through block 0's idle host gradient.
+  if (bf16_) return write_block_params_bf16(block, master);
   float* stage = memory_.at(names::grad_host(0))->buf.f32();
   std::memcpy(stage, master, static_cast<size_t>(s.numel * 4));
   return write_slot(names::params_store(block), 0, stage, s.numel * 4);
