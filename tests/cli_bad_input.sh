@@ -37,6 +37,8 @@ printf '{"train": {"seq_len": 256}}' >"$work/too_long.json"
 expect_error device_cuda 'device cuda cannot run here|CPU device only' train --device cuda
 expect_error device_unknown "--device 'tpu' is not one of cpu, cuda" train --device tpu
 expect_error device_config_unknown "device 'gpu' is not one of cpu, cuda" train --set device=gpu
+expect_error precision_unknown "train.precision 'fp16' is not one of f32, bf16" train \
+  --set train.precision=fp16
 expect_error missing_config 'nope\.json' train --config "$work/nope.json"
 expect_error malformed_config 'malformed\.json' train --config "$work/malformed.json"
 expect_error unknown_nested_key 'model\.n_layers' train --config "$work/unknown_nested.json"

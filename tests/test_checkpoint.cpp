@@ -95,14 +95,13 @@ std::unique_ptr<IoEngine> engine_for(const TrainConfig& c, const std::string& di
   return std::move(*e);
 }
 
-class ResumeBitIdentical : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ResumeBitIdentical, TwoNEqualsNPlusResumedN) {
-  const std::string schedule = GetParam();
-  const std::string dir = test::make_temp_dir("resume_" + schedule);
+// N steps, checkpoint, resume in a fresh trainer, N more: the bits of 2N straight.
+void expect_resume_bit_identical(const std::string& schedule, Precision precision) {
+  const std::string dir = test::make_temp_dir("resume_" + schedule + "_" + enum_name(precision));
   const std::string store = dir + "/store", root = dir + "/ckpt";
   fs::create_directories(store);
-  const TrainConfig c = small_config(schedule, store);
+  TrainConfig c = small_config(schedule, store);
+  c.precision = precision;
   const Batches b = batches(c);
   const ParamLayout layout = make_param_layout(c.model);
 
@@ -146,7 +145,24 @@ TEST_P(ResumeBitIdentical, TwoNEqualsNPlusResumedN) {
   EXPECT_EQ(resumed_losses, straight_losses) << schedule;
 }
 
+class ResumeBitIdentical : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeBitIdentical, TwoNEqualsNPlusResumedN) {
+  expect_resume_bit_identical(GetParam(), Precision::f32);
+}
+
 INSTANTIATE_TEST_SUITE_P(resume_checkpoint, ResumeBitIdentical,
+                         ::testing::Values("in_memory", "horizontal", "vertical"));
+
+// bf16 working weights (Note [Precision modes]): the checkpoint holds the f32 master and a
+// resumed trainer derives its bf16 working weights from it, so resume is bit-identical too.
+class ResumeBitIdenticalBf16 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeBitIdenticalBf16, TwoNEqualsNPlusResumedN) {
+  expect_resume_bit_identical(GetParam(), Precision::bf16);
+}
+
+INSTANTIATE_TEST_SUITE_P(resume_checkpoint_bf16, ResumeBitIdenticalBf16,
                          ::testing::Values("in_memory", "horizontal", "vertical"));
 
 // A saved in-memory checkpoint of the small config, for the bad-input tests.

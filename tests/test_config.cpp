@@ -93,6 +93,7 @@ TEST(Config, RoundTripsThroughJson) {
   c.data_format = TokenFormat::llmc;
   c.schedule = Schedule::vertical;
   c.device = DeviceKind::cuda;
+  c.precision = Precision::bf16;
   c.optim.alpha = 0.1;  // not exactly representable: must still come back bit-exact
   c.memory.device_bytes = 80'000'000'000;
   c.memory.host_bytes = (int64_t{1} << 40) + 7;
@@ -107,6 +108,7 @@ TEST(Config, RoundTripsThroughJson) {
   EXPECT_EQ(back->schedule, Schedule::vertical);
   EXPECT_EQ(back->data_format, TokenFormat::llmc);
   EXPECT_EQ(back->device, DeviceKind::cuda);
+  EXPECT_EQ(back->precision, Precision::bf16);
   EXPECT_EQ(back->optim.alpha, 0.1);
   EXPECT_EQ(back->memory.device_bytes, 80'000'000'000);
   EXPECT_EQ(back->memory.host_bytes, (int64_t{1} << 40) + 7);
@@ -336,6 +338,23 @@ TEST(Config, ScheduleAcceptsTheThreeSchedules) {
   }
   expect_error(parse_with("train.schedule=diagonal"), ErrorCode::invalid_argument,
                {"train.schedule 'diagonal'"});
+}
+
+// train.precision (Note [Precision modes] in sched/trainer.h): f32 by default, bf16 by name, and
+// anything else one line naming the field and the choices.
+TEST(Config, PrecisionIsF32OrBf16) {
+  EXPECT_EQ(TrainConfig{}.precision, Precision::f32);
+  EXPECT_EQ(default_config_json()["train"]["precision"], "f32");
+  for (const char* name : {"f32", "bf16"}) {
+    json j = default_config_json();
+    ASSERT_TRUE(apply_set(j, std::string("train.precision=") + name).ok()) << name;
+    auto c = parse_config(j);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().to_string();
+    EXPECT_STREQ(enum_name(c->precision), name);
+    EXPECT_EQ(config_to_json(*c)["train"]["precision"], name);
+  }
+  expect_error(parse_with("train.precision=fp16"), ErrorCode::invalid_argument,
+               {"train.precision 'fp16'", "f32, bf16"});
 }
 
 TEST(Config, SetMemoryOffloadAndAlpha) {

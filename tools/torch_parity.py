@@ -9,6 +9,9 @@ parameter (F32, Strata's names), `tokens` (I32, (steps, B, T+1)), `adamw.param0`
   expected.logits (B, T, V), expected.loss (1,)  step-0 batch, initial weights
   expected.grad.<param>                          gradient of that loss (before clipping)
   expected.losses (steps,)                       loss at step k on batch k after k AdamW steps
+  expected.bf16.losses (steps,)                  the same with bf16 working weights: AdamW
+                                                 steps f32 masters, the model computes with
+                                                 their bf16 rounding (widened to f32)
   expected.adamw.params (K, n)                   a lone tensor after each of K AdamW steps
 Exits non-zero with a one-line message on any problem.
 """
@@ -84,6 +87,48 @@ def train_losses(model, tokens, T, h):
     return torch.tensor(losses, dtype=torch.float32)
 
 
+def train_losses_bf16(model, tokens, T, h):
+    """As train_losses, with bf16 working weights (Strata's train.precision bf16): the optimizer
+    holds f32 master copies of the weights; after each step (and at the start) the model's
+    weights are the masters rounded to bf16 (round to nearest even) and widened back to f32, so
+    forward, backward and clipping run in f32 on bf16 values, and the gradients step the masters.
+    """
+    masters = torch.nn.Module()
+    masters.params = torch.nn.ParameterList(
+        [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()])
+    named = list(zip(model.parameters(), masters.params))
+    decay = [m for p, m in named if p.dim() >= 2]
+    no_decay = [m for p, m in named if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": h["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"],
+                            foreach=False)
+
+    def round_working_weights():
+        with torch.no_grad():
+            for p, m in named:
+                p.copy_(m.to(torch.bfloat16).to(torch.float32))
+
+    round_working_weights()
+    losses = []
+    for k in range(h["steps"]):
+        lr = tg.lr_at(k, h["lr"], h["warmup_steps"], h["steps"], h["min_lr_ratio"])
+        for group in opt.param_groups:
+            group["lr"] = lr
+        model.zero_grad(set_to_none=True)
+        batch = tokens[k].long()
+        _, loss = model(batch[:, :T], batch[:, 1:])
+        loss.backward()
+        if h["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=h["grad_clip"])
+        for p, m in named:
+            m.grad = p.grad.detach().clone()
+        opt.step()
+        round_working_weights()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=torch.float32)
+
+
 def adamw_trajectory(param0, grads, h):
     """A single tensor stepped by AdamW with the given gradients; row k = value after step k."""
     p = torch.nn.Parameter(param0.clone())
@@ -127,6 +172,9 @@ def run(input_path, output_path):
     batch0 = tokens[0].long()
     logits, loss, grads = reference_step0(model, batch0[:, :T], batch0[:, 1:])
     losses = train_losses(model, tokens, T, h)
+    model_bf16 = tg.GPT2(cfg)  # from the same initial weights: train_losses changed `model`
+    tg.load_params(model_bf16, params)
+    losses_bf16 = train_losses_bf16(model_bf16, tokens, T, h)
     adam_params = adamw_trajectory(param0, adam_grads, h)
 
     out = dict(raw)  # the input, byte for byte, so OUTPUT alone is a complete fixture
@@ -135,6 +183,7 @@ def run(input_path, output_path):
     for name, _ in tg.param_shapes(cfg):
         out[f"expected.grad.{name}"] = grads[name]
     out["expected.losses"] = losses
+    out["expected.bf16.losses"] = losses_bf16
     out["expected.adamw.params"] = adam_params
     meta = dict(meta)
     meta["generator"] = f"torch {torch.__version__}"

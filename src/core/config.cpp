@@ -353,6 +353,7 @@ Status parse_train(const json& full, TrainConfig& c) {
                             std::to_string(c.model.context_length));
   }
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "schedule", &c.schedule));
+  STRATA_RETURN_IF_ERROR(read_enum(full, "train", "precision", &c.precision));
   return read_enum(full, "", "device", &c.device);
 }
 
@@ -500,6 +501,7 @@ json config_to_json(const TrainConfig& c) {
   t["seed"] = c.seed;
   t["log_every"] = c.log_every;
   t["schedule"] = enum_name(c.schedule);
+  t["precision"] = enum_name(c.precision);
 
   json& o = j["optim"];
   o["lr"] = float_json(c.optim.lr);

@@ -9,7 +9,7 @@
 // JSON layout:
 //   {"device": "cpu" | "cuda",
 //    "model": {vocab_size, context_length, n_layer, n_head, n_embd},
-//    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule},
+//    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
 //    "data":  {train, format},
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
@@ -116,6 +116,9 @@ struct TrainConfig {
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
   TokenFormat data_format = TokenFormat::auto_detect;  // "auto" | "llmc" | "raw_u16"
   Schedule schedule = Schedule::in_memory;             // "in_memory" | "horizontal" | "vertical"
+  // "f32" (default: working weights are the f32 master) or "bf16" (working weights rounded to
+  // bf16, stored and moved as bf16 by the offloaded schedules; Note [Precision modes]).
+  Precision precision = Precision::f32;
   // Where compute runs: "cpu" (default) or "cuda" (docs/design.md §5.9). The offloaded schedules
   // run on the CPU device for now.
   DeviceKind device = DeviceKind::cpu;

@@ -1,6 +1,6 @@
-// The choices a config makes by name (train.schedule, activations.policy, activations.tier,
-// io.engine, data.format, device), parsed once into enums: everything past parse_config
-// switches on the enum, and the name of each value is written here only (enum_names).
+// The choices a config makes by name (train.schedule, train.precision, activations.policy,
+// activations.tier, io.engine, data.format, device), parsed once into enums: everything past
+// parse_config switches on the enum, and the name of each value is written here only (enum_names).
 #pragma once
 
 #include <array>
@@ -15,6 +15,9 @@
 namespace strata {
 
 enum class Schedule : uint8_t { in_memory, horizontal, vertical };  // train.schedule
+// train.precision: the working weights' element type (Note [Precision modes] in
+// sched/trainer.h); master weights, moments, gradients and compute are f32 in both.
+enum class Precision : uint8_t { f32, bf16 };
 // activations.policy as the user sets it; the plan's per-block decision is ActPolicy
 // (sched/schedule_spec.h), which "offload" and "auto" resolve to.
 enum class ActsMode : uint8_t { recompute, keep, offload, automatic };
@@ -30,6 +33,9 @@ constexpr EnumNames<Schedule, 3> enum_names(Schedule) {
   return {{{Schedule::in_memory, "in_memory"},
            {Schedule::horizontal, "horizontal"},
            {Schedule::vertical, "vertical"}}};
+}
+constexpr EnumNames<Precision, 2> enum_names(Precision) {
+  return {{{Precision::f32, "f32"}, {Precision::bf16, "bf16"}}};
 }
 constexpr EnumNames<ActsMode, 4> enum_names(ActsMode) {
   return {{{ActsMode::recompute, "recompute"},

@@ -33,4 +33,9 @@ inline float bf16_to_f32(bf16_t h) {
   return f;
 }
 
+// f rounded to the nearest bf16, as f32: what a bf16 working weight widens back to.
+inline float bf16_round(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
+
 }  // namespace strata

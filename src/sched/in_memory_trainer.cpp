@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/log.h"
 #include "model/init.h"
 #include "optim/adamw_layout.h"
@@ -13,6 +14,7 @@ namespace strata {
 
 InMemoryTrainer::InMemoryTrainer(Device& dev, const TrainConfig& cfg)
     : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
+  bf16_ = cfg.precision == Precision::bf16;
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
 }
 
@@ -30,6 +32,9 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
   const int64_t n = t->layout_.total_elems, f = sizeof(float);
   const int64_t B = cfg.batch_size, T = cfg.seq_len;
   STRATA_ASSIGN_OR_RETURN(t->params_, dev.alloc(n * f));
+  if (t->bf16_) {
+    STRATA_ASSIGN_OR_RETURN(t->master_, dev.alloc(n * f));
+  }
   STRATA_ASSIGN_OR_RETURN(t->grads_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_m_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_v_, dev.alloc(n * f));
@@ -91,9 +96,19 @@ void InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
   const AdamWHyper h = adamw_hyper(cfg_.optim, lr, adam_steps_ + 1, grad_scale);
   for (int64_t i = 0; i < static_cast<int64_t>(layout_.slabs.size()); ++i) {
     const Slab& s = layout_.slabs[static_cast<size_t>(i)];
-    adamw_slab_range(layout_, i, 0, s.numel, params_.f32() + s.offset, adam_m_.f32() + s.offset,
-                     adam_v_.f32() + s.offset, grads_.f32() + s.offset, h, cfg_.optim.weight_decay);
+    adamw_slab_range(layout_, i, 0, s.numel, master() + s.offset, adam_m_.f32() + s.offset,
+                     adam_v_.f32() + s.offset, nullptr, grads_.f32() + s.offset, h,
+                     cfg_.optim.weight_decay);
   }
+  if (bf16_) round_working_params(0, layout_.total_elems);
+}
+
+void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
+  // The same bits adamw_step's bf16 copy has, widened: what the offloaded trainers compute with.
+  const float* src = master_.f32();
+  float* dst = params_.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = lo; i < hi; ++i) dst[i] = bf16_round(src[i]);
 }
 
 Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
@@ -134,8 +149,9 @@ Status InMemoryTrainer::read_params(float* host) {
 }
 
 void InMemoryTrainer::write_params(const float* host) {
-  dev_.copy(*stream_, params_.data(), host, layout_.total_elems * 4);
+  dev_.copy(*stream_, master(), host, layout_.total_elems * 4);
   stream_->synchronize();
+  if (bf16_) round_working_params(0, layout_.total_elems);
 }
 
 void InMemoryTrainer::read_grads(float* host) const {
@@ -151,7 +167,7 @@ void InMemoryTrainer::read_logits(float* host) const {
 
 Status InMemoryTrainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  dev_.copy(*stream_, master, params_.f32() + s.offset, s.numel * 4);
+  dev_.copy(*stream_, master, this->master() + s.offset, s.numel * 4);
   dev_.copy(*stream_, m, adam_m_.f32() + s.offset, s.numel * 4);
   dev_.copy(*stream_, v, adam_v_.f32() + s.offset, s.numel * 4);
   stream_->synchronize();
@@ -161,10 +177,11 @@ Status InMemoryTrainer::read_slab_state(int64_t slab, float* master, float* m, f
 Status InMemoryTrainer::write_slab_state(int64_t slab, const float* master, const float* m,
                                          const float* v) {
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  dev_.copy(*stream_, params_.f32() + s.offset, master, s.numel * 4);
+  dev_.copy(*stream_, this->master() + s.offset, master, s.numel * 4);
   dev_.copy(*stream_, adam_m_.f32() + s.offset, m, s.numel * 4);
   dev_.copy(*stream_, adam_v_.f32() + s.offset, v, s.numel * 4);
   stream_->synchronize();
+  if (bf16_) round_working_params(s.offset, s.offset + s.numel);
   return Status();
 }
 

@@ -1,7 +1,9 @@
 // The in-memory schedule: parameters, gradients, optimizer state and every activation on the
 // device. The numerical reference every offloaded schedule is compared with. A flat, readable
 // training step (llm.c style): zero grads; per micro-batch forward + backward; global norm;
-// clip; AdamW; all in a fixed order, so two runs give the same bits.
+// clip; AdamW; all in a fixed order, so two runs give the same bits. With train.precision bf16
+// the f32 master weights are a buffer of their own and the working params hold their bf16
+// rounding (Note [Precision modes] in sched/trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,8 @@ class InMemoryTrainer final : public Trainer {
   double forward_backward(const int32_t* inputs, const int32_t* targets, float dloss);
 
   // Host copies of device state, (layout.total_elems) floats each; logits (B, T, V).
+  // write_params sets the master weights and derives the working params from them (bf16 mode:
+  // rounded); read_params (above) gives the working params.
   void write_params(const float* host);
   void read_grads(float* host) const;
   void read_logits(float* host) const;
@@ -56,13 +60,19 @@ class InMemoryTrainer final : public Trainer {
   InMemoryTrainer(Device& dev, const TrainConfig& cfg);
   double global_grad_sum_squares();
   void apply_adamw(float lr, float grad_scale);
+  // The f32 master weights: params_ itself in f32 mode, master_ in bf16 mode.
+  float* master() const { return bf16_ ? master_.f32() : params_.f32(); }
+  // bf16 mode: params = bf16_round(master) over elements [lo, hi) of the layout.
+  void round_working_params(int64_t lo, int64_t hi);
 
   Device& dev_;
   TrainConfig cfg_;
   ParamLayout layout_;
   LrSchedule schedule_;
   std::unique_ptr<Stream> stream_;
-  Buffer params_;       // (total_elems) f32
+  bool bf16_ = false;   // train.precision bf16
+  Buffer params_;       // (total_elems) f32 working params (bf16 mode: bf16-rounded values)
+  Buffer master_;       // (total_elems) f32 master weights, bf16 mode only (f32: params_)
   Buffer grads_;        // (total_elems) f32
   Buffer adam_m_;       // (total_elems) f32
   Buffer adam_v_;       // (total_elems) f32

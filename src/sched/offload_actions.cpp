@@ -20,6 +20,16 @@ float* OffloadTrainer::f32_of(const BoundPlan& bp, const Task& t, Role role) con
   return slot < 0 ? nullptr : static_cast<float*>(slot_ptr(bp, slot));
 }
 
+float* OffloadTrainer::block_weights(const BoundPlan& bp, const Task& t) {
+  float* params = f32_of(bp, t, Role::params);  // (block elems) f32, or bf16 in bf16 mode
+  if (!bf16_) return params;
+  // Note [Precision modes]: widened per task into the workspace, on the compute stream ahead of
+  // the task's own work, so the block computes in f32 from exactly the bf16 values.
+  dev_.convert_bf16_to_f32(*compute_, ws_.params_f32, reinterpret_cast<const bf16_t*>(params),
+                           block_elems_);
+  return ws_.params_f32;
+}
+
 const int32_t* OffloadTrainer::tokens_of(const BoundPlan& bp, const Task& t) const {
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   return static_cast<const int32_t*>(slot_ptr(bp, slot_of(t, Role::tokens))) +
@@ -137,7 +147,7 @@ Status OffloadTrainer::do_block_forward(const BoundPlan& bp, const Task& t) {
   float* saved = f32_of(bp, t, Role::saved);
   const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
   block_forward(dev_, *compute_, f32_of(bp, t, Role::output), a, f32_of(bp, t, Role::input),
-                block_slab_view(layout_, f32_of(bp, t, Role::params), t.block), dims_);
+                block_slab_view(layout_, block_weights(bp, t), t.block), dims_);
   compute_->synchronize();
   return Status::ok_status();
 }
@@ -175,7 +185,7 @@ Status OffloadTrainer::do_head_loss(const BoundPlan& bp, const Task& t) {
 Status OffloadTrainer::do_block_backward(const BoundPlan& bp, const Task& t) {
   Stream& s = *compute_;
   const int64_t BT = cfg_.batch_size * cfg_.seq_len, C = cfg_.model.n_embd, f = 4;
-  const BlockView w = block_slab_view(layout_, f32_of(bp, t, Role::params), t.block);
+  const BlockView w = block_slab_view(layout_, block_weights(bp, t), t.block);
   const float* in = f32_of(bp, t, Role::input);  // (B, T, C) the block's input
   float* dact = f32_of(bp, t, Role::dact);       // (B, T, C) in: d output; out: d input
   float* saved = f32_of(bp, t, Role::saved);     // the saved set, or null: recompute
@@ -295,15 +305,24 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   const int64_t pe = hi - lo;
   const float* grad = f32_of(bp, t, Role::grad);    // (block elems)
   float* master = f32_of(bp, t, Role::state);       // (3, pe): master, m, v of the part
-  float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params
+  float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params, f32 or bf16
+  // bf16 mode (Note [Precision modes]): the part's range of the bf16 working params, written by
+  // AdamW in the same sweep as the master.
+  bf16_t* out_bf16 = bf16_ ? reinterpret_cast<bf16_t*>(params_out) + lo : nullptr;
   if (!st.skip) {
     const AdamWHyper h = adamw_hyper(cfg_.optim, st.lr, st.adam_step, st.grad_scale);
     adamw_slab_range(layout_, layout_.block_slab(t.block), lo, hi, master, master + pe,
-                     master + 2 * pe, grad, h, cfg_.optim.weight_decay);
+                     master + 2 * pe, out_bf16, grad, h, cfg_.optim.weight_decay);
   }
-  // The working copy is f32 here, so it is the master range itself (skipped or not: the task's
-  // reader expects the current params in params_out).
-  std::memcpy(params_out + lo, master, static_cast<size_t>(pe * 4));
+  // Skipped or not, the task's reader expects the current params in params_out.
+  if (!bf16_) {
+    // The working copy is f32, so it is the master range itself.
+    std::memcpy(params_out + lo, master, static_cast<size_t>(pe * 4));
+  } else if (st.skip) {
+    cpu::convert_f32_to_bf16(out_bf16, master, pe);
+  }
+  // (bf16 and stepped: AdamW wrote every tensor element; the padding between tensors is zero in
+  // every params buffer, from the initial state on, and AdamW never touches it.)
   return Status::ok_status();
 }
 
@@ -326,16 +345,22 @@ Status OffloadTrainer::do_embed_step(const BoundPlan& bp, const Task& t) {
     float *m = master + n, *v = master + 2 * n;
     // The range's part in each slab: the embedding [0, ne), the final norm [ne, E).
     if (lo < ne) {
-      adamw_slab_range(layout_, layout_.embed_slab(), lo, std::min(hi, ne), master, m, v, grad, h,
-                       cfg_.optim.weight_decay);
+      adamw_slab_range(layout_, layout_.embed_slab(), lo, std::min(hi, ne), master, m, v, nullptr,
+                       grad, h, cfg_.optim.weight_decay);
     }
     if (hi > ne) {
       const int64_t at = std::max(lo, ne) - lo;  // where the final slab starts in the range
       adamw_slab_range(layout_, layout_.final_slab(), lo + at - ne, hi - ne, master + at, m + at,
-                       v + at, grad + ne, h, cfg_.optim.weight_decay);
+                       v + at, nullptr, grad + ne, h, cfg_.optim.weight_decay);
     }
   }
-  std::memcpy(params, master, static_cast<size_t>(n * 4));
+  if (bf16_) {
+    // Note [Precision modes]: the embed group is small and lives on the device, so it stays f32
+    // there, holding the master's bf16 rounding.
+    for (int64_t i = 0; i < n; ++i) params[i] = bf16_round(master[i]);
+  } else {
+    std::memcpy(params, master, static_cast<size_t>(n * 4));
+  }
   return Status::ok_status();
 }
 

@@ -1,9 +1,12 @@
 // The offloaded trainer's state outside plans: the initial parameters and optimizer state, and
 // whole-slab reads and writes for checkpoints and read_params. Each goes through the slots' own
 // memory (device, host or the store), staged through slots that are idle between steps so that
-// the host peak stays what the plan says.
+// the host peak stays what the plan says (bf16 mode adds one block's bf16 stage of its own).
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/kernels.h"
+#include "core/dtype.h"
 #include "model/init.h"
 #include "sched/offload_internal.h"
 #include "sched/slot_names.h"
@@ -57,15 +60,28 @@ float* OffloadTrainer::idle_block_stage() {
   return spare_stage_.data();
 }
 
+Status OffloadTrainer::write_block_params_bf16(int64_t block, const float* master) {
+  const int64_t n = block_elems_;
+  bf16_t* stage = bf16_stage_.bf16();  // (n) bf16
+  cpu::convert_f32_to_bf16(stage, master, n);
+  return write_slot(names::params_store(block), 0, stage, n * 2);
+}
+
 Status OffloadTrainer::initialize_state() {
   const int64_t n = block_elems_;
   // Staging for storage writes comes from slots that are idle before step 1 (a host gradient
-  // slot, an optimizer stage), so the host peak stays what the plan says.
+  // slot, an optimizer stage), so the host peak stays what the plan says. bf16 (Note [Precision
+  // modes]): the working params go through bf16_stage_, one block's bf16 beside the plan.
+  if (bf16_) {
+    STRATA_ASSIGN_OR_RETURN(bf16_stage_, dev_.alloc_host(round_up(n * 2, kIoAlign)));
+    std::memset(bf16_stage_.data(), 0, static_cast<size_t>(bf16_stage_.bytes()));
+  }
   float* slab = idle_block_stage();  // (n)
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     std::memset(slab, 0, static_cast<size_t>(n * 4));
     init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
-    STRATA_RETURN_IF_ERROR(write_slot(names::params_store(l), 0, slab, n * 4));
+    STRATA_RETURN_IF_ERROR(bf16_ ? write_block_params_bf16(l, slab)
+                                 : write_slot(names::params_store(l), 0, slab, n * 4));
     for (const auto& [name, part] : optim_parts(l)) {
       SlotMemory& sm = *memory_.at(name);
       const auto [lo, hi] = part_range(part);
@@ -86,8 +102,11 @@ Status OffloadTrainer::initialize_state() {
   std::memset(group, 0, static_cast<size_t>(E * 4));
   init_gpt2_slab(layout_, layout_.embed_slab(), group, static_cast<uint64_t>(cfg_.seed));
   init_gpt2_slab(layout_, layout_.final_slab(), group + ne, static_cast<uint64_t>(cfg_.seed));
-  STRATA_RETURN_IF_ERROR(write_slot(names::kEmbedParams, 0, group, E * 4));
   STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 0, group, E));
+  if (bf16_) {
+    for (int64_t i = 0; i < E; ++i) group[i] = bf16_round(group[i]);  // f32 on the device
+  }
+  STRATA_RETURN_IF_ERROR(write_slot(names::kEmbedParams, 0, group, E * 4));
   std::memset(slab, 0, static_cast<size_t>(n * 4));
   for (int64_t at = E; at < 3 * E; at += n) {  // m = v = 0, a block's worth at a time
     STRATA_RETURN_IF_ERROR(
@@ -124,15 +143,27 @@ Status OffloadTrainer::read_params(float* host) {
   // Gradient slots are idle once no step is pending: the staging for storage reads.
   float* tmp = idle_block_stage();
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, tmp, n * 4));
     const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
+    if (bf16_) {
+      STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, bf16_stage_.data(), n * 2));
+      cpu::convert_bf16_to_f32(host + s.offset, bf16_stage_.bf16(), n);
+      continue;
+    }
+    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, tmp, n * 4));
     std::memcpy(host + s.offset, tmp, static_cast<size_t>(n * 4));
   }
-  // The embed group's master weights: the first E elements of its state.
+  // The embed group's working params are its master weights (the first E elements of its
+  // state; bf16 mode: rounded).
   const Slab& e = layout_.slabs[static_cast<size_t>(layout_.embed_slab())];
   const Slab& f = layout_.slabs[static_cast<size_t>(layout_.final_slab())];
   STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, 0, host + e.offset, e.numel));
-  return embed_state_io(IoOp::read, e.numel, host + f.offset, f.numel);
+  STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, e.numel, host + f.offset, f.numel));
+  if (bf16_) {
+    for (const Slab* g : {&e, &f}) {
+      for (int64_t i = g->offset; i < g->offset + g->numel; ++i) host[i] = bf16_round(host[i]);
+    }
+  }
+  return Status::ok_status();
 }
 
 std::vector<std::pair<std::string, int32_t>> OffloadTrainer::optim_parts(int64_t block) const {
@@ -184,8 +215,12 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, at, const_cast<float*>(master), s.numel));
     STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, E + at, const_cast<float*>(m), s.numel));
     STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 2 * E + at, const_cast<float*>(v), s.numel));
-    // The device's working copy is the master (f32).
-    return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
+    // The device's working copy is the master (f32), or its bf16 rounding in bf16 mode, built
+    // in the idle host params slot.
+    if (!bf16_) return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
+    float* rounded = memory_.at(names::kEmbedParamsHost)->buf.f32() + at;
+    for (int64_t i = 0; i < s.numel; ++i) rounded[i] = bf16_round(master[i]);
+    return write_slot(names::kEmbedParams, at * 4, rounded, s.numel * 4);
   }
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
@@ -199,7 +234,9 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
     if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
   }
-  // The working params (f32: the master itself), staged through an idle gradient slot.
+  // The working params: bf16 mode, the master's rounding (Note [Precision modes]); f32, the
+  // master itself, staged through an idle gradient slot.
+  if (bf16_) return write_block_params_bf16(block, master);
   float* stage = idle_block_stage();
   std::memcpy(stage, master, static_cast<size_t>(s.numel * 4));
   return write_slot(names::params_store(block), 0, stage, s.numel * 4);

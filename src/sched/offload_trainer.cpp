@@ -31,12 +31,15 @@ int64_t embed_group_elems(const ParamLayout& layout) {
 }
 
 // Part 0 of each block's step (run in backward) holds (1 - alpha) of its elements, rounded to
-// whole I/O blocks (whole checksum chunks when checksums are on, since parts are written
-// separately). Note [Optimizer split].
+// whole I/O blocks of the working params (whole checksum chunks when checksums are on, since
+// parts are written separately): 1024 elements in f32, 2048 in bf16. Note [Optimizer split].
 int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
   if (cfg.schedule != Schedule::vertical || cfg.optim.alpha >= 1.0) return 0;
   if (cfg.optim.alpha <= 0.0) return n;
-  const int64_t align = cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit / 4, 1024) : 1024;
+  const int64_t width = cfg.precision == Precision::bf16 ? 2 : 4;  // bytes per working param
+  const int64_t io_block = kIoAlign / width;
+  const int64_t align =
+      cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit / width, io_block) : io_block;
   const auto a = static_cast<int64_t>(std::llround((1.0 - cfg.optim.alpha) * n / align)) * align;
   return std::clamp<int64_t>(a, 0, n);
 }
@@ -53,7 +56,8 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   ScheduleSpec s;
   s.blocks = static_cast<int32_t>(cfg.model.n_layer);
   s.micro_batches = static_cast<int32_t>(M);
-  s.block_param_bytes = n * 4;
+  const bool bf16 = cfg.precision == Precision::bf16;  // Note [Precision modes]
+  s.block_param_bytes = n * (bf16 ? 2 : 4);
   s.block_grad_bytes = n * 4;
   s.block_optim_bytes = n * 12;
   s.checkpoint_bytes = BT * C * 4;
@@ -66,7 +70,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.losses_bytes = M * BT * 4;
   const BlockDims d = block_dims(dev, B, T, C, cfg.model.n_head);
   FloatCarver counter(nullptr);
-  carve_offload_workspace(counter, d, V);
+  carve_offload_workspace(counter, d, V, bf16 ? n : 0);
   s.workspace_bytes = counter.used() * 4;
   // Matmul FLOPs (2 per multiply-add) and the causal half of attention's two T x T products.
   const double bt = static_cast<double>(BT), c = static_cast<double>(C);
@@ -102,6 +106,7 @@ OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
   dims_ = block_dims(dev, cfg.batch_size, cfg.seq_len, cfg.model.n_embd, cfg.model.n_head);
   vertical_ = cfg.schedule == Schedule::vertical;
+  bf16_ = cfg.precision == Precision::bf16;
   block_elems_ = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
   split_elems_ = split_elems_for(cfg, block_elems_);
   embed_elems_ = embed_group_elems(layout_);
@@ -305,7 +310,7 @@ Status OffloadTrainer::allocate_slots() {
   // The compute workspace is a slot too, so the device budget covers it.
   SlotMemory& ws = *memory_.at(names::kWorkspace);
   FloatCarver carver(ws.buf.f32());
-  ws_ = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size);
+  ws_ = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size, bf16_ ? block_elems_ : 0);
 
   if (extents.empty()) return Status::ok_status();
   if (cfg_.io.dirs.empty()) {

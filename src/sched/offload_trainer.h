@@ -5,12 +5,14 @@
 // docs/design.md §2-§5, §8, §10.
 //
 // What lives where
-//  - each block's working params (f32: on the CPU backend compute is f32, so working copy and
-//    master weights hold the same values), and its AdamW state (master, m, v per optimizer part,
-//    Note [Optimizer split]) on host or storage, by the offload.* fractions;
+//  - each block's working params (train.precision f32: the master weights themselves; bf16: the
+//    master rounded to bf16, 2 bytes per element, widened to f32 in the compute workspace before
+//    the block computes; Note [Precision modes] in trainer.h), and its AdamW state (master, m, v
+//    per optimizer part, Note [Optimizer split]) on host or storage, by the offload.* fractions;
 //  - block-input checkpoints on host or storage (vertical: first and last two micro-batches of a
 //    block always on host);
-//  - the embedding group (wte, wpe, final LayerNorm) on the device, its AdamW state on host;
+//  - the embedding group (wte, wpe, final LayerNorm) on the device as f32 (bf16 mode: holding
+//    the master's bf16 rounding), its AdamW state on host;
 //  - gradients: accumulated on the device per block (vertical) or on host per micro-batch
 //    (horizontal), then kept on host per block until stepped.
 //
@@ -132,6 +134,12 @@ class OffloadTrainer final : public Trainer {
   // The memory of the task's slot in `role` (null when it has none), and its micro-batch's
   // tokens (inputs, then targets at + B*T).
   float* f32_of(const BoundPlan& bp, const Task& t, Role role) const;
+  // The f32 weights a block task computes with: its params slot (f32 mode), or that slot's bf16
+  // widened into the workspace on the compute stream (bf16 mode).
+  float* block_weights(const BoundPlan& bp, const Task& t);
+  // bf16 mode: a block's working params (bf16) from its f32 master, written to params.store.blkL
+  // through bf16_stage_.
+  Status write_block_params_bf16(int64_t block, const float* master);
   const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;
   void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
   StepState early_step_state() const;
@@ -167,6 +175,7 @@ class OffloadTrainer final : public Trainer {
   LrSchedule schedule_;
   BlockDims dims_{};
   bool vertical_ = false;
+  bool bf16_ = false;  // train.precision bf16: params slots hold bf16 (Note [Precision modes])
   int64_t block_elems_ = 0, split_elems_ = 0, embed_elems_ = 0;
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
@@ -183,6 +192,12 @@ class OffloadTrainer final : public Trainer {
   OffloadWorkspace ws_{};
 
   std::vector<float> spare_stage_;  // idle_block_stage when no plan slot serves
+  // bf16 mode: (block elems) bf16 on host, whole direct-I/O blocks; stages a block's working
+  // params between the caller and params.store.blkL outside plans (initial state, read_params,
+  // write_slab_state). Owned here rather than borrowed from an idle plan slot, so it does not
+  // depend on which slots a plan has; 2 bytes per element of one block beyond the plan's peak.
+  Buffer bf16_stage_;
+
   std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
   StepState state_;                 // of the last norm: what pending and post-norm steps apply
   int64_t steps_done_ = 0;

@@ -21,9 +21,14 @@ struct OffloadWorkspace {
   float* dlogits;            // (B, T, V)
   float* dlnf;               // (B, T, C)
   float* losses;             // (B, T)
+  // (widened_param_elems) f32: bf16 mode's working params of one block widened for its forward
+  // or backward (Note [Precision modes] in sched/trainer.h); null in f32 mode.
+  float* params_f32;
 };
-// Lays it out in consecutive floats; a null base only counts (FloatCarver).
-inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims& d, int64_t V) {
+// Lays it out in consecutive floats; a null base only counts (FloatCarver). widened_param_elems
+// is a block's element count in bf16 mode, 0 in f32 mode (no scratch: the params are f32).
+inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims& d, int64_t V,
+                                                int64_t widened_param_elems) {
   const int64_t BT = d.B * d.T, C = d.C;
   OffloadWorkspace w{};
   w.acts = block_acts_carve(c, d);
@@ -38,6 +43,7 @@ inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims&
   w.dlogits = c.take(BT * V);
   w.dlnf = c.take(BT * C);
   w.losses = c.take(BT);
+  w.params_f32 = widened_param_elems > 0 ? c.take(widened_param_elems) : nullptr;
   return w;
 }
 

@@ -16,6 +16,26 @@
 
 namespace strata {
 
+// Note [Precision modes]
+// train.precision chooses the element type of the *working weights*, the copy the forward and
+// backward read; everything else is f32 in both modes: the master weights and AdamW's m and v
+// (the optimizer state), the gradients, activations and all compute and accumulation.
+//  - f32 (the default): the working weights are the master weights, bit for bit, and in the
+//    in-memory trainer one buffer.
+//  - bf16: the working weights are the master rounded to bf16 (f32_to_bf16, round to nearest
+//    even). AdamW steps the f32 master and writes the bf16 copy in the same sweep
+//    (adamw_step's param_bf16); the initial working weights are the rounded initial master.
+//    The offloaded trainer stores and moves each block's working weights as bf16 (params slots
+//    of 2 bytes per element on host, storage and the device) and widens them into an f32
+//    scratch of its compute workspace before a block's forward or backward; the embed group
+//    (wte, wpe, final LayerNorm) is small and stays on the device as f32 holding bf16-rounded
+//    values. The in-memory trainer keeps f32 working weights holding the rounded values. Either
+//    way the arithmetic is the same: compute sees bf16_to_f32(f32_to_bf16(master)).
+// What the Trainer interface exposes: read_params gives the working weights (what the model
+// computes with: the rounded values in bf16 mode); read_slab_state / write_slab_state, and so
+// checkpoints, carry the f32 master (Note [Checkpoint format] in io/checkpoint.h), and writing
+// a slab re-derives its working weights from the master.
+
 struct StepStats {
   int64_t step = 0;      // 0-based index of the optimizer step just taken
   double loss = 0;       // mean over all positions of all micro-batches
@@ -38,10 +58,12 @@ class Trainer {
   virtual Status finish() = 0;
 
   // ---- state ----------------------------------------------------------------------------------
-  // All parameters, laid out as layout() (layout().total_elems floats); finish()es first.
+  // All working parameters, laid out as layout() (layout().total_elems floats), as f32 (bf16
+  // mode: the rounded values, Note [Precision modes]); finish()es first.
   virtual Status read_params(float* host) = 0;
   // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
   // floats each. Reading finish()es first, so the state is the one at the step boundary.
+  // Writing sets the master and derives the slab's working weights from it.
   virtual Status read_slab_state(int64_t slab, float* master, float* m, float* v) = 0;
   virtual Status write_slab_state(int64_t slab, const float* master, const float* m,
                                   const float* v) = 0;
