@@ -30,10 +30,19 @@ std::string written_text(const HfExportFiles& files) {
 }  // namespace
 
 int cmd_export(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, {{"checkpoint", true, false}, {"out", true, false}}, "export");
+  auto parsed = parse_args(
+      args, {{"checkpoint", true, false}, {"out", true, false}, {"shard-size", true, false}},
+      "export");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   if (!parsed->has("checkpoint") || !parsed->has("out")) {
     return fail("strata export: --checkpoint DIR and --out FILE.safetensors are both required", 2);
+  }
+  int64_t shard_bytes = 0;  // one file
+  if (parsed->has("shard-size")) {
+    auto size = parse_byte_size("shard-size", parsed->get("shard-size"));
+    if (!size.ok()) return fail(size.status().message(), 2);
+    if (*size == 0) return fail("--shard-size must be positive", 2);
+    shard_bytes = static_cast<int64_t>(*size);
   }
   // A run's checkpoint root stands for its newest complete step, as for resuming.
   auto dir = resolve_checkpoint(parsed->get("checkpoint"));
@@ -41,7 +50,7 @@ int cmd_export(const std::vector<std::string>& args) {
 
   auto plan = plan_hf_export(*dir);
   if (!plan.ok()) return fail(plan.status().message(), 2);
-  auto files = write_hf_export(*plan, parsed->get("out"), /*shard_bytes=*/0);
+  auto files = write_hf_export(*plan, parsed->get("out"), shard_bytes);
   if (!files.ok()) return fail(files.status().message(), exit_status(files.status()));
   for (const std::string& path : files->removed) {
     log_info("removed " + path + " of an earlier export to the same place");
