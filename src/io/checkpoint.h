@@ -34,10 +34,10 @@
 //      exp_avg_sq from optimizer.safetensors) are read with pread into buffers sized once for
 //      the largest slab, converted from HF layout and handed to the SlabWriter.
 // So the writer only ever sees bytes that were verified, a corrupt file changes no trainer state,
-// and host memory is O(largest slab) (16 bytes per parameter of it: master, m, v and one staging
-// tensor, f32) plus one chunk, never O(model). The price is reading the files twice; a published
-// checkpoint is immutable, so the second pass reads what the first one checked.
-// `strata export` reads model.safetensors the same way (io/hf_export.h).
+// and host memory is O(largest slab) (master, m, v and one staging tensor, f32: at most 16 bytes
+// per parameter of the slab) plus one chunk, never O(model). The price is reading the files twice;
+// a published checkpoint is immutable, so the second pass reads what the first one checked. `strata
+// export` reads model.safetensors the same way (io/hf_export.h).
 #pragma once
 
 #include <algorithm>
@@ -93,7 +93,8 @@ struct CheckpointReadStats {
 };
 
 struct CheckpointReadOptions {
-  // Verifying reads each file in chunks of this many bytes through one buffer.
+  // Verifying (and the export's copy) reads files in chunks of this many bytes through one
+  // buffer.
   int64_t chunk_bytes = int64_t{16} << 20;
   CheckpointReadStats* stats = nullptr;  // filled when set
 };
