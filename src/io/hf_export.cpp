@@ -159,21 +159,23 @@ std::string shard_index_json(const std::vector<StEntry>& tensors,
 // export (Note [Streaming export]), removed; returns their paths.
 Result<std::vector<std::string>> remove_stale(const ExportTarget& target,
                                               const std::set<std::string>& written, bool sharded) {
-  std::vector<std::string> removed;
+  std::vector<fs::path> stale;  // listed first: removing while listing may skip entries
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(target.dir, ec)) {
     const std::string name = e.path().filename().string();
     if (written.count(name) != 0) continue;
-    const bool stale = (sharded && name == target.single) || (!sharded && name == target.index()) ||
-                       target.is_shard_name(name);
-    if (!stale) continue;
-    fs::remove(e.path(), ec);
-    if (ec) {
-      return io_error("cannot remove stale export file " + e.path().string() + ": " + ec.message());
+    if ((sharded && name == target.single) || (!sharded && name == target.index()) ||
+        target.is_shard_name(name)) {
+      stale.push_back(e.path());
     }
-    removed.push_back(e.path().string());
   }
   if (ec) return io_error("cannot list " + target.dir.string() + ": " + ec.message());
+  std::vector<std::string> removed;
+  for (const fs::path& p : stale) {
+    fs::remove(p, ec);
+    if (ec) return io_error("cannot remove stale export file " + p.string() + ": " + ec.message());
+    removed.push_back(p.string());
+  }
   return removed;
 }
 
