@@ -4,9 +4,12 @@
 //    and vertical schedules (the vertical one has steps pending at the boundary: the checkpoint
 //    applies them, the straight run applies them in the next forward; same bits);
 //  - bad input: another model shape, a missing file, a flipped byte, a full disk while saving
-//    (the previous checkpoint stays intact), incomplete directories never chosen.
+//    (the previous checkpoint stays intact), incomplete directories never chosen;
+//  - loading holds O(largest slab) of host memory, not O(model), and a corrupt file reaches no
+//    slab writer (Note [Checkpoint format]).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -275,6 +278,75 @@ TEST(resume_checkpoint, ResolvePicksTheNewestCompleteAndKeepRemovesOld) {
   for (const auto& e : fs::directory_iterator(root)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"step-00000005", "step-00000006"}));
+}
+
+// Note [Checkpoint format]: loading reads every data byte through buffers bounded by a chunk
+// (verify) or a tensor (load), holds three slabs and one tensor at once, and reads each byte at
+// most twice. With 8 blocks that bound is a fraction of the files, so a loader that held the
+// model (as one that read whole files did) fails here.
+TEST(resume_checkpoint, LoadHoldsOneSlabNotTheModel) {
+  TrainConfig c = small_config("in_memory", "unused");
+  c.model.n_layer = 8;
+  const std::string dir = test::make_temp_dir("resume_memory");
+  AnyTrainer saved(c);
+  const Batches b = batches(c);
+  saved.step(b.in.data(), b.tgt.data());
+  auto engine = engine_for(c, dir);
+  ASSERT_TRUE(
+      save_checkpoint(*engine, dir + "/ckpt", c, {1, 1, 0, c.seed, "in_memory"}, saved.reader(), 0)
+          .ok());
+  const std::string step = dir + "/ckpt/step-00000001";
+
+  constexpr int64_t kChunk = 4096;
+  CheckpointReadStats stats;
+  CheckpointReadOptions options;
+  options.chunk_bytes = kChunk;
+  options.stats = &stats;
+  AnyTrainer loaded(c);
+  auto meta = load_checkpoint(step, c, loaded.writer(), options);
+  ASSERT_TRUE(meta.ok()) << meta.status().to_string();
+
+  const ParamLayout layout = make_param_layout(c.model);
+  EXPECT_EQ(loaded.state(layout), saved.state(layout));
+  int64_t slab_bytes = 0, tensor_bytes = 0, file_bytes = 0;
+  for (const Slab& s : layout.slabs) slab_bytes = std::max(slab_bytes, s.numel * 4);
+  for (const ParamTensor& t : layout.tensors) tensor_bytes = std::max(tensor_bytes, t.numel() * 4);
+  for (const auto& e : fs::directory_iterator(step)) {
+    file_bytes += static_cast<int64_t>(fs::file_size(e.path()));
+  }
+  const int64_t state_bytes = static_cast<int64_t>(fs::file_size(step + "/model.safetensors") +
+                                                   fs::file_size(step + "/optimizer.safetensors"));
+  EXPECT_LE(stats.reads.largest, std::max(kChunk, tensor_bytes));
+  EXPECT_LE(stats.buffer_bytes, 3 * slab_bytes + tensor_bytes);
+  EXPECT_LT(4 * stats.buffer_bytes, state_bytes) << "the bound is no bound for this model";
+  EXPECT_LE(stats.reads.bytes, 2 * file_bytes) << "a byte read more than twice";
+}
+
+// The CRC of every file is checked before any state moves: a flipped byte in the last file read
+// fails the load with nothing handed to the trainer.
+TEST(resume_checkpoint, CorruptFileReachesNoSlabWriter) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string dir = saved_checkpoint("resume_no_writer", c, 1) + "/step-00000001";
+  const std::string optim = dir + "/optimizer.safetensors";
+  {
+    std::fstream f(optim, std::ios::in | std::ios::out | std::ios::binary);
+    const auto last = static_cast<std::streamoff>(fs::file_size(optim) - 1);
+    f.seekg(last);
+    const char ch = static_cast<char>(f.get() ^ 0x01);
+    f.seekp(last);
+    f.put(ch);
+  }
+  int writes = 0;
+  auto meta = load_checkpoint(dir, c, [&](int64_t, const float*, const float*, const float*) {
+    ++writes;
+    return Status();
+  });
+  ASSERT_FALSE(meta.ok());
+  EXPECT_EQ(meta.status().code(), ErrorCode::bad_format);
+  EXPECT_NE(meta.status().message().find("optimizer.safetensors is corrupt: CRC32C"),
+            std::string::npos)
+      << meta.status().message();
+  EXPECT_EQ(writes, 0);
 }
 
 }  // namespace

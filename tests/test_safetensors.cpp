@@ -1,9 +1,13 @@
-// safetensors reader/writer: round trips and every malformed-file error the reader must catch.
+// safetensors reader/writer: round trips and every malformed-file error the reader must catch;
+// the header-only reader catches the same ones and says where each tensor's bytes lie; the
+// streaming writer takes the data in pieces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -25,13 +29,19 @@ void write_raw(const std::string& path, const std::string& header, const std::ve
   ASSERT_TRUE(f.good()) << path;
 }
 
-// The reader's error for a file, which must be bad_format and name the file.
+// The reader's error for a file, which must be bad_format and name the file; the header-only
+// reader must refuse the file with the same message.
 std::string read_error(const std::string& path) {
   Result<SafeTensors> r = read_safetensors(path);
   EXPECT_FALSE(r.ok()) << path;
   if (r.ok()) return "";
   EXPECT_EQ(r.status().code(), ErrorCode::bad_format) << r.status().to_string();
   EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().to_string();
+  Result<SafeTensorsHeader> h = read_safetensors_header(path);
+  EXPECT_FALSE(h.ok()) << path;
+  if (!h.ok()) {
+    EXPECT_EQ(h.status().to_string(), r.status().to_string());
+  }
   return r.status().message();
 }
 
@@ -250,6 +260,93 @@ TEST(SafeTensors, WriterRejectsBadTablesAndReportsIoErrors) {
   s = write_safetensors(dir + "/no_such_dir/c.st", sample());
   EXPECT_EQ(s.code(), ErrorCode::io_error);
   EXPECT_TRUE(contains(s.message(), "no_such_dir/c.st")) << s.message();
+}
+
+TEST(SafeTensors, HeaderSaysWhereEveryTensorLies) {
+  std::string path = test::make_temp_dir("safetensors_header") + "/a.safetensors";
+  ASSERT_TRUE(write_safetensors(path, sample()).ok());
+  Result<SafeTensorsHeader> h = read_safetensors_header(path);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  Result<SafeTensors> whole = read_safetensors(path);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(h->metadata, whole->metadata);
+  EXPECT_EQ(h->file_bytes, static_cast<int64_t>(std::filesystem::file_size(path)));
+  std::ifstream f(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(h->tensors.size(), whole->tensors.size());
+  for (size_t i = 0; i < h->tensors.size(); ++i) {
+    const StEntry& e = h->tensors[i];
+    const StTensor& t = whole->tensors[i];
+    EXPECT_EQ(e.name, t.name);
+    EXPECT_EQ(e.dtype, t.dtype);
+    EXPECT_EQ(e.shape, t.shape);
+    ASSERT_EQ(e.bytes, static_cast<int64_t>(t.data.size())) << e.name;
+    ASSERT_LE(e.offset + e.bytes, h->file_bytes) << e.name;
+    EXPECT_EQ(std::memcmp(bytes.data() + e.offset, t.data.data(), t.data.size()), 0) << e.name;
+  }
+
+  ASSERT_TRUE(h->f32_entry("wte.weight", {2, 3}).ok());
+  auto missing = h->f32_entry("blk.7.ln1.weight", {1});
+  EXPECT_EQ(missing.status().code(), ErrorCode::not_found);
+  EXPECT_TRUE(contains(missing.status().message(), path)) << missing.status().message();
+  EXPECT_TRUE(
+      contains(h->f32_entry("tokens", {2, 4}).status().message(), "'tokens' is I32, expected F32"));
+  EXPECT_TRUE(contains(h->f32_entry("wte.weight", {3, 2}).status().message(),
+                       "has shape (2, 3), expected (3, 2)"));
+}
+
+// The streaming writer takes the data in any pieces and writes the file write_safetensors would.
+TEST(SafeTensors, StreamingWriterTakesTheDataInPieces) {
+  const std::string dir = test::make_temp_dir("safetensors_stream");
+  const SafeTensors st = sample();
+  std::vector<StEntry> entries;
+  std::string data;
+  for (const StTensor& t : st.tensors) {
+    entries.push_back({t.name, t.dtype, t.shape, 0, 0});
+    data.append(t.data.begin(), t.data.end());
+  }
+  auto w = SafeTensorsWriter::create(dir + "/s.st", entries, st.metadata);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  for (size_t at = 0; at < data.size(); at += 3) {
+    ASSERT_TRUE(w->append(data.data() + at, std::min<int64_t>(3, data.size() - at)).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/s.st")) << "published before finish";
+  ASSERT_TRUE(w->finish().ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/s.st.tmp"));
+  ASSERT_TRUE(write_safetensors(dir + "/whole.st", st).ok());
+  std::ifstream a(dir + "/s.st", std::ios::binary), b(dir + "/whole.st", std::ios::binary);
+  const std::string streamed((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+  const std::string whole((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(streamed, whole);
+}
+
+TEST(SafeTensors, StreamingWriterRefusesTooManyOrTooFewBytes) {
+  const std::string dir = test::make_temp_dir("safetensors_stream_bad");
+  const std::vector<StEntry> entries = {{"x", StDType::f32, {2}, 0, 0}};
+  const float v[3] = {1, 2, 3};
+  {
+    auto w = SafeTensorsWriter::create(dir + "/long.st", entries, {});
+    ASSERT_TRUE(w.ok());
+    Status s = w->append(v, 12);
+    EXPECT_EQ(s.code(), ErrorCode::invalid_argument);
+    EXPECT_TRUE(contains(s.message(), "long.st")) << s.message();
+    EXPECT_TRUE(contains(s.message(), "run past the 8 bytes")) << s.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/long.st.tmp")) << "dropped writer left its file";
+  {
+    auto w = SafeTensorsWriter::create(dir + "/short.st", entries, {});
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->append(v, 4).ok());
+    Status s = w->finish();
+    EXPECT_EQ(s.code(), ErrorCode::invalid_argument);
+    EXPECT_TRUE(contains(s.message(), "4 bytes of data written, the header describes 8"))
+        << s.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/short.st"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/short.st.tmp"));
+  auto dup = SafeTensorsWriter::create(dir + "/dup.st", {entries[0], entries[0]}, {});
+  EXPECT_EQ(dup.status().code(), ErrorCode::invalid_argument);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/dup.st.tmp"));
 }
 
 }  // namespace

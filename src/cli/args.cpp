@@ -1,5 +1,9 @@
 #include "cli/args.h"
 
+#include <cstdint>
+#include <string>
+#include <utility>
+
 namespace strata::cli {
 
 std::string ParsedArgs::get(const std::string& flag, const std::string& fallback) const {
@@ -11,6 +15,42 @@ const std::vector<std::string>& ParsedArgs::all(const std::string& flag) const {
   static const std::vector<std::string> none;
   auto it = values.find(flag);
   return it == values.end() ? none : it->second;
+}
+
+Result<uint64_t> parse_byte_size(const std::string& flag, const std::string& text) {
+  if (text.empty()) return invalid_argument("--" + flag + " is empty");
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(text, &used);
+  } catch (...) {
+    return invalid_argument("--" + flag + " '" + text +
+                            "' is not a size (e.g. 4096, 64K, 1M, 2G, 5GB)");
+  }
+  if (text[0] == '-') return invalid_argument("--" + flag + " '" + text + "' is negative");
+  static const std::pair<const char*, uint64_t> units[] = {{"", 1},
+                                                           {"k", 1ull << 10},
+                                                           {"K", 1ull << 10},
+                                                           {"KiB", 1ull << 10},
+                                                           {"m", 1ull << 20},
+                                                           {"M", 1ull << 20},
+                                                           {"MiB", 1ull << 20},
+                                                           {"g", 1ull << 30},
+                                                           {"G", 1ull << 30},
+                                                           {"GiB", 1ull << 30},
+                                                           {"KB", 1000},
+                                                           {"MB", 1000 * 1000},
+                                                           {"GB", 1000ull * 1000 * 1000}};
+  const std::string suffix = text.substr(used);
+  for (const auto& [unit, mult] : units) {
+    if (suffix != unit) continue;
+    if (n > UINT64_MAX / mult)
+      return invalid_argument("--" + flag + " '" + text + "' is too large");
+    return static_cast<uint64_t>(n) * mult;
+  }
+  return invalid_argument("--" + flag + " '" + text +
+                          "' has an unknown unit (K, M, G, KiB, MiB, GiB: powers of 1024; KB, "
+                          "MB, GB: powers of 1000)");
 }
 
 Result<TrainConfig> load_config_from_args(const ParsedArgs& a) {

@@ -2,6 +2,7 @@
 // errors that name the flag.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +28,11 @@ struct ParsedArgs {
 // The embedded default, then --config FILE, then each --set key=value in order, then --device
 // (for the commands that take it).
 Result<TrainConfig> load_config_from_args(const ParsedArgs& a);
+
+// A size flag's value in bytes: "4096", "64K", "2G", "2GiB" (K, M, G, KiB, MiB, GiB: powers of
+// 1024) or "5GB" (KB, MB, GB: powers of 1000, as Hugging Face's max_shard_size). invalid_argument
+// naming --flag otherwise.
+Result<uint64_t> parse_byte_size(const std::string& flag, const std::string& text);
 
 Result<ParsedArgs> parse_args(const std::vector<std::string>& args,
                               const std::vector<FlagSpec>& specs, const std::string& command);

@@ -14,34 +14,11 @@ namespace strata::cli {
 
 namespace {
 
-// "1G", "512M", "4k", "4096" -> bytes (binary multiples).
-Result<uint64_t> parse_bytes(const std::string& flag, const std::string& text) {
-  if (text.empty()) return invalid_argument("--" + flag + " is empty");
-  size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(text, &used);
-  } catch (...) {
-    return invalid_argument("--" + flag + " '" + text + "' is not a size (e.g. 4096, 64K, 1M, 2G)");
-  }
-  const std::string suffix = text.substr(used);
-  uint64_t mult = 1;
-  if (suffix == "k" || suffix == "K")
-    mult = 1ull << 10;
-  else if (suffix == "m" || suffix == "M")
-    mult = 1ull << 20;
-  else if (suffix == "g" || suffix == "G")
-    mult = 1ull << 30;
-  else if (!suffix.empty())
-    return invalid_argument("--" + flag + " '" + text + "' has an unknown unit (K, M or G)");
-  return static_cast<uint64_t>(n) * mult;
-}
-
 // What to measure: --size --block --qd --op --pattern --buffered, and --file or --dir.
 Result<IoBenchOptions> bench_options(const ParsedArgs& a) {
   IoBenchOptions o;
-  STRATA_ASSIGN_OR_RETURN(o.size, parse_bytes("size", a.get("size", "1G")));
-  STRATA_ASSIGN_OR_RETURN(o.block, parse_bytes("block", a.get("block", "1M")));
+  STRATA_ASSIGN_OR_RETURN(o.size, parse_byte_size("size", a.get("size", "1G")));
+  STRATA_ASSIGN_OR_RETURN(o.block, parse_byte_size("block", a.get("block", "1M")));
   try {
     o.queue_depth = std::stoi(a.get("qd", "32"));
   } catch (...) {

@@ -1,11 +1,16 @@
 #include "core/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <utility>
 
 namespace strata {
 
@@ -38,6 +43,127 @@ Status write_whole_file(const std::string& path, const std::string& text, const 
   out << text;
   out.flush();
   if (!out) return io_error("cannot write " + what + " " + path);
+  return Status::ok_status();
+}
+
+namespace {
+
+Status write_failed(const std::string& what, const std::string& path, const std::string& step,
+                    int err) {
+  const std::string m =
+      "cannot write " + what + " " + path + ": " + step + ": " + std::strerror(err);
+  return err == ENOSPC || err == EDQUOT ? Status(ErrorCode::no_space, m) : io_error(m);
+}
+
+// All of `text` to fd, retrying interrupted and short writes; the errno of a failure.
+int write_all(int fd, const std::string& text) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t put = ::write(fd, p, left);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    p += put;
+    left -= static_cast<size_t>(put);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Status write_file_atomically(const std::string& path, const std::string& text,
+                             const std::string& what) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return write_failed(what, path, "open " + tmp, errno);
+  int err = write_all(fd, text);
+  std::string step = "write";
+  const auto fail_at = [&](const std::string& what_step) {
+    err = errno;
+    step = what_step;
+  };
+  if (err == 0 && ::fsync(fd) != 0) fail_at("fsync");
+  if (::close(fd) != 0 && err == 0) fail_at("close");
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) fail_at("rename " + tmp);
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return write_failed(what, path, step, err);
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return write_failed(what, path, "open its directory", errno);
+  err = ::fsync(dfd) == 0 ? 0 : errno;
+  ::close(dfd);
+  return err == 0 ? Status::ok_status() : write_failed(what, path, "fsync its directory", err);
+}
+
+Result<ReadOnlyFile> ReadOnlyFile::open(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string m = what + " " + path + ": open: " + std::strerror(err);
+    return err == ENOENT ? not_found(m) : io_error(m);
+  }
+  struct stat sb;
+  if (::fstat(fd, &sb) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return io_error(what + " " + path + ": stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    ::close(fd);
+    return bad_format(what + " " + path + ": not a regular file");
+  }
+  return ReadOnlyFile(fd, path, what, static_cast<int64_t>(sb.st_size));
+}
+
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::move(other.path_)),
+      what_(std::move(other.what_)),
+      size_(other.size_),
+      stats_(other.stats_) {}
+
+ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    what_ = std::move(other.what_);
+    size_ = other.size_;
+    stats_ = other.stats_;
+  }
+  return *this;
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);  // read-only: nothing to lose if close reports an error
+}
+
+Status ReadOnlyFile::read_at(void* buf, int64_t bytes, int64_t offset) const {
+  if (stats_ != nullptr) {
+    stats_->reads += 1;
+    stats_->bytes += bytes;
+    stats_->largest = std::max(stats_->largest, bytes);
+  }
+  auto* p = static_cast<uint8_t*>(buf);
+  while (bytes > 0) {
+    const ssize_t got = ::pread(fd_, p, static_cast<size_t>(bytes), static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return io_error(where() + ": read at offset " + std::to_string(offset) + ": " +
+                      std::strerror(errno));
+    }
+    if (got == 0) {
+      return bad_format(where() + ": file ends at offset " + std::to_string(offset) +
+                        " (truncated while reading)");
+    }
+    p += got;
+    bytes -= got;
+    offset += got;
+  }
   return Status::ok_status();
 }
 

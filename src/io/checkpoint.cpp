@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "core/file_util.h"
@@ -270,10 +270,14 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
 
 namespace {
 
-// Reads the manifest of `dir`, then every file it lists once, checking its size and CRC32C, and
-// hands each file's verified bytes to `use` (which may keep them by moving).
-Status for_each_verified_file(const std::string& dir,
-                              const std::function<Status(const std::string&, std::string&)>& use) {
+struct ManifestFile {
+  std::string name;
+  int64_t bytes = -1;
+  std::string crc32c;  // 8 hex digits
+};
+
+// The files that the manifest of `dir` lists.
+Result<std::vector<ManifestFile>> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/manifest.json";
   if (!fs::exists(mpath)) {
     return not_found("checkpoint " + dir + " has no manifest.json (not a complete checkpoint)");
@@ -288,43 +292,95 @@ Status for_each_verified_file(const std::string& dir,
                       m.value("version", nlohmann::json(0)).dump() + ", this build reads " +
                       std::to_string(kVersion));
   }
+  std::vector<ManifestFile> files;
   for (const auto& f : m["files"]) {
-    const std::string name = f.value("name", ""), path = dir + "/" + name;
-    if (!fs::exists(path)) return not_found("checkpoint file " + path + " is missing");
-    STRATA_ASSIGN_OR_RETURN(std::string data, read_whole_file(path, "checkpoint file"));
-    const int64_t want_bytes = f.value("bytes", int64_t{-1});
-    if (static_cast<int64_t>(data.size()) != want_bytes) {
-      return bad_format("checkpoint file " + path + " has " + std::to_string(data.size()) +
-                        " bytes, the manifest says " + std::to_string(want_bytes));
+    if (!f.is_object()) {
+      return bad_format("checkpoint manifest " + mpath + " has a file entry that is not an object");
     }
-    const std::string crc = hex32(crc32c(data.data(), data.size()));
-    if (crc != f.value("crc32c", "")) {
-      return bad_format("checkpoint file " + path + " is corrupt: CRC32C " + crc +
-                        ", the manifest says " + f.value("crc32c", ""));
-    }
-    STRATA_RETURN_IF_ERROR(use(name, data));
+    files.push_back({f.value("name", ""), f.value("bytes", int64_t{-1}), f.value("crc32c", "")});
+  }
+  return files;
+}
+
+// A checkpoint file opened for reading, its reads counted in the options' stats.
+Result<ReadOnlyFile> open_checkpoint_file(const std::string& path,
+                                          const CheckpointReadOptions& options) {
+  if (!fs::exists(path)) return not_found("checkpoint file " + path + " is missing");
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::open(path, "checkpoint file"));
+  if (options.stats != nullptr) f.count_reads_in(&options.stats->reads);
+  return f;
+}
+
+// The CRC32C of the whole file, read front to back through `chunk`.
+Result<uint32_t> crc32c_of(const ReadOnlyFile& f, std::vector<uint8_t>& chunk) {
+  uint32_t crc = 0;
+  for (int64_t at = 0; at < f.size();) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), f.size() - at);
+    STRATA_RETURN_IF_ERROR(f.read_at(chunk.data(), n, at));
+    crc = crc32c(chunk.data(), static_cast<size_t>(n), crc);
+    at += n;
+  }
+  return crc;
+}
+
+// One listed file's size and CRC32C against the manifest's.
+Status verify_file(const std::string& dir, const ManifestFile& want, std::vector<uint8_t>& chunk,
+                   const CheckpointReadOptions& options) {
+  const std::string path = dir + "/" + want.name;
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile f, open_checkpoint_file(path, options));
+  if (f.size() != want.bytes) {
+    return bad_format("checkpoint file " + path + " has " + std::to_string(f.size()) +
+                      " bytes, the manifest says " + std::to_string(want.bytes));
+  }
+  STRATA_ASSIGN_OR_RETURN(uint32_t crc, crc32c_of(f, chunk));
+  if (hex32(crc) != want.crc32c) {
+    return bad_format("checkpoint file " + path + " is corrupt: CRC32C " + hex32(crc) +
+                      ", the manifest says " + want.crc32c);
   }
   return Status();
 }
 
-}  // namespace
-
-Status verify_checkpoint(const std::string& dir) {
-  return for_each_verified_file(dir, [](const std::string&, std::string&) { return Status(); });
+// Verifies the listed files that `wanted` accepts, in manifest order, through one chunk buffer
+// no larger than the largest of them. Returns their names.
+Result<std::set<std::string>> verify_files(const std::string& dir,
+                                           const CheckpointReadOptions& options,
+                                           const std::function<bool(const std::string&)>& wanted) {
+  if (options.chunk_bytes <= 0) {
+    return invalid_argument("checkpoint read chunk of " + std::to_string(options.chunk_bytes) +
+                            " bytes; it must be positive");
+  }
+  STRATA_ASSIGN_OR_RETURN(std::vector<ManifestFile> files, read_manifest(dir));
+  int64_t largest = 1;
+  for (const ManifestFile& f : files) {
+    if (wanted(f.name)) largest = std::max(largest, f.bytes);
+  }
+  std::vector<uint8_t> chunk(static_cast<size_t>(std::min(options.chunk_bytes, largest)));
+  if (options.stats != nullptr) options.stats->note_buffers(static_cast<int64_t>(chunk.size()));
+  std::set<std::string> verified;
+  for (const ManifestFile& f : files) {
+    if (!wanted(f.name)) continue;
+    STRATA_RETURN_IF_ERROR(verify_file(dir, f, chunk, options));
+    verified.insert(f.name);
+  }
+  return verified;
 }
 
-Result<SafeTensors> read_checkpoint_safetensors(const std::string& dir, const std::string& file) {
-  SafeTensors out;
-  bool found = false;
-  STRATA_RETURN_IF_ERROR(
-      for_each_verified_file(dir, [&](const std::string& name, std::string& bytes) -> Status {
-        if (name != file) return Status();
-        STRATA_ASSIGN_OR_RETURN(out, parse_safetensors(bytes, dir + "/" + name));
-        found = true;
-        return Status();
-      }));
-  if (!found) return not_found("checkpoint " + dir + " lists no " + file);
-  return out;
+}  // namespace
+
+Status verify_checkpoint(const std::string& dir, const CheckpointReadOptions& options) {
+  return verify_files(dir, options, [](const std::string&) { return true; }).status();
+}
+
+Status verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& files,
+                               const CheckpointReadOptions& options) {
+  const std::set<std::string> want(files.begin(), files.end());
+  STRATA_ASSIGN_OR_RETURN(
+      std::set<std::string> verified,
+      verify_files(dir, options, [&](const std::string& name) { return want.count(name) != 0; }));
+  for (const std::string& f : files) {
+    if (verified.count(f) == 0) return not_found("checkpoint " + dir + " lists no " + f);
+  }
+  return Status();
 }
 
 Result<std::string> resolve_checkpoint(const std::string& path) {
@@ -337,31 +393,18 @@ Result<std::string> resolve_checkpoint(const std::string& path) {
   return not_found("no complete checkpoint in " + path);
 }
 
-Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
-                                       const SlabWriter& write) {
-  // Every file read once: checked against the manifest, then used from those bytes.
-  std::string config_text, state_text;
-  SafeTensors model, optim;
-  STRATA_RETURN_IF_ERROR(
-      for_each_verified_file(dir, [&](const std::string& name, std::string& bytes) -> Status {
-        const std::string path = dir + "/" + name;
-        if (name == "config.json") config_text = std::move(bytes);
-        if (name == "trainer_state.json") state_text = std::move(bytes);
-        if (name == "model.safetensors") {
-          STRATA_ASSIGN_OR_RETURN(model, parse_safetensors(bytes, path));
-        }
-        if (name == "optimizer.safetensors") {
-          STRATA_ASSIGN_OR_RETURN(optim, parse_safetensors(bytes, path));
-        }
-        return Status();
-      }));
-  const nlohmann::json cj = nlohmann::json::parse(config_text, nullptr, false);
-  if (cj.is_discarded()) {
-    return bad_format("checkpoint file " + dir + "/config.json is not valid JSON");
-  }
+namespace {
+
+// The model shape saved in config.json against the one asked for: invalid_argument naming the
+// field and both values.
+Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
+  const std::string path = dir + "/config.json";
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
+  const nlohmann::json cj = nlohmann::json::parse(text, nullptr, false);
+  if (cj.is_discarded()) return bad_format("checkpoint file " + path + " is not valid JSON");
   auto saved = parse_config(cj);
   if (!saved.ok()) {
-    return bad_format("checkpoint config " + dir + "/config.json: " + saved.status().message());
+    return bad_format("checkpoint config " + path + ": " + saved.status().message());
   }
   const ModelConfig &a = saved->model, &b = cfg.model;
   const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
@@ -377,7 +420,13 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
                               std::to_string(v.second));
     }
   }
-  const nlohmann::json sj = nlohmann::json::parse(state_text, nullptr, false);
+  return Status();
+}
+
+Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
+  const std::string path = dir + "/trainer_state.json";
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
+  const nlohmann::json sj = nlohmann::json::parse(text, nullptr, false);
   CheckpointMeta meta;
   try {
     meta.step = sj.at("step").get<int64_t>();
@@ -386,34 +435,101 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
     meta.seed = sj.at("seed").get<int64_t>();
     meta.schedule = sj.at("schedule").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
-    return bad_format("checkpoint file " + dir + "/trainer_state.json: " + e.what());
+    return bad_format("checkpoint file " + path + ": " + e.what());
   }
+  return meta;
+}
 
+// One verified safetensors file of a checkpoint: its header and its bytes by range.
+struct TensorFile {
+  SafeTensorsHeader header;
+  ReadOnlyFile file;
+};
+
+Result<TensorFile> open_tensor_file(const std::string& dir, const std::string& name,
+                                    const CheckpointReadOptions& options) {
+  const std::string path = dir + "/" + name;
+  STRATA_ASSIGN_OR_RETURN(SafeTensorsHeader header, read_safetensors_header(path));
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile file, open_checkpoint_file(path, options));
+  return TensorFile{std::move(header), std::move(file)};
+}
+
+// Host buffers for one slab's state, sized once for the largest slab and reused (Note [Checkpoint
+// format]): master, m, v in Strata's layout and one tensor as the file holds it (HF layout).
+struct SlabBuffers {
+  std::vector<float> master, m, v, staged;
+
+  explicit SlabBuffers(const ParamLayout& layout) {
+    int64_t slab = 0, tensor = 0;
+    for (const Slab& s : layout.slabs) slab = std::max(slab, s.numel);
+    for (const ParamTensor& t : layout.tensors) tensor = std::max(tensor, t.numel());
+    master.resize(static_cast<size_t>(slab));
+    m.resize(master.size());
+    v.resize(master.size());
+    staged.resize(static_cast<size_t>(tensor));
+  }
+  int64_t bytes() const {
+    return static_cast<int64_t>((3 * master.size() + staged.size()) * sizeof(float));
+  }
+};
+
+// Tensor `name` of `src`, checked to be F32 of `shape`, read into `staged` and converted into
+// Strata's layout at `into`.
+Status read_tensor(const std::string& dir, const TensorFile& src, const std::string& name,
+                   const ParamTensor& t, const std::vector<int64_t>& shape, float* staged,
+                   float* into) {
+  auto entry = src.header.f32_entry(name, shape);
+  if (!entry.ok()) return bad_format("checkpoint " + dir + ": " + entry.status().message());
+  STRATA_RETURN_IF_ERROR(src.file.read_at(staged, (*entry)->bytes, (*entry)->offset));
+  from_hf_layout(t, staged, into);
+  return Status();
+}
+
+// Slab `si`'s master, m and v read from the two files into `buf` (padding zero).
+Status read_slab(const std::string& dir, const ParamLayout& layout, size_t si,
+                 const TensorFile& model, const TensorFile& optim, SlabBuffers& buf) {
+  const Slab& s = layout.slabs[si];
+  const auto n = static_cast<size_t>(s.numel);
+  // The buffers held another slab, whose tensors may lie where this one has padding.
+  std::fill_n(buf.master.begin(), n, 0.0f);
+  std::fill_n(buf.m.begin(), n, 0.0f);
+  std::fill_n(buf.v.begin(), n, 0.0f);
+  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    const HfTensor h = hf_tensor(layout, i);
+    const int64_t at = t.offset - s.offset;
+    float* staged = buf.staged.data();
+    STRATA_RETURN_IF_ERROR(
+        read_tensor(dir, model, h.name, t, h.shape, staged, buf.master.data() + at));
+    STRATA_RETURN_IF_ERROR(
+        read_tensor(dir, optim, "exp_avg." + h.name, t, h.shape, staged, buf.m.data() + at));
+    STRATA_RETURN_IF_ERROR(
+        read_tensor(dir, optim, "exp_avg_sq." + h.name, t, h.shape, staged, buf.v.data() + at));
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                                       const SlabWriter& write,
+                                       const CheckpointReadOptions& options) {
+  // Pass 1: nothing is used until every file matches the manifest.
+  STRATA_RETURN_IF_ERROR(verify_checkpoint(dir, options));
+  STRATA_RETURN_IF_ERROR(check_model_shape(dir, cfg));
+  STRATA_ASSIGN_OR_RETURN(CheckpointMeta meta, read_trainer_state(dir));
+
+  // Pass 2: slab by slab, exactly the bytes of its tensors.
+  STRATA_ASSIGN_OR_RETURN(TensorFile model, open_tensor_file(dir, "model.safetensors", options));
+  STRATA_ASSIGN_OR_RETURN(TensorFile optim,
+                          open_tensor_file(dir, "optimizer.safetensors", options));
   const ParamLayout layout = make_param_layout(cfg.model);
+  SlabBuffers buf(layout);
+  if (options.stats != nullptr) options.stats->note_buffers(buf.bytes());
   for (size_t si = 0; si < layout.slabs.size(); ++si) {
-    const Slab& s = layout.slabs[si];
-    std::vector<float> master(static_cast<size_t>(s.numel), 0.0f), m(master.size(), 0.0f),
-        v(master.size(), 0.0f);
-    for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
-      const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-      const HfTensor h = hf_tensor(layout, i);
-      const int64_t at = t.offset - s.offset;
-      struct Source {
-        const SafeTensors* file;
-        std::string name;
-        float* into;
-      };
-      for (const Source& src :
-           {Source{&model, h.name, master.data()}, Source{&optim, "exp_avg." + h.name, m.data()},
-            Source{&optim, "exp_avg_sq." + h.name, v.data()}}) {
-        auto values = src.file->get_f32(src.name, h.shape);
-        if (!values.ok()) {
-          return bad_format("checkpoint " + dir + ": " + values.status().message());
-        }
-        from_hf_layout(t, values->data(), src.into + at);
-      }
-    }
-    STRATA_RETURN_IF_ERROR(write(static_cast<int64_t>(si), master.data(), m.data(), v.data()));
+    STRATA_RETURN_IF_ERROR(read_slab(dir, layout, si, model, optim, buf));
+    STRATA_RETURN_IF_ERROR(
+        write(static_cast<int64_t>(si), buf.master.data(), buf.m.data(), buf.v.data()));
   }
   return meta;
 }

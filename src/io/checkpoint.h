@@ -23,14 +23,31 @@
 // touches nothing else.
 //
 // The state is moved one slab at a time (embedding, each block, final norm), so a checkpoint of a
-// model whose state lives on storage never needs it all in memory while writing.
+// model whose state lives on storage never needs it all in memory, writing or reading.
+//
+// Reading is two passes over the files (docs/design.md §8):
+//   1. verify: every file the manifest lists is read front to back in chunks of
+//      CheckpointReadOptions::chunk_bytes through one reused buffer, its size and CRC32C compared
+//      with the manifest. Nothing is used before all of them match.
+//   2. load: the two safetensors headers are read (a few KB: names, shapes, offsets), then per
+//      slab exactly the bytes of its tensors (master from model.safetensors, exp_avg and
+//      exp_avg_sq from optimizer.safetensors) are read with pread into buffers sized once for
+//      the largest slab, converted from HF layout and handed to the SlabWriter.
+// So the writer only ever sees bytes that were verified, a corrupt file changes no trainer state,
+// and host memory is O(largest slab) (master, m, v and one staging tensor, f32: at most 16 bytes
+// per parameter of the slab) plus one chunk, never O(model). The price is reading the files twice;
+// a published checkpoint is immutable, so the second pass reads what the first one checked. `strata
+// export` reads model.safetensors the same way (io/hf_export.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
+#include "core/file_util.h"
 #include "core/status.h"
 #include "io/io_engine.h"
 #include "io/safetensors.h"
@@ -65,21 +82,41 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
                                             const TrainConfig& cfg, const CheckpointMeta& meta,
                                             const SlabReader& read, int64_t keep);
 
-// The manifest, and every file's size and CRC32C. bad_format naming the file on a mismatch,
-// not_found naming it when missing.
-Status verify_checkpoint(const std::string& dir);
+// Data buffers held at once while reading a checkpoint, and every read of its files' data (not
+// the few KB of JSON and safetensors headers): what tests bound to prove the memory bound.
+struct CheckpointReadStats {
+  ReadStats reads;
+  int64_t buffer_bytes = 0;  // the most bytes of data buffers held at once
 
-// verify_checkpoint, then the named safetensors file of the checkpoint parsed from the very bytes
-// that were checked (each file is read once).
-Result<SafeTensors> read_checkpoint_safetensors(const std::string& dir, const std::string& file);
+  // A reader now holds `bytes` of data buffers.
+  void note_buffers(int64_t bytes) { buffer_bytes = std::max(buffer_bytes, bytes); }
+};
+
+struct CheckpointReadOptions {
+  // Verifying (and the export's copy) reads files in chunks of this many bytes through one
+  // buffer.
+  int64_t chunk_bytes = int64_t{16} << 20;
+  CheckpointReadStats* stats = nullptr;  // filled when set
+};
+
+// The manifest, and every file's size and CRC32C, read in chunks. bad_format naming the file on a
+// mismatch, not_found naming it when missing.
+Status verify_checkpoint(const std::string& dir, const CheckpointReadOptions& options = {});
+
+// The manifest, and the size and CRC32C of the named files only (not_found naming one the
+// manifest does not list).
+Status verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& files,
+                               const CheckpointReadOptions& options = {});
 
 // A checkpoint directory itself (it has manifest.json), or a root: its newest complete step-*.
 // not_found when there is none.
 Result<std::string> resolve_checkpoint(const std::string& path);
 
 // Verifies `dir`, checks its model shape against cfg.model (invalid_argument naming the field and
-// both values), then hands every slab's master, m, v to `write`, and returns the metadata.
+// both values), then hands every slab's master, m, v to `write`, and returns the metadata. Two
+// passes, host memory O(largest slab): Note [Checkpoint format].
 Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
-                                       const SlabWriter& write);
+                                       const SlabWriter& write,
+                                       const CheckpointReadOptions& options = {});
 
 }  // namespace strata

@@ -1,7 +1,6 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/file_util.h"
 
 namespace strata {
 
@@ -68,27 +68,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + ")";
 }
 
-// Reads exactly n bytes at offset, retrying on EINTR and short reads.
-Status pread_full(int fd, const std::string& path, void* buf, int64_t n, int64_t offset) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t got = ::pread(fd, p, static_cast<size_t>(n), static_cast<off_t>(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return io_error(where(path) + ": read at offset " + std::to_string(offset) + ": " +
-                      errno_text(errno));
-    }
-    if (got == 0) {
-      return bad_format(where(path) + ": file ends at offset " + std::to_string(offset) +
-                        " (truncated while reading)");
-    }
-    p += got;
-    n -= got;
-    offset += got;
-  }
-  return Status::ok_status();
-}
-
 Status write_full(int fd, const std::string& path, const void* buf, int64_t n) {
   auto* p = static_cast<const uint8_t*>(buf);
   while (n > 0) {
@@ -112,28 +91,18 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
-  // Closes now and reports the result (close can report a deferred write error).
-  int close_checked() {
-    int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
 
  private:
   int fd_;
 };
 
-struct Entry {
-  StTensor* tensor;
-  uint64_t begin, end;
-};
-
-// Fills st.tensors (without data) and st.metadata from a parsed header; entries get the spans.
-Status parse_header(const Json& header, uint64_t data_size, SafeTensors* st,
-                    std::vector<Entry>* entries) {
-  const std::string& path = st->path;
+// The entries (header order, offsets from the start of the file) and metadata of a parsed
+// header whose data section starts at `data_start` and holds `data_size` bytes.
+Status parse_header(const Json& header, uint64_t data_start, uint64_t data_size,
+                    SafeTensorsHeader* out) {
+  const std::string& path = out->path;
   if (!header.is_object()) return bad_format(where(path) + ": header is not a JSON object");
-  st->tensors.reserve(header.size());
+  out->tensors.reserve(header.size());
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       if (!info.is_object()) return bad_format(where(path) + ": __metadata__ is not an object");
@@ -141,7 +110,7 @@ Status parse_header(const Json& header, uint64_t data_size, SafeTensors* st,
         if (!value.is_string()) {
           return bad_format(where(path) + ": __metadata__ value of '" + key + "' is not a string");
         }
-        st->metadata[key] = value.get<std::string>();
+        out->metadata[key] = value.get<std::string>();
       }
       continue;
     }
@@ -153,9 +122,9 @@ Status parse_header(const Json& header, uint64_t data_size, SafeTensors* st,
     if (dtype_it == info.end() || shape_it == info.end() || offsets_it == info.end()) {
       return bad_format(what + ": needs dtype, shape and data_offsets");
     }
-    StTensor t;
-    t.name = name;
-    if (!dtype_it->is_string() || !parse_dtype(dtype_it->get<std::string>(), &t.dtype)) {
+    StEntry e;
+    e.name = name;
+    if (!dtype_it->is_string() || !parse_dtype(dtype_it->get<std::string>(), &e.dtype)) {
       return bad_format(what + ": unsupported dtype " + dtype_it->dump() +
                         " (supported: F32, BF16, I32, U16)");
     }
@@ -165,7 +134,7 @@ Status parse_header(const Json& header, uint64_t data_size, SafeTensors* st,
           d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return bad_format(what + ": bad shape " + shape_it->dump());
       }
-      t.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+      e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     }
     const Json& offs = *offsets_it;
     if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() ||
@@ -178,29 +147,60 @@ Status parse_header(const Json& header, uint64_t data_size, SafeTensors* st,
                         std::to_string(end) + "] outside the data section of " +
                         std::to_string(data_size) + " bytes");
     }
-    int64_t numel = checked_numel(t.shape);
-    if (numel < 0 || numel > std::numeric_limits<int64_t>::max() / st_dtype_size(t.dtype) ||
-        static_cast<uint64_t>(numel * st_dtype_size(t.dtype)) != end - begin) {
-      return bad_format(what + ": shape " + shape_text(t.shape) + " of " + st_dtype_name(t.dtype) +
+    int64_t numel = checked_numel(e.shape);
+    if (numel < 0 || numel > std::numeric_limits<int64_t>::max() / st_dtype_size(e.dtype) ||
+        static_cast<uint64_t>(numel * st_dtype_size(e.dtype)) != end - begin) {
+      return bad_format(what + ": shape " + shape_text(e.shape) + " of " + st_dtype_name(e.dtype) +
                         " does not fill data_offsets span of " + std::to_string(end - begin) +
                         " bytes");
     }
-    st->tensors.push_back(std::move(t));
-    entries->push_back({nullptr, begin, end});
+    e.offset = static_cast<int64_t>(data_start + begin);
+    e.bytes = static_cast<int64_t>(end - begin);
+    out->tensors.push_back(std::move(e));
   }
-  for (size_t i = 0; i < entries->size(); i++) (*entries)[i].tensor = &st->tensors[i];
 
-  std::vector<Entry> sorted = *entries;
-  std::sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  std::vector<const StEntry*> sorted;
+  for (const StEntry& e : out->tensors) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const StEntry* a, const StEntry* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->bytes < b->bytes;
   });
   for (size_t i = 1; i < sorted.size(); i++) {
-    if (sorted[i].begin < sorted[i - 1].end) {
-      return bad_format(where(path) + ": tensors '" + sorted[i - 1].tensor->name + "' and '" +
-                        sorted[i].tensor->name + "' overlap");
+    if (sorted[i]->offset < sorted[i - 1]->offset + sorted[i - 1]->bytes) {
+      return bad_format(where(path) + ": tensors '" + sorted[i - 1]->name + "' and '" +
+                        sorted[i]->name + "' overlap");
     }
   }
   return Status::ok_status();
+}
+
+// The header length field, checked against the file's size.
+Result<uint64_t> header_length(const uint8_t* first8, uint64_t file_size, const std::string& path) {
+  uint64_t header_size = 0;
+  std::memcpy(&header_size, first8, 8);
+  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
+    return bad_format(where(path) + ": header length " + std::to_string(header_size) +
+                      " does not fit in a file of " + std::to_string(file_size) + " bytes");
+  }
+  return header_size;
+}
+
+Status check_has_header_length(uint64_t file_size, const std::string& path) {
+  if (file_size >= 8) return Status::ok_status();
+  return bad_format(where(path) + ": file of " + std::to_string(file_size) +
+                    " bytes is too short for the 8-byte header length");
+}
+
+// The header of a file of `file_size` bytes from its JSON text (the bytes after the length).
+Result<SafeTensorsHeader> parse_header_text(std::string_view text, uint64_t file_size,
+                                            const std::string& path) {
+  SafeTensorsHeader h;
+  h.path = path;
+  h.file_bytes = static_cast<int64_t>(file_size);
+  Json header = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded()) return bad_format(where(path) + ": header is not valid JSON");
+  const uint64_t data_start = 8 + text.size();
+  STRATA_RETURN_IF_ERROR(parse_header(header, data_start, file_size - data_start, &h));
+  return h;
 }
 
 }  // namespace
@@ -279,15 +279,26 @@ void SafeTensors::add_i32(const std::string& name, std::vector<int64_t> shape,
 
 namespace {
 
+// A tensor's dtype and shape checked against those wanted; the messages of get_f32.
+Status check_dtype(const std::string& path, const std::string& name, StDType have, StDType want) {
+  if (have == want) return Status::ok_status();
+  return bad_format(where(path) + ": tensor '" + name + "' is " + st_dtype_name(have) +
+                    ", expected " + st_dtype_name(want));
+}
+
+Status check_shape(const std::string& path, const std::string& name,
+                   const std::vector<int64_t>& have, const std::vector<int64_t>& want) {
+  if (have == want) return Status::ok_status();
+  return bad_format(where(path) + ": tensor '" + name + "' has shape " + shape_text(have) +
+                    ", expected " + shape_text(want));
+}
+
 // The tensor `name`, checked to have `dtype`.
 Result<const StTensor*> typed_tensor(const SafeTensors& st, const std::string& name,
                                      StDType dtype) {
   const StTensor* t = st.find(name);
   if (t == nullptr) return not_found(where(st.path) + ": no tensor '" + name + "'");
-  if (t->dtype != dtype) {
-    return bad_format(where(st.path) + ": tensor '" + name + "' is " + st_dtype_name(t->dtype) +
-                      ", expected " + st_dtype_name(dtype));
-  }
+  STRATA_RETURN_IF_ERROR(check_dtype(st.path, name, t->dtype, dtype));
   return t;
 }
 
@@ -308,10 +319,7 @@ Result<std::vector<float>> SafeTensors::get_f32(const std::string& name) const {
 Result<std::vector<float>> SafeTensors::get_f32(const std::string& name,
                                                 const std::vector<int64_t>& shape) const {
   STRATA_ASSIGN_OR_RETURN(const StTensor* t, typed_tensor(*this, name, StDType::f32));
-  if (t->shape != shape) {
-    return bad_format(where(path) + ": tensor '" + name + "' has shape " + shape_text(t->shape) +
-                      ", expected " + shape_text(shape));
-  }
+  STRATA_RETURN_IF_ERROR(check_shape(path, name, t->shape, shape));
   return elements<float>(*t);
 }
 
@@ -320,100 +328,186 @@ Result<std::vector<int32_t>> SafeTensors::get_i32(const std::string& name) const
   return elements<int32_t>(*t);
 }
 
+int64_t StEntry::numel() const {
+  return checked_numel(shape);
+}
+
+const StEntry* SafeTensorsHeader::find(const std::string& name) const {
+  for (const StEntry& e : tensors) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+Result<const StEntry*> SafeTensorsHeader::f32_entry(const std::string& name,
+                                                    const std::vector<int64_t>& shape) const {
+  const StEntry* e = find(name);
+  if (e == nullptr) return not_found(where(path) + ": no tensor '" + name + "'");
+  STRATA_RETURN_IF_ERROR(check_dtype(path, name, e->dtype, StDType::f32));
+  STRATA_RETURN_IF_ERROR(check_shape(path, name, e->shape, shape));
+  return e;
+}
+
 Result<SafeTensors> parse_safetensors(std::string_view bytes, const std::string& path) {
+  const uint64_t file_size = bytes.size();
+  STRATA_RETURN_IF_ERROR(check_has_header_length(file_size, path));
+  STRATA_ASSIGN_OR_RETURN(
+      uint64_t header_size,
+      header_length(reinterpret_cast<const uint8_t*>(bytes.data()), file_size, path));
+  STRATA_ASSIGN_OR_RETURN(
+      SafeTensorsHeader h,
+      parse_header_text(bytes.substr(8, static_cast<size_t>(header_size)), file_size, path));
   SafeTensors st;
   st.path = path;
-  const uint64_t file_size = bytes.size();
-  if (file_size < 8) {
-    return bad_format(where(path) + ": file of " + std::to_string(file_size) +
-                      " bytes is too short for the 8-byte header length");
-  }
-  uint64_t header_size = 0;
-  std::memcpy(&header_size, bytes.data(), 8);
-  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
-    return bad_format(where(path) + ": header length " + std::to_string(header_size) +
-                      " does not fit in a file of " + std::to_string(file_size) + " bytes");
-  }
-  Json header = Json::parse(bytes.substr(8, static_cast<size_t>(header_size)), nullptr,
-                            /*allow_exceptions=*/false);
-  if (header.is_discarded()) return bad_format(where(path) + ": header is not valid JSON");
-
-  const uint64_t data_start = 8 + header_size;
-  std::vector<Entry> entries;
-  STRATA_RETURN_IF_ERROR(parse_header(header, file_size - data_start, &st, &entries));
-  for (Entry& e : entries) {
-    const char* begin = bytes.data() + data_start + e.begin;
-    e.tensor->data.assign(begin, begin + (e.end - e.begin));
+  st.metadata = std::move(h.metadata);
+  st.tensors.reserve(h.tensors.size());
+  for (StEntry& e : h.tensors) {
+    StTensor t;
+    t.name = std::move(e.name);
+    t.dtype = e.dtype;
+    t.shape = std::move(e.shape);
+    const char* begin = bytes.data() + e.offset;
+    t.data.assign(begin, begin + e.bytes);
+    st.tensors.push_back(std::move(t));
   }
   return st;
 }
 
 Result<SafeTensors> read_safetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    std::string m = where(path) + ": open: " + errno_text(errno);
-    return errno == ENOENT ? not_found(m) : io_error(m);
-  }
-  struct stat sb;
-  if (::fstat(fd.get(), &sb) != 0) return io_error(where(path) + ": stat: " + errno_text(errno));
-  if (!S_ISREG(sb.st_mode)) return bad_format(where(path) + ": not a regular file");
-  std::string bytes(static_cast<size_t>(sb.st_size), '\0');
-  STRATA_RETURN_IF_ERROR(
-      pread_full(fd.get(), path, bytes.data(), static_cast<int64_t>(bytes.size()), 0));
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::open(path, "safetensors"));
+  std::string bytes(static_cast<size_t>(f.size()), '\0');
+  STRATA_RETURN_IF_ERROR(f.read_at(bytes.data(), f.size(), 0));
   return parse_safetensors(bytes, path);
 }
 
-Status write_safetensors(const std::string& path, const SafeTensors& st) {
-  // Build and validate the header first, so a bad table never touches the disk.
+Result<SafeTensorsHeader> read_safetensors_header(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::open(path, "safetensors"));
+  const auto file_size = static_cast<uint64_t>(f.size());
+  STRATA_RETURN_IF_ERROR(check_has_header_length(file_size, path));
+  uint8_t first8[8];
+  STRATA_RETURN_IF_ERROR(f.read_at(first8, 8, 0));
+  STRATA_ASSIGN_OR_RETURN(uint64_t header_size, header_length(first8, file_size, path));
+  std::string text(static_cast<size_t>(header_size), '\0');
+  STRATA_RETURN_IF_ERROR(f.read_at(text.data(), static_cast<int64_t>(header_size), 8));
+  return parse_header_text(text, file_size, path);
+}
+
+namespace {
+
+// The header of a file whose tensors lie back to back in the order given.
+Result<std::string> header_for(const std::string& path, const std::vector<StEntry>& tensors,
+                               const std::map<std::string, std::string>& metadata,
+                               int64_t* data_bytes) {
   Json header = Json::object();
-  if (!st.metadata.empty()) {
+  if (!metadata.empty()) {
     Json meta = Json::object();
-    for (const auto& [key, value] : st.metadata) meta[key] = value;
+    for (const auto& [key, value] : metadata) meta[key] = value;
     header["__metadata__"] = std::move(meta);
   }
   std::set<std::string> names;
   uint64_t offset = 0;
-  for (const StTensor& t : st.tensors) {
+  for (const StEntry& t : tensors) {
     std::string what = where(path) + ": tensor '" + t.name + "'";
     if (t.name == "__metadata__" || !names.insert(t.name).second) {
       return invalid_argument(what + ": duplicate or reserved name");
     }
-    int64_t numel = checked_numel(t.shape);
-    if (numel < 0 || static_cast<uint64_t>(numel) * st_dtype_size(t.dtype) != t.data.size()) {
-      return invalid_argument(what + ": " + std::to_string(t.data.size()) +
-                              " bytes do not match shape " + shape_text(t.shape) + " of " +
-                              st_dtype_name(t.dtype));
+    const int64_t numel = checked_numel(t.shape);
+    if (numel < 0 || numel > std::numeric_limits<int64_t>::max() / st_dtype_size(t.dtype)) {
+      return invalid_argument(what + ": bad shape " + shape_text(t.shape));
     }
+    const auto bytes = static_cast<uint64_t>(numel * st_dtype_size(t.dtype));
     header[t.name] = {{"dtype", st_dtype_name(t.dtype)},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.data.size()}}};
-    offset += t.data.size();
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
-  const std::string head = safetensors_header_bytes(header);
+  *data_bytes = static_cast<int64_t>(offset);
+  return safetensors_header_bytes(header);
+}
 
-  const std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return write_error("open " + tmp, path, errno);
-  Status s = write_full(fd.get(), path, head.data(), static_cast<int64_t>(head.size()));
-  for (const StTensor& t : st.tensors) {
-    if (!s.ok()) break;
-    s = write_full(fd.get(), path, t.data.data(), static_cast<int64_t>(t.data.size()));
-  }
-  if (s.ok() && ::fsync(fd.get()) != 0) s = write_error("fsync", path, errno);
-  if (fd.close_checked() != 0 && s.ok()) s = write_error("close", path, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = write_error("rename " + tmp, path, errno);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  // Make the rename itself durable.
+Status fsync_parent_directory(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   Fd dir_fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() < 0) return write_error("open directory", path, errno);
   if (::fsync(dir_fd.get()) != 0) return write_error("fsync directory", path, errno);
   return Status::ok_status();
+}
+
+}  // namespace
+
+Result<SafeTensorsWriter> SafeTensorsWriter::create(
+    const std::string& path, const std::vector<StEntry>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  int64_t data_bytes = 0;
+  STRATA_ASSIGN_OR_RETURN(std::string head, header_for(path, tensors, metadata, &data_bytes));
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return write_error("open " + tmp, path, errno);
+  SafeTensorsWriter w(path, fd, data_bytes);
+  STRATA_RETURN_IF_ERROR(write_full(fd, path, head.data(), static_cast<int64_t>(head.size())));
+  return w;
+}
+
+SafeTensorsWriter::SafeTensorsWriter(SafeTensorsWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      data_bytes_(other.data_bytes_),
+      written_(other.written_) {}
+
+SafeTensorsWriter::~SafeTensorsWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_path().c_str());
+}
+
+Status SafeTensorsWriter::append(const void* data, int64_t bytes) {
+  if (bytes > data_bytes_ - written_) {
+    return invalid_argument(where(path_) + ": " + std::to_string(bytes) + " bytes at data offset " +
+                            std::to_string(written_) + " run past the " +
+                            std::to_string(data_bytes_) + " bytes the header describes");
+  }
+  STRATA_RETURN_IF_ERROR(write_full(fd_, path_, data, bytes));
+  written_ += bytes;
+  return Status::ok_status();
+}
+
+Status SafeTensorsWriter::finish() {
+  if (written_ != data_bytes_) {
+    return invalid_argument(where(path_) + ": " + std::to_string(written_) +
+                            " bytes of data written, the header describes " +
+                            std::to_string(data_bytes_));
+  }
+  if (::fsync(fd_) != 0) return write_error("fsync", path_, errno);
+  const int rc = ::close(std::exchange(fd_, -1));
+  Status s = rc == 0 ? Status::ok_status() : write_error("close", path_, errno);
+  if (s.ok() && ::rename(tmp_path().c_str(), path_.c_str()) != 0) {
+    s = write_error("rename " + tmp_path(), path_, errno);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp_path().c_str());
+    return s;
+  }
+  return fsync_parent_directory(path_);  // makes the rename itself durable
+}
+
+Status write_safetensors(const std::string& path, const SafeTensors& st) {
+  // Validate the table first, so a bad one never touches the disk.
+  std::vector<StEntry> entries;
+  for (const StTensor& t : st.tensors) {
+    const int64_t numel = checked_numel(t.shape);
+    if (numel < 0 || static_cast<uint64_t>(numel) * st_dtype_size(t.dtype) != t.data.size()) {
+      return invalid_argument(where(path) + ": tensor '" + t.name +
+                              "': " + std::to_string(t.data.size()) + " bytes do not match shape " +
+                              shape_text(t.shape) + " of " + st_dtype_name(t.dtype));
+    }
+    entries.push_back({t.name, t.dtype, t.shape, 0, static_cast<int64_t>(t.data.size())});
+  }
+  STRATA_ASSIGN_OR_RETURN(SafeTensorsWriter w,
+                          SafeTensorsWriter::create(path, entries, st.metadata));
+  for (const StTensor& t : st.tensors) {
+    STRATA_RETURN_IF_ERROR(w.append(t.data.data(), static_cast<int64_t>(t.data.size())));
+  }
+  return w.finish();
 }
 
 }  // namespace strata

@@ -9,8 +9,10 @@
 //   - Tensors keep their order: the reader returns them in header order, the writer writes header
 //     entries and data in the order of SafeTensors::tensors.
 //   - The writer pads the header with spaces so the data starts 8-byte aligned.
-//   - Files are small enough to hold in memory (GPT-2 124M in f32 is 0.5 GB); each tensor owns
-//     its bytes. The host must be little-endian, like the format.
+//   - SafeTensors holds a whole file in memory, each tensor owning its bytes: for fixtures, parity
+//     data and small models. Files larger than memory (checkpoints, exports) are read through
+//     read_safetensors_header, which reads only the header and says where each tensor's bytes
+//     lie, and then by byte ranges. The host must be little-endian, like the format.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -59,6 +62,37 @@ struct SafeTensors {
                                      const std::vector<int64_t>& shape) const;
 };
 
+// Where one tensor's bytes lie in a file, without the bytes.
+struct StEntry {
+  std::string name;
+  StDType dtype = StDType::f32;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // of its first byte, from the start of the file
+  int64_t bytes = 0;   // numel * st_dtype_size(dtype)
+
+  int64_t numel() const;
+};
+
+// A file's header, read without its data.
+struct SafeTensorsHeader {
+  std::vector<StEntry> tensors;  // header order
+  std::map<std::string, std::string> metadata;
+  std::string path;        // for error messages
+  int64_t file_bytes = 0;  // the size of the file when the header was read
+
+  const StEntry* find(const std::string& name) const;
+  // The entry of an F32 tensor of `shape`: not_found if absent, bad_format for another dtype or
+  // shape, with SafeTensors::get_f32's messages.
+  Result<const StEntry*> f32_entry(const std::string& name,
+                                   const std::vector<int64_t>& shape) const;
+};
+
+// Reads the 8-byte header length and the JSON header of `path`, not the data, and checks
+// everything read_safetensors checks against the file's size: the header length, the JSON
+// structure, known dtypes, offsets inside the data, no overlaps, each span equal to
+// numel * dtype size. Errors are one line naming the file (and the tensor).
+Result<SafeTensorsHeader> read_safetensors_header(const std::string& path);
+
 // Reads and validates a whole file: header length against the file size, JSON structure, known
 // dtypes, offsets inside the data, no two tensors overlapping, each span equal to
 // numel * dtype size. Errors are one line naming the file.
@@ -72,6 +106,39 @@ Result<SafeTensors> parse_safetensors(std::string_view bytes, const std::string&
 // data_offsets}}, "__metadata__") padded with spaces so the data starts 8-byte aligned. For
 // writers that stream tensors after it.
 std::string safetensors_header_bytes(const nlohmann::ordered_json& header);
+
+// A safetensors file written in pieces, for files larger than memory. The header comes from
+// `tensors` (names, dtypes and shapes; laid out back to back in that order, their `offset` and
+// `bytes` are ignored); then append() takes every tensor's bytes in that order, in as many calls
+// as the caller likes. It writes to path + ".tmp"; finish() checks that every byte came, fsyncs,
+// renames over path and fsyncs the directory, so a crash leaves the old file or the new one. A
+// writer dropped before finish() removes its temporary file.
+class SafeTensorsWriter {
+ public:
+  // invalid_argument for a duplicate or reserved name or a bad shape (before anything is
+  // written); no_space when the disk is full, io_error for other write failures.
+  static Result<SafeTensorsWriter> create(const std::string& path,
+                                          const std::vector<StEntry>& tensors,
+                                          const std::map<std::string, std::string>& metadata);
+  SafeTensorsWriter(SafeTensorsWriter&& other) noexcept;
+  SafeTensorsWriter& operator=(SafeTensorsWriter&&) = delete;
+  SafeTensorsWriter(const SafeTensorsWriter&) = delete;
+  SafeTensorsWriter& operator=(const SafeTensorsWriter&) = delete;
+  ~SafeTensorsWriter();
+
+  // The next `bytes` of the data section; invalid_argument past its end.
+  Status append(const void* data, int64_t bytes);
+  Status finish();
+
+ private:
+  SafeTensorsWriter(std::string path, int fd, int64_t data_bytes)
+      : path_(std::move(path)), fd_(fd), data_bytes_(data_bytes) {}
+  std::string tmp_path() const { return path_ + ".tmp"; }
+
+  std::string path_;
+  int fd_ = -1;  // the temporary file; -1 once finished or given up
+  int64_t data_bytes_ = 0, written_ = 0;
+};
 
 // Writes to path + ".tmp", fsyncs, then renames over path (and fsyncs the directory), so a crash
 // leaves either the old file or the new one. Fails with invalid_argument on duplicate names or a
