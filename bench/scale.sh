@@ -42,7 +42,7 @@ if [ "$avail" -lt "$need" ]; then
   echo "scale: $out has $avail bytes free, this benchmark needs $need; free space or set OUT_DIR" >&2
   exit 2
 fi
-ram=$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)
+ram=$(awk '/MemTotal/ {printf "%d", $2 * 1024}' /proc/meminfo)
 
 model() {  # layers embd -> model flags
   echo --set model.n_layer="$1" --set model.n_embd="$2" --set model.n_head=$heads \
@@ -86,6 +86,8 @@ rm -rf "$out/ckpt_a/step-00000004"  # room for the resumed run's
 measured resumed "${rc[@]}" --checkpoint-dir "$out/ckpt_b" --resume "$out/ckpt_a/step-00000002" \
   --metrics "$out/resumed.jsonl" --quiet
 measured export export --checkpoint "$out/ckpt_b" --out "$out/export/" --shard-size 1GB
+cp "$out/ckpt_b/step-00000004/manifest.json" "$out/resumed_step4_manifest.json"
+ls "$out/export" >"$out/export_files.txt"
 rm -rf "$out/ckpt_a" "$out/ckpt_b" "$out/export"
 
 echo "scale: (d) bf16 vs f32, bench/schedules.sh's model behind its calibrated rate" >&2

@@ -99,12 +99,20 @@ std::unique_ptr<IoEngine> engine_for(const TrainConfig& c, const std::string& di
 }
 
 // N steps, checkpoint, resume in a fresh trainer, N more: the bits of 2N straight.
-void expect_resume_bit_identical(const std::string& schedule, Precision precision) {
-  const std::string dir = test::make_temp_dir("resume_" + schedule + "_" + enum_name(precision));
+// `all_on_storage`: gradients and the embed group's optimizer state on storage too (the state
+// moved outside plans then goes through the store).
+void expect_resume_bit_identical(const std::string& schedule, Precision precision,
+                                 bool all_on_storage = false) {
+  const std::string dir = test::make_temp_dir("resume_" + schedule + "_" + enum_name(precision) +
+                                              (all_on_storage ? "_storage" : ""));
   const std::string store = dir + "/store", root = dir + "/ckpt";
   fs::create_directories(store);
   TrainConfig c = small_config(schedule, store);
   c.precision = precision;
+  if (all_on_storage) {
+    c.offload.params_on_host = c.offload.optim_on_host = c.offload.grads_on_host = 0;
+    c.offload.embed_optim_on_host = false;
+  }
   const Batches b = batches(c);
   const ParamLayout layout = make_param_layout(c.model);
 
@@ -167,6 +175,17 @@ TEST_P(ResumeBitIdenticalBf16, TwoNEqualsNPlusResumedN) {
 
 INSTANTIATE_TEST_SUITE_P(resume_checkpoint_bf16, ResumeBitIdenticalBf16,
                          ::testing::Values("in_memory", "horizontal", "vertical"));
+
+// Everything on storage, gradients and the embed state included, in both precisions.
+class ResumeAllOnStorage : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeAllOnStorage, TwoNEqualsNPlusResumedN) {
+  expect_resume_bit_identical(GetParam(), Precision::f32, true);
+  expect_resume_bit_identical(GetParam(), Precision::bf16, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(resume_checkpoint_storage, ResumeAllOnStorage,
+                         ::testing::Values("horizontal", "vertical"));
 
 // A saved in-memory checkpoint of the small config, for the bad-input tests.
 std::string saved_checkpoint(const std::string& name, const TrainConfig& c, int64_t step) {

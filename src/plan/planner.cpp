@@ -91,11 +91,13 @@ ScheduleSpec planner_spec(const TrainConfig& cfg, const HardwareProfile& p) {
                 V = cfg.model.vocab_size;
   // offload_schedule_spec sizes what the CPU backend runs (everything f32); a profile may keep
   // other widths (bf16 working weights and activations on a GPU).
-  s.block_param_bytes = n * p.param_bytes;
+  // train.precision bf16 moves 2-byte working weights whatever the profile's default width.
+  const int64_t param_bytes = cfg.precision == Precision::bf16 ? 2 : p.param_bytes;
+  s.block_param_bytes = n * param_bytes;
   s.block_grad_bytes = n * p.grad_bytes;
   s.block_optim_bytes = n * p.optim_bytes;
   const int64_t E = s.embed_elems;
-  s.embed_param_bytes = E * p.param_bytes;
+  s.embed_param_bytes = E * p.param_bytes;  // the embed group keeps the device's width
   s.embed_optim_bytes = E * p.optim_bytes;
   s.checkpoint_bytes = BT * C * p.act_bytes;
   if (p.flash_attention) {

@@ -35,6 +35,10 @@ void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const
   line["acts_storage_read_bytes"] = t.of(StateKind::acts, Resource::storage_read);
   line["acts_storage_write_bytes"] = t.of(StateKind::acts, Resource::storage_write);
   line["acts_forwarded_sets"] = last_->acts_forwarded;
+  // What the run holds: the plans' peak per tier (the budgets' fit) and the store's size.
+  line["planned_device_bytes"] = planned_bytes_[static_cast<size_t>(Tier::device)];
+  line["planned_host_bytes"] = planned_bytes_[static_cast<size_t>(Tier::host)];
+  line["store_bytes"] = store_ ? static_cast<int64_t>(store_->logical_bytes()) : int64_t{0};
   // The roofline: the busiest resource, compute and the CPU optimizer counted as one since they
   // share the cores.
   nlohmann::json busy = nlohmann::json::object();
