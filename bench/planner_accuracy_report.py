@@ -16,19 +16,22 @@ import time
 MODEL = ["model.n_layer=8", "model.n_embd=384", "model.n_head=6", "model.vocab_size=256",
          "model.context_length=256", "train.seq_len=256", "train.batch_size=1"]
 MB = 1_000_000
-# name, schedule, M, read/write rate, params/optim/checkpoints on host, alpha, clip
+# name, schedule, M, read/write rate, params/optim/checkpoints/gradients on host, alpha, clip
 ROWS = [
-    ("h_M1",          "horizontal", 1,  219 * MB, 0, 0, 1, 1, 0),
-    ("h_M4",          "horizontal", 4,  219 * MB, 0, 0, 1, 1, 0),
-    ("h_M8_fast",     "horizontal", 8,  400 * MB, 0, 0, 1, 1, 0),
-    ("h_M2_split",    "horizontal", 2,  219 * MB, 0.5, 0.5, 1, 1, 0),
-    ("h_M4_ckpt_st",  "horizontal", 4,  300 * MB, 0, 0, 0, 1, 0),
-    ("v_M1",          "vertical",   1,  219 * MB, 0, 0, 1, 0.5, 0),
-    ("v_M4",          "vertical",   4,  219 * MB, 0, 0, 1, 0.35, 0),
-    ("v_M8_slow",     "vertical",   8,  150 * MB, 0, 0, 1, 0.5, 0),
-    ("v_M16_clip",    "vertical",   16, 219 * MB, 0, 0, 1, 1, 1),
-    ("v_M4_p_host",   "vertical",   4,  100 * MB, 1, 0, 1, 0.5, 0),
-    ("v_M8_ckpt_st",  "vertical",   8,  300 * MB, 0, 0, 0, 0.5, 0),
+    ("h_M1",          "horizontal", 1,  219 * MB, 0, 0, 1, 1, 1, 0),
+    ("h_M4",          "horizontal", 4,  219 * MB, 0, 0, 1, 1, 1, 0),
+    ("h_M8_fast",     "horizontal", 8,  400 * MB, 0, 0, 1, 1, 1, 0),
+    ("h_M2_split",    "horizontal", 2,  219 * MB, 0.5, 0.5, 1, 1, 1, 0),
+    ("h_M4_ckpt_st",  "horizontal", 4,  300 * MB, 0, 0, 0, 1, 1, 0),
+    ("v_M1",          "vertical",   1,  219 * MB, 0, 0, 1, 1, 0.5, 0),
+    ("v_M4",          "vertical",   4,  219 * MB, 0, 0, 1, 1, 0.35, 0),
+    ("v_M8_slow",     "vertical",   8,  150 * MB, 0, 0, 1, 1, 0.5, 0),
+    ("v_M16_clip",    "vertical",   16, 219 * MB, 0, 0, 1, 1, 1, 1),
+    ("v_M4_p_host",   "vertical",   4,  100 * MB, 1, 0, 1, 1, 0.5, 0),
+    ("v_M8_ckpt_st",  "vertical",   8,  300 * MB, 0, 0, 0, 1, 0.5, 0),
+    # Gradients on storage: horizontal's running sum, vertical's whole gradient (clipping on).
+    ("h_M2_grads_st", "horizontal", 2,  219 * MB, 0, 0, 1, 0, 1, 0),
+    ("v_M4_grads_st", "vertical",   4,  219 * MB, 0, 0, 1, 0, 1, 1),
 ]
 
 
@@ -40,10 +43,11 @@ def sets(items):
 
 
 def row_sets(row, store):
-    name, sched, m, rate, p, o, c, alpha, clip = row
+    name, sched, m, rate, p, o, c, g, alpha, clip = row
     return sets(MODEL + [f"train.schedule={sched}", f"train.grad_accum={m}",
                          f'io.dirs=["{store}"]', f"offload.params_on_host={p}",
                          f"offload.optim_on_host={o}", f"offload.checkpoints_on_host={c}",
+                         f"offload.grads_on_host={g}",
                          f"io.read_bytes_per_s={rate}", f"io.write_bytes_per_s={rate}",
                          f"optim.alpha={alpha}", f"optim.grad_clip={clip}"])
 
@@ -92,7 +96,8 @@ def main():
         err = abs(pred["iter_s"] - measured) / measured
         rows.append({"name": name, "schedule": row[1], "M": row[2], "rate_bytes_per_s": row[3],
                      "params_on_host": row[4], "optim_on_host": row[5],
-                     "checkpoints_on_host": row[6], "alpha": row[7], "clip": row[8],
+                     "checkpoints_on_host": row[6], "grads_on_host": row[7], "alpha": row[8],
+                     "clip": row[9],
                      "measured_iter_s": round(measured, 4),
                      "measured_fastest_iter_s": round(fastest_iter, 4), "simulated_iter_s":
                      round(pred["iter_s"], 4), "rel_error": round(err, 4),
@@ -100,10 +105,11 @@ def main():
                      "simulated_roofline_s": round(pred["roofline_s"], 4),
                      "simulated_bound": pred["bound"]})
     print()
-    print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c host':>12} {'alpha':>5} "
+    print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c/g host':>12} {'alpha':>5} "
           f"{'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7}  bound (simulated)")
     for r in rows:
-        poc = f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}"
+        poc = (f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}/"
+               f"{r['grads_on_host']}")
         print(f"{r['name']:14} {r['schedule']:10} {r['M']:>3} {r['rate_bytes_per_s'] // MB:>5} "
               f"{poc:>12} {r['alpha']:>5} {r['measured_iter_s']:>10.3f} "
               f"{r['measured_fastest_iter_s']:>9.3f} "

@@ -128,6 +128,16 @@ Status write_text(IoEngine& engine, const std::string& dir, const std::string& n
   return Status();
 }
 
+// Appends tensor t's values (Strata layout at `values`) to f in HF layout: straight from
+// `values`, or through `scratch` when HF holds the matrix transposed.
+Status append_in_hf_layout(SequentialFile& f, const ParamTensor& t, bool transposed,
+                           const float* values, std::vector<float>& scratch) {
+  const int64_t bytes = t.numel() * 4;
+  if (!transposed) return f.append(values, bytes);
+  to_hf_layout(t, values, scratch.data());
+  return f.append(scratch.data(), bytes);
+}
+
 Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const TrainConfig& cfg,
                               const CheckpointMeta& meta, const SlabReader& read,
                               int64_t* total_bytes) {
@@ -150,29 +160,34 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
   STRATA_RETURN_IF_ERROR(model.append(mh.data(), static_cast<int64_t>(mh.size())));
   STRATA_RETURN_IF_ERROR(optim.append(oh.data(), static_cast<int64_t>(oh.size())));
 
-  // One slab at a time: its state, then its tensors in HF layout, appended in file order. The
-  // buffers are sized once for the largest slab and reused: fresh large allocations per slab
-  // cost more in page faults than the copy itself.
-  int64_t max_numel = 0;
+  // One slab at a time: its state, then its tensors in HF layout, appended in file order.
+  // Tensors HF lays out as Strata does are appended straight from the slab's state; a Conv1D
+  // weight (transposed) goes through one scratch sized for the largest of them. So the save holds
+  // the largest slab's master, m and v (the embedding's, V x C, usually) and one block matrix.
+  // The buffers are sized once and reused: fresh large allocations per slab cost more in page
+  // faults than the copy itself.
+  int64_t max_numel = 0, max_transposed = 0;
   for (const Slab& s : layout.slabs) max_numel = std::max(max_numel, s.numel);
+  for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
+    if (hf_tensor(layout, i).transposed) {
+      max_transposed = std::max(max_transposed, layout.tensors[static_cast<size_t>(i)].numel());
+    }
+  }
   const auto cap = static_cast<size_t>(max_numel);
   std::vector<float> master(cap), m(cap), v(cap);
-  std::vector<float> mbuf(cap), obuf(2 * cap);  // this slab's bytes of each file
+  std::vector<float> scratch(static_cast<size_t>(max_transposed));  // (largest Conv1D weight)
   for (size_t si = 0; si < layout.slabs.size(); ++si) {
     const Slab& s = layout.slabs[si];
     STRATA_RETURN_IF_ERROR(read(static_cast<int64_t>(si), master.data(), m.data(), v.data()));
-    size_t mo = 0, oo = 0;
     for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
       const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-      const int64_t at = t.offset - s.offset, n = t.numel();
-      to_hf_layout(t, master.data() + at, mbuf.data() + mo);
-      to_hf_layout(t, m.data() + at, obuf.data() + oo);
-      to_hf_layout(t, v.data() + at, obuf.data() + oo + n);
-      mo += static_cast<size_t>(n);
-      oo += static_cast<size_t>(2 * n);
+      const bool transposed = hf_tensor(layout, i).transposed;
+      const int64_t at = t.offset - s.offset;
+      STRATA_RETURN_IF_ERROR(
+          append_in_hf_layout(model, t, transposed, master.data() + at, scratch));
+      STRATA_RETURN_IF_ERROR(append_in_hf_layout(optim, t, transposed, m.data() + at, scratch));
+      STRATA_RETURN_IF_ERROR(append_in_hf_layout(optim, t, transposed, v.data() + at, scratch));
     }
-    STRATA_RETURN_IF_ERROR(model.append(mbuf.data(), static_cast<int64_t>(mo * 4)));
-    STRATA_RETURN_IF_ERROR(optim.append(obuf.data(), static_cast<int64_t>(oo * 4)));
   }
   STRATA_RETURN_IF_ERROR(model.finish());
   STRATA_RETURN_IF_ERROR(optim.finish());
@@ -455,14 +470,19 @@ Result<TensorFile> open_tensor_file(const std::string& dir, const std::string& n
 }
 
 // Host buffers for one slab's state, sized once for the largest slab and reused (Note [Checkpoint
-// format]): master, m, v in Strata's layout and one tensor as the file holds it (HF layout).
+// format]): master, m, v in Strata's layout and one transposed tensor as the file holds it (HF
+// layout); tensors HF lays out as Strata does are read straight into place.
 struct SlabBuffers {
   std::vector<float> master, m, v, staged;
 
   explicit SlabBuffers(const ParamLayout& layout) {
     int64_t slab = 0, tensor = 0;
     for (const Slab& s : layout.slabs) slab = std::max(slab, s.numel);
-    for (const ParamTensor& t : layout.tensors) tensor = std::max(tensor, t.numel());
+    for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
+      if (hf_tensor(layout, i).transposed) {
+        tensor = std::max(tensor, layout.tensors[static_cast<size_t>(i)].numel());
+      }
+    }
     master.resize(static_cast<size_t>(slab));
     m.resize(master.size());
     v.resize(master.size());
@@ -473,15 +493,15 @@ struct SlabBuffers {
   }
 };
 
-// Tensor `name` of `src`, checked to be F32 of `shape`, read into `staged` and converted into
-// Strata's layout at `into`.
-Status read_tensor(const std::string& dir, const TensorFile& src, const std::string& name,
-                   const ParamTensor& t, const std::vector<int64_t>& shape, float* staged,
-                   float* into) {
-  auto entry = src.header.f32_entry(name, shape);
+// Tensor `h.name` (with `prefix`) of `src`, checked to be F32 of HF's shape, read into Strata's
+// layout at `into`: straight there, or through `staged` when HF holds it transposed.
+Status read_tensor(const std::string& dir, const TensorFile& src, const std::string& prefix,
+                   const HfTensor& h, const ParamTensor& t, float* staged, float* into) {
+  auto entry = src.header.f32_entry(prefix + h.name, h.shape);
   if (!entry.ok()) return bad_format("checkpoint " + dir + ": " + entry.status().message());
-  STRATA_RETURN_IF_ERROR(src.file.read_at(staged, (*entry)->bytes, (*entry)->offset));
-  from_hf_layout(t, staged, into);
+  float* dst = h.transposed ? staged : into;
+  STRATA_RETURN_IF_ERROR(src.file.read_at(dst, (*entry)->bytes, (*entry)->offset));
+  if (h.transposed) from_hf_layout(t, staged, into);
   return Status();
 }
 
@@ -499,12 +519,9 @@ Status read_slab(const std::string& dir, const ParamLayout& layout, size_t si,
     const HfTensor h = hf_tensor(layout, i);
     const int64_t at = t.offset - s.offset;
     float* staged = buf.staged.data();
-    STRATA_RETURN_IF_ERROR(
-        read_tensor(dir, model, h.name, t, h.shape, staged, buf.master.data() + at));
-    STRATA_RETURN_IF_ERROR(
-        read_tensor(dir, optim, "exp_avg." + h.name, t, h.shape, staged, buf.m.data() + at));
-    STRATA_RETURN_IF_ERROR(
-        read_tensor(dir, optim, "exp_avg_sq." + h.name, t, h.shape, staged, buf.v.data() + at));
+    STRATA_RETURN_IF_ERROR(read_tensor(dir, model, "", h, t, staged, buf.master.data() + at));
+    STRATA_RETURN_IF_ERROR(read_tensor(dir, optim, "exp_avg.", h, t, staged, buf.m.data() + at));
+    STRATA_RETURN_IF_ERROR(read_tensor(dir, optim, "exp_avg_sq.", h, t, staged, buf.v.data() + at));
   }
   return Status();
 }

@@ -34,8 +34,9 @@
 //      exp_avg_sq from optimizer.safetensors) are read with pread into buffers sized once for
 //      the largest slab, converted from HF layout and handed to the SlabWriter.
 // So the writer only ever sees bytes that were verified, a corrupt file changes no trainer state,
-// and host memory is O(largest slab) (master, m, v and one staging tensor, f32: at most 16 bytes
-// per parameter of the slab) plus one chunk, never O(model). The price is reading the files twice;
+// and host memory is O(largest slab) (master, m, v, f32: 12 bytes per parameter of the slab, and
+// one staging buffer for the largest Conv1D weight, the only tensors HF transposes; the others are
+// read straight into place) plus one chunk, never O(model). Saving holds the same. The price is reading the files twice;
 // a published checkpoint is immutable, so the second pass reads what the first one checked. `strata
 // export` reads model.safetensors the same way (io/hf_export.h).
 #pragma once
