@@ -42,7 +42,7 @@ if [ "$avail" -lt "$need" ]; then
   echo "scale: $out has $avail bytes free, this benchmark needs $need; free space or set OUT_DIR" >&2
   exit 2
 fi
-ram=$(awk '/MemTotal/ {printf "%d", $2 * 1024}' /proc/meminfo)
+ram=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) * 1024))  # in the shell: awk's %d stops at 2^31
 
 model() {  # layers embd -> model flags
   echo --set model.n_layer="$1" --set model.n_embd="$2" --set model.n_head=$heads \
