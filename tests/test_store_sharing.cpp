@@ -21,22 +21,13 @@ namespace {
 constexpr int kSteps = 4;
 
 TrainConfig config_with_seed(int64_t seed, const std::string& dir) {
-  TrainConfig c;
-  c.model.vocab_size = 64;
-  c.model.context_length = 16;
-  c.model.n_layer = 3;
-  c.model.n_head = 2;
-  c.model.n_embd = 32;
-  c.batch_size = 2;
-  c.seq_len = 16;
+  TrainConfig c = test::tiny_offload_config("vertical", dir);
   c.grad_accum = 2;
   c.steps = kSteps;
   c.seed = seed;
-  c.schedule = Schedule::vertical;
-  c.offload.params_on_host = 0;  // everything the store can hold is on storage
-  c.offload.optim_on_host = 0;
-  c.offload.checkpoints_on_host = 0;
-  c.io.dirs = {dir};
+  c.offload.checkpoints_on_host = 0;  // everything the store can hold is on storage
+  c.offload.grads_on_host = 0;
+  c.offload.embed_optim_on_host = false;
   return c;
 }
 
