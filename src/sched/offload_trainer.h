@@ -12,9 +12,9 @@
 //  - block-input checkpoints on host or storage (vertical: first and last two micro-batches of a
 //    block always on host);
 //  - the embedding group (wte, wpe, final LayerNorm) on the device as f32 (bf16 mode: holding
-//    the master's bf16 rounding), its AdamW state on host;
+//    the master's bf16 rounding), its AdamW state on host or storage (offload.embed_optim_on_host);
 //  - gradients: accumulated on the device per block (vertical) or on host per micro-batch
-//    (horizontal), then kept on host per block until stepped.
+//    (horizontal), then kept per block until stepped, on host or storage (offload.grads_on_host).
 //
 // Exactness: every step sees the global gradient norm (clipping and skipping exactly as the
 // in-memory trainer); with optim.alpha < 1 (clipping off) the backward part of a step runs before

@@ -20,8 +20,9 @@ namespace strata {
 //  - backward, blocks L-2..0, each in its forward order (which continues the snake): params
 //    fetched once, per micro-batch the checkpoint loaded (double buffer), the block recomputed
 //    and back-propagated, its gradient accumulated in a device slot; the gradient leaves the
-//    device once per block into its own host slot ("grad.host.blkL") and its sum of squares is
-//    taken on cpu_optim.
+//    device once per block into its own slot ("grad.store.blkL"), or, when the block's gradient
+//    lives on storage, into a host stage from which only part 1's range is written out (read
+//    back before the pending step); its sum of squares is taken on cpu_optim.
 //  - optimizer (Note [Optimizer split]): part 0 of a block (split_elems elements; only with
 //    clipping off) is stepped right after its gradient reached host, while earlier blocks'
 //    backward computes; part 1 is left pending and this plan's successor (pending_steps) steps
@@ -29,8 +30,9 @@ namespace strata {
 //    the new params straight into the stage the fetch copies from (part 0's range is read from
 //    storage into the same stage), so no block is ever computed with stale weights. The flush
 //    plan (iteration = false) runs only the pending steps, after the last iteration.
-//  - the embedding group steps after the global norm at the end of the iteration (its state is
-//    on host; it is needed first thing in the next forward).
+//  - the embedding group steps after the global norm at the end of the iteration (its state on
+//    host, or on storage stepped in chunks: Note [Embed step in chunks]; it is needed first thing
+//    in the next forward).
 // Gradients w.r.t. block outputs ("dact.mb<m>") stay on the device between blocks (M slots).
 // Placement::device for params or optim is treated as host.
 // Requires blocks >= 1, micro_batches >= 1. Deps are derived from slot uses (PlanBuilder).
