@@ -38,4 +38,11 @@ inline float bf16_round(float f) {
   return bf16_to_f32(f32_to_bf16(f));
 }
 
+// out[i] = bf16_round(in[i]) for i < n (out may be in): a bf16 mode's working weights, kept as f32
+// where compute reads them directly (the in-memory trainer, the embed group on the device).
+inline void round_to_bf16(float* out, const float* in, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_round(in[i]);
+}
+
 }  // namespace strata

@@ -105,10 +105,7 @@ void InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
 
 void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
   // The same bits adamw_step's bf16 copy has, widened: what the offloaded trainers compute with.
-  const float* src = master_.f32();
-  float* dst = params_.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = lo; i < hi; ++i) dst[i] = bf16_round(src[i]);
+  round_to_bf16(params_.f32() + lo, master_.f32() + lo, hi - lo);
 }
 
 Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {

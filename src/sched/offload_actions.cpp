@@ -357,7 +357,7 @@ Status OffloadTrainer::do_embed_step(const BoundPlan& bp, const Task& t) {
   if (bf16_) {
     // Note [Precision modes]: the embed group is small and lives on the device, so it stays f32
     // there, holding the master's bf16 rounding.
-    for (int64_t i = 0; i < n; ++i) params[i] = bf16_round(master[i]);
+    round_to_bf16(params, master, n);
   } else {
     std::memcpy(params, master, static_cast<size_t>(n * 4));
   }

@@ -104,7 +104,7 @@ Status OffloadTrainer::initialize_state() {
   init_gpt2_slab(layout_, layout_.final_slab(), group + ne, static_cast<uint64_t>(cfg_.seed));
   STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 0, group, E));
   if (bf16_) {
-    for (int64_t i = 0; i < E; ++i) group[i] = bf16_round(group[i]);  // f32 on the device
+    round_to_bf16(group, group, E);  // f32 on the device
   }
   STRATA_RETURN_IF_ERROR(write_slot(names::kEmbedParams, 0, group, E * 4));
   std::memset(slab, 0, static_cast<size_t>(n * 4));
@@ -160,7 +160,7 @@ Status OffloadTrainer::read_params(float* host) {
   STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, e.numel, host + f.offset, f.numel));
   if (bf16_) {
     for (const Slab* g : {&e, &f}) {
-      for (int64_t i = g->offset; i < g->offset + g->numel; ++i) host[i] = bf16_round(host[i]);
+      round_to_bf16(host + g->offset, host + g->offset, g->numel);
     }
   }
   return Status::ok_status();
@@ -219,7 +219,7 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     // in the idle host params slot.
     if (!bf16_) return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
     float* rounded = memory_.at(names::kEmbedParamsHost)->buf.f32() + at;
-    for (int64_t i = 0; i < s.numel; ++i) rounded[i] = bf16_round(master[i]);
+    round_to_bf16(rounded, master, s.numel);
     return write_slot(names::kEmbedParams, at * 4, rounded, s.numel * 4);
   }
   const int64_t block = slab - layout_.block_slab(0);

@@ -259,18 +259,18 @@ class VerticalPlan {
   }
 
   // ---- Gradients ------------------------------------------------------------------------------
-  // Part 1's range of a block's gradient, as stored (Note [Optimizer split]).
-  int64_t part1_grad_offset() const {
-    return part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0);
+  // Part 1's byte range of block l's gradient (Note [Optimizer split]) from src to dst, at the
+  // same offset on both sides, so the part-1 step finds it where it belongs in either slot.
+  void move_part1_grad(TaskKind kind, int l, int32_t src, int32_t dst) {
+    const int64_t at = part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0);
+    b_.transfer_range(kind, {.block = l, .part = 1}, src, at, dst, at, s_.block_grad_bytes - at);
   }
   // The host slot holding block l's gradient for its part-1 step: its store on host, or part 1's
-  // range read back into a stage (at the same offset, so the step finds it where it belongs).
+  // range read back into a stage.
   int32_t part1_grad(int l) {
     if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
     const int32_t stage = grad_rstage_.take();
-    b_.transfer_range(TaskKind::grad_read, {.block = l, .part = 1}, grad_store_[l],
-                      part1_grad_offset(), stage, part1_grad_offset(),
-                      s_.block_grad_bytes - part1_grad_offset());
+    move_part1_grad(TaskKind::grad_read, l, grad_store_[l], stage);
     return stage;
   }
 
@@ -290,11 +290,8 @@ class VerticalPlan {
       const bool on_storage = tiers_.params[l] == Tier::storage;
       step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false);
     }
-    if (grad_on_storage && has_part1_) {
-      b_.transfer_range(TaskKind::grad_write, {.block = l, .part = 1}, grad, part1_grad_offset(),
-                        grad_store_[l], part1_grad_offset(),
-                        s_.block_grad_bytes - part1_grad_offset());
-    }
+    if (grad_on_storage && has_part1_)
+      move_part1_grad(TaskKind::grad_write, l, grad, grad_store_[l]);
   }
 
   // ---- Forward --------------------------------------------------------------------------------
