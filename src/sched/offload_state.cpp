@@ -60,11 +60,29 @@ float* OffloadTrainer::idle_block_stage() {
   return spare_stage_.data();
 }
 
-Status OffloadTrainer::write_block_params_bf16(int64_t block, const float* master) {
+Status OffloadTrainer::write_block_params(int64_t block, const float* master) {
   const int64_t n = block_elems_;
-  bf16_t* stage = bf16_stage_.bf16();  // (n) bf16
-  cpu::convert_f32_to_bf16(stage, master, n);
-  return write_slot(names::params_store(block), 0, stage, n * 2);
+  if (bf16_) {
+    bf16_t* stage = bf16_stage_.bf16();  // (n) bf16
+    cpu::convert_f32_to_bf16(stage, master, n);
+    return write_slot(names::params_store(block), 0, stage, n * 2);
+  }
+  float* stage = idle_block_stage();  // (n) f32
+  if (stage != master) std::memcpy(stage, master, static_cast<size_t>(n * 4));
+  return write_slot(names::params_store(block), 0, stage, n * 4);
+}
+
+Status OffloadTrainer::read_block_params(int64_t block, float* out) {
+  const int64_t n = block_elems_;
+  if (bf16_) {
+    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(block), 0, bf16_stage_.data(), n * 2));
+    cpu::convert_bf16_to_f32(out, bf16_stage_.bf16(), n);
+    return Status::ok_status();
+  }
+  float* stage = idle_block_stage();  // (n) f32
+  STRATA_RETURN_IF_ERROR(read_slot(names::params_store(block), 0, stage, n * 4));
+  std::memcpy(out, stage, static_cast<size_t>(n * 4));
+  return Status::ok_status();
 }
 
 Status OffloadTrainer::initialize_state() {
@@ -80,8 +98,7 @@ Status OffloadTrainer::initialize_state() {
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     std::memset(slab, 0, static_cast<size_t>(n * 4));
     init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
-    STRATA_RETURN_IF_ERROR(bf16_ ? write_block_params_bf16(l, slab)
-                                 : write_slot(names::params_store(l), 0, slab, n * 4));
+    STRATA_RETURN_IF_ERROR(write_block_params(l, slab));
     for (const auto& [name, part] : optim_parts(l)) {
       SlotMemory& sm = *memory_.at(name);
       const auto [lo, hi] = part_range(part);
@@ -139,18 +156,9 @@ Status OffloadTrainer::embed_state_io(IoOp op, int64_t at, float* data, int64_t 
 
 Status OffloadTrainer::read_params(float* host) {
   STRATA_RETURN_IF_ERROR(finish());
-  const int64_t n = block_elems_;
-  // Gradient slots are idle once no step is pending: the staging for storage reads.
-  float* tmp = idle_block_stage();
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     const Slab& s = layout_.slabs[static_cast<size_t>(layout_.block_slab(l))];
-    if (bf16_) {
-      STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, bf16_stage_.data(), n * 2));
-      cpu::convert_bf16_to_f32(host + s.offset, bf16_stage_.bf16(), n);
-      continue;
-    }
-    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(l), 0, tmp, n * 4));
-    std::memcpy(host + s.offset, tmp, static_cast<size_t>(n * 4));
+    STRATA_RETURN_IF_ERROR(read_block_params(l, host + s.offset));
   }
   // The embed group's working params are its master weights (the first E elements of its
   // state; bf16 mode: rounded).
@@ -234,12 +242,7 @@ Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const
     std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
     if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
   }
-  // The working params: bf16 mode, the master's rounding (Note [Precision modes]); f32, the
-  // master itself, staged through an idle gradient slot.
-  if (bf16_) return write_block_params_bf16(block, master);
-  float* stage = idle_block_stage();
-  std::memcpy(stage, master, static_cast<size_t>(s.numel * 4));
-  return write_slot(names::params_store(block), 0, stage, s.numel * 4);
+  return write_block_params(block, master);
 }
 
 }  // namespace strata

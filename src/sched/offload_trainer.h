@@ -137,9 +137,11 @@ class OffloadTrainer final : public Trainer {
   // The f32 weights a block task computes with: its params slot (f32 mode), or that slot's bf16
   // widened into the workspace on the compute stream (bf16 mode).
   float* block_weights(const BoundPlan& bp, const Task& t);
-  // bf16 mode: a block's working params (bf16) from its f32 master, written to params.store.blkL
-  // through bf16_stage_.
-  Status write_block_params_bf16(int64_t block, const float* master);
+  // A block's working params (params.store.blkL) from its f32 master, and back as f32: the
+  // master itself (staged through idle_block_stage), or in bf16 mode its rounding (through
+  // bf16_stage_; Note [Precision modes]).
+  Status write_block_params(int64_t block, const float* master);
+  Status read_block_params(int64_t block, float* out);
   const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;
   void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
   StepState early_step_state() const;
