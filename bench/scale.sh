@@ -18,7 +18,7 @@
 # The last line is one JSON object (fields: see bench/scale_report.py).
 #
 # It needs free disk for the biggest store (a): the script computes it and refuses with the
-# numbers when the directory cannot hold it. Takes ~30-40 minutes here.
+# numbers when the directory cannot hold it. Takes ~25 minutes here.
 # Env: STRATA_BIN / STRATA_BUILD_DIR (bench/lib.sh), OUT_DIR (default $STRATA_BUILD_DIR/scale_out,
 # on the project disk), SCALE_LAYERS (60), SCALE_EMBD (2048), SCALE_STEPS (3).
 #   usage: bench/scale.sh

@@ -73,8 +73,8 @@ def cmd_report(a):
     # The resumed run's step-4 checkpoint was removed after the export; its manifest was kept.
     with open(f"{d}/resumed_step4_manifest.json") as f:
         got = {e["name"]: e["crc32c"] for e in json.load(f)["files"]}
-    same_files = all(got.get(k) == v for k, v in want.items() if k != "config.json")
-    rss_resume, rss_export = rss(d, "resumed"), rss(d, "export")
+    same_files = got == want  # every file, the same names and CRC32C
+    rss_save, rss_resume, rss_export = rss(d, "straight"), rss(d, "resumed"), rss(d, "export")
 
     d_tps = {}
     for prec in ("f32", "bf16"):
@@ -92,7 +92,8 @@ def cmd_report(a):
     print(f"(b) {a.small_layers} x {a.embd}: peak RSS {rss_depth / GIB:.2f} GiB; "
           f"ratio {ratio:.3f}")
     print(f"(c) resume: losses equal {same_losses}, step-4 files equal {same_files}; peak RSS "
-          f"resume {rss_resume / GIB:.2f} GiB, export {rss_export / GIB:.2f} GiB")
+          f"training with saves {rss_save / GIB:.2f} GiB, resume {rss_resume / GIB:.2f} GiB, "
+          f"export {rss_export / GIB:.2f} GiB")
     print(f"(d) rate {a.rate / 1e6:.0f} MB/s; median tokens/s: " +
           ", ".join(f"{p}/{o} {v:.0f}" for (p, o), v in d_tps.items()) +
           f"; bf16/f32 {bf16_over_f32:.2f}x (optimizer state on storage), "
@@ -110,6 +111,7 @@ def cmd_report(a):
         "depth_peak_rss_bytes": rss_depth,
         "host_peak_depth_ratio": ratio,
         "host_peak_depth_ok": ratio <= GOAL_DEPTH_RATIO,
+        "save_peak_rss_bytes": rss_save,
         "resume_peak_rss_bytes": rss_resume,
         "export_peak_rss_bytes": rss_export,
         "resume_identical": same_losses and same_files,
