@@ -67,7 +67,8 @@ python3 - "$work/ref/$final/manifest.json" "$work/ckpt/$final/manifest.json" <<'
 import json, sys
 ref, got = (json.load(open(p)) for p in sys.argv[1:3])
 crc = lambda m: {f["name"]: f["crc32c"] for f in m["files"]}
-for name in ("model.safetensors", "optimizer.safetensors", "trainer_state.json"):
+for name in ("model.safetensors", "exp_avg.safetensors", "exp_avg_sq.safetensors",
+             "trainer_state.json"):
     assert crc(ref)[name] == crc(got)[name], f"{name} differs from the uninterrupted run"
 PY
 echo "ok: $kills kills ($during_write during a checkpoint write), $resumes resumes, $attempts runs;" \

@@ -45,14 +45,15 @@ std::string patterned_checkpoint(const std::string& name, const TrainConfig& c) 
   auto engine = create_configured_engine(c.io, dir);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   const ParamLayout layout = make_param_layout(c.model);
-  SlabReader read = [&](int64_t slab, float* w, float* m, float* v) {
+  SlabReader read = [&](int64_t slab, const SlabPieceFn& take) {
     const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+    std::vector<float> w(static_cast<size_t>(s.numel)), m(w.size()), v(w.size());  // (numel)
     for (int64_t i = 0; i < s.numel; ++i) {
       w[i] = static_cast<float>(s.offset + i) * 0.5f;
       m[i] = -w[i];
       v[i] = w[i] * w[i];
     }
-    return Status();
+    return take({0, s.numel, w.data(), m.data(), v.data()});
   };
   auto saved = save_checkpoint(**engine, dir + "/ckpt", c, {3, 3, 0, c.seed, "in_memory"}, read, 0);
   EXPECT_TRUE(saved.ok()) << saved.status().to_string();

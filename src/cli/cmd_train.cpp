@@ -243,10 +243,9 @@ void log_run(const TrainRun& run) {
 // checkpoint. Returns the step to start from.
 Result<int64_t> resume(TrainRun& run) {
   STRATA_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(run.ckpt.resume));
-  auto meta = load_checkpoint(dir, run.cfg,
-                              [&](int64_t slab, const float* w, const float* m, const float* v) {
-                                return run.trainer->write_slab_state(slab, w, m, v);
-                              });
+  auto meta = load_checkpoint(dir, run.cfg, [&](int64_t slab, const SlabPieceFn& fill) {
+    return run.trainer->write_slab_pieces(slab, fill);
+  });
   if (!meta.ok()) return meta.status();
   Status pos = run.loader->set_position(meta->data_position);
   if (!pos.ok()) return invalid_argument("checkpoint " + dir + ": " + pos.message());
@@ -265,8 +264,8 @@ Result<double> save(TrainRun& run, int64_t steps_done, Progress& progress) {
   meta.schedule = enum_name(run.cfg.schedule);
   STRATA_ASSIGN_OR_RETURN(auto saved, save_checkpoint(
                                           *run.ckpt_engine, run.ckpt.dir, run.cfg, meta,
-                                          [&](int64_t slab, float* w, float* m, float* v) {
-                                            return run.trainer->read_slab_state(slab, w, m, v);
+                                          [&](int64_t slab, const SlabPieceFn& take) {
+                                            return run.trainer->read_slab_pieces(slab, take);
                                           },
                                           run.ckpt.keep));
   char line[256];

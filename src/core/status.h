@@ -57,6 +57,9 @@ inline Status out_of_memory(std::string m) {
 inline Status unavailable(std::string m) {
   return {ErrorCode::unavailable, std::move(m)};
 }
+inline Status internal_error(std::string m) {
+  return {ErrorCode::internal, std::move(m)};
+}
 
 // Either a value or a non-ok Status.
 template <typename T>

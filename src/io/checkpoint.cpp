@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "core/file_util.h"
+#include "io/checkpoint_tensors.h"
 #include "io/crc32c.h"
 #include "io/safetensors.h"
+#include "io/sequential_file.h"
 #include "model/hf_names.h"
 
 namespace strata {
@@ -27,7 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "strata-checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 1: both moments in optimizer.safetensors (still read)
 
 std::string step_name(int64_t step) {
   char buf[32];
@@ -40,60 +42,6 @@ std::string hex32(uint32_t v) {
   std::snprintf(buf, sizeof buf, "%08x", v);
   return buf;
 }
-
-Status errno_status(const std::string& what) {
-  const int e = errno;
-  const std::string m = what + ": " + std::strerror(e) + " (errno " + std::to_string(e) + ")";
-  return e == ENOSPC ? Status(ErrorCode::no_space, m) : io_error(m);
-}
-
-Status fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status("open " + path + " for fsync");
-  const int rc = ::fsync(fd);
-  Status st = rc == 0 ? Status() : errno_status("fsync " + path);
-  ::close(fd);
-  return st;
-}
-
-// A file written front to back through the engine, its CRC32C and size kept as it grows.
-class SequentialFile {
- public:
-  static Result<SequentialFile> create(IoEngine& engine, const std::string& path) {
-    STRATA_ASSIGN_OR_RETURN(auto f, open_io_file(path, /*create=*/true, /*direct=*/false));
-    return SequentialFile(engine, std::move(f));
-  }
-  Status append(const void* data, int64_t bytes) {
-    if (bytes == 0) return Status();
-    IoRequest r;
-    r.op = IoOp::write;
-    r.file = file_.get();
-    r.offset = static_cast<uint64_t>(size_);
-    r.buffer = const_cast<void*>(data);
-    r.length = static_cast<uint64_t>(bytes);
-    STRATA_ASSIGN_OR_RETURN(Ticket t, engine_->submit(r));
-    STRATA_RETURN_IF_ERROR(engine_->wait(t));
-    crc_ = crc32c(data, static_cast<size_t>(bytes), crc_);
-    size_ += bytes;
-    return Status();
-  }
-  // fsync and close.
-  Status finish() {
-    if (::fsync(file_->fd) != 0) return errno_status("fsync " + file_->path);
-    close_io_file(*file_);
-    return Status();
-  }
-  uint32_t crc() const { return crc_; }
-  int64_t size() const { return size_; }
-
- private:
-  SequentialFile(IoEngine& engine, std::unique_ptr<IoFile> f)
-      : engine_(&engine), file_(std::move(f)) {}
-  IoEngine* engine_;
-  std::unique_ptr<IoFile> file_;
-  uint32_t crc_ = 0;
-  int64_t size_ = 0;
-};
 
 // The safetensors header for tensors streamed in the order given (io/safetensors.h).
 struct StreamedTensor {
@@ -128,71 +76,40 @@ Status write_text(IoEngine& engine, const std::string& dir, const std::string& n
   return Status();
 }
 
-// Appends tensor t's values (Strata layout at `values`) to f in HF layout: straight from
-// `values`, or through `scratch` when HF holds the matrix transposed.
-Status append_in_hf_layout(SequentialFile& f, const ParamTensor& t, bool transposed,
-                           const float* values, std::vector<float>& scratch) {
-  const int64_t bytes = t.numel() * 4;
-  if (!transposed) return f.append(values, bytes);
-  to_hf_layout(t, values, scratch.data());
-  return f.append(scratch.data(), bytes);
-}
-
 Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const TrainConfig& cfg,
                               const CheckpointMeta& meta, const SlabReader& read,
-                              int64_t* total_bytes) {
+                              CheckpointSaveStats* stats) {
   const ParamLayout layout = make_param_layout(cfg.model);
-  std::vector<StreamedTensor> model_tensors, optim_tensors;
-  for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
-    const HfTensor h = hf_tensor(layout, i);
-    const int64_t bytes = layout.tensors[static_cast<size_t>(i)].numel() * 4;
-    model_tensors.push_back({h.name, h.shape, bytes});
-    optim_tensors.push_back({"exp_avg." + h.name, h.shape, bytes});
-    optim_tensors.push_back({"exp_avg_sq." + h.name, h.shape, bytes});
-  }
   const nlohmann::ordered_json md = {{"format", kFormat}, {"version", std::to_string(kVersion)}};
-  STRATA_ASSIGN_OR_RETURN(SequentialFile model,
-                          SequentialFile::create(engine, dir + "/model.safetensors"));
-  STRATA_ASSIGN_OR_RETURN(SequentialFile optim,
-                          SequentialFile::create(engine, dir + "/optimizer.safetensors"));
-  const std::string mh = safetensors_header(model_tensors, md);
-  const std::string oh = safetensors_header(optim_tensors, md);
-  STRATA_RETURN_IF_ERROR(model.append(mh.data(), static_cast<int64_t>(mh.size())));
-  STRATA_RETURN_IF_ERROR(optim.append(oh.data(), static_cast<int64_t>(oh.size())));
-
-  // One slab at a time: its state, then its tensors in HF layout, appended in file order.
-  // Tensors HF lays out as Strata does are appended straight from the slab's state; a Conv1D
-  // weight (transposed) goes through one scratch sized for the largest of them. So the save holds
-  // the largest slab's master, m and v (the embedding's, V x C, usually) and one block matrix.
-  // The buffers are sized once and reused: fresh large allocations per slab cost more in page
-  // faults than the copy itself.
-  int64_t max_numel = 0, max_transposed = 0;
-  for (const Slab& s : layout.slabs) max_numel = std::max(max_numel, s.numel);
-  for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
-    if (hf_tensor(layout, i).transposed) {
-      max_transposed = std::max(max_transposed, layout.tensors[static_cast<size_t>(i)].numel());
+  const auto names = state_file_names(kVersion);
+  std::vector<SequentialFile> state_files;
+  for (int k = 0; k < kStateStreamCount; ++k) {
+    std::vector<StreamedTensor> tensors;
+    for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
+      const HfTensor h = hf_tensor(layout, i);
+      tensors.push_back({state_stream_prefix(static_cast<StateStream>(k)) + h.name, h.shape,
+                         layout.tensors[static_cast<size_t>(i)].numel() * 4});
     }
+    STRATA_ASSIGN_OR_RETURN(
+        SequentialFile f,
+        SequentialFile::create(engine, dir + "/" + names[static_cast<size_t>(k)]));
+    const std::string header = safetensors_header(tensors, md);
+    STRATA_RETURN_IF_ERROR(f.append(header.data(), static_cast<int64_t>(header.size())));
+    state_files.push_back(std::move(f));
   }
-  const auto cap = static_cast<size_t>(max_numel);
-  std::vector<float> master(cap), m(cap), v(cap);
-  std::vector<float> scratch(static_cast<size_t>(max_transposed));  // (largest Conv1D weight)
-  for (size_t si = 0; si < layout.slabs.size(); ++si) {
-    const Slab& s = layout.slabs[si];
-    STRATA_RETURN_IF_ERROR(read(static_cast<int64_t>(si), master.data(), m.data(), v.data()));
-    for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
-      const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-      const bool transposed = hf_tensor(layout, i).transposed;
-      const int64_t at = t.offset - s.offset;
-      STRATA_RETURN_IF_ERROR(
-          append_in_hf_layout(model, t, transposed, master.data() + at, scratch));
-      STRATA_RETURN_IF_ERROR(append_in_hf_layout(optim, t, transposed, m.data() + at, scratch));
-      STRATA_RETURN_IF_ERROR(append_in_hf_layout(optim, t, transposed, v.data() + at, scratch));
-    }
+  // Slab by slab, piece by piece (Note [Slab pieces], Note [Checkpoint tensor streams]).
+  StateFileWriter writer(layout, {&state_files[0], &state_files[1], &state_files[2]});
+  for (int64_t si = 0; si < static_cast<int64_t>(layout.slabs.size()); ++si) {
+    STRATA_RETURN_IF_ERROR(
+        writer.write_slab(si, [&](const SlabPieceFn& take) { return read(si, take); }));
   }
-  STRATA_RETURN_IF_ERROR(model.finish());
-  STRATA_RETURN_IF_ERROR(optim.finish());
-  std::vector<ManifestEntry> manifest = {{"model.safetensors", model.size(), model.crc()},
-                                         {"optimizer.safetensors", optim.size(), optim.crc()}};
+  stats->buffer_bytes = writer.buffer_bytes();
+  std::vector<ManifestEntry> manifest;
+  for (int k = 0; k < kStateStreamCount; ++k) {
+    SequentialFile& f = state_files[static_cast<size_t>(k)];
+    STRATA_RETURN_IF_ERROR(f.finish());
+    manifest.push_back({names[static_cast<size_t>(k)], f.size(), f.crc()});
+  }
   STRATA_RETURN_IF_ERROR(
       write_text(engine, dir, "config.json", config_to_json(cfg).dump(2) + "\n", &manifest));
   const nlohmann::json state = {{"step", meta.step},
@@ -205,12 +122,12 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
   nlohmann::json files = nlohmann::json::array();
   for (const ManifestEntry& e : manifest) {
     files.push_back({{"name", e.name}, {"bytes", e.bytes}, {"crc32c", hex32(e.crc)}});
-    *total_bytes += e.bytes;
+    stats->bytes += e.bytes;
   }
   const nlohmann::json mf = {
       {"format", kFormat}, {"version", kVersion}, {"step", meta.step}, {"files", files}};
   const std::string text = mf.dump(2) + "\n";
-  *total_bytes += static_cast<int64_t>(text.size());
+  stats->bytes += static_cast<int64_t>(text.size());
   return write_text(engine, dir, "manifest.json", text, nullptr);
 }
 
@@ -262,7 +179,7 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   if (ec) return io_error("cannot create " + tmp + ": " + ec.message());
-  Status st = write_checkpoint_files(engine, tmp, cfg, meta, read, &stats.bytes);
+  Status st = write_checkpoint_files(engine, tmp, cfg, meta, read, &stats);
   if (st.ok()) st = fsync_path(tmp);
   if (st.ok()) {
     fs::rename(tmp, stats.dir, ec);
@@ -291,8 +208,13 @@ struct ManifestFile {
   std::string crc32c;  // 8 hex digits
 };
 
-// The files that the manifest of `dir` lists.
-Result<std::vector<ManifestFile>> read_manifest(const std::string& dir) {
+struct Manifest {
+  int version = 0;
+  std::vector<ManifestFile> files;
+};
+
+// The manifest of `dir`: its format version and the files it lists.
+Result<Manifest> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/manifest.json";
   if (!fs::exists(mpath)) {
     return not_found("checkpoint " + dir + " has no manifest.json (not a complete checkpoint)");
@@ -302,19 +224,22 @@ Result<std::vector<ManifestFile>> read_manifest(const std::string& dir) {
       !m["files"].is_array()) {
     return bad_format("checkpoint manifest " + mpath + " is not a Strata checkpoint manifest");
   }
-  if (m.value("version", 0) != kVersion) {
-    return bad_format("checkpoint manifest " + mpath + " has version " +
-                      m.value("version", nlohmann::json(0)).dump() + ", this build reads " +
-                      std::to_string(kVersion));
+  Manifest out;
+  const nlohmann::json& version = m["version"];
+  if (!version.is_number_integer() || version.get<int64_t>() < 1 ||
+      version.get<int64_t>() > kVersion) {
+    return bad_format("checkpoint manifest " + mpath + " has version " + version.dump() +
+                      ", this build reads 1 to " + std::to_string(kVersion));
   }
-  std::vector<ManifestFile> files;
+  out.version = version.get<int>();
   for (const auto& f : m["files"]) {
     if (!f.is_object()) {
       return bad_format("checkpoint manifest " + mpath + " has a file entry that is not an object");
     }
-    files.push_back({f.value("name", ""), f.value("bytes", int64_t{-1}), f.value("crc32c", "")});
+    out.files.push_back(
+        {f.value("name", ""), f.value("bytes", int64_t{-1}), f.value("crc32c", "")});
   }
-  return files;
+  return out;
 }
 
 // A checkpoint file opened for reading, its reads counted in the options' stats.
@@ -364,7 +289,8 @@ Result<std::set<std::string>> verify_files(const std::string& dir,
     return invalid_argument("checkpoint read chunk of " + std::to_string(options.chunk_bytes) +
                             " bytes; it must be positive");
   }
-  STRATA_ASSIGN_OR_RETURN(std::vector<ManifestFile> files, read_manifest(dir));
+  STRATA_ASSIGN_OR_RETURN(Manifest manifest, read_manifest(dir));
+  const std::vector<ManifestFile>& files = manifest.files;
   int64_t largest = 1;
   for (const ManifestFile& f : files) {
     if (wanted(f.name)) largest = std::max(largest, f.bytes);
@@ -455,77 +381,6 @@ Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
   return meta;
 }
 
-// One verified safetensors file of a checkpoint: its header and its bytes by range.
-struct TensorFile {
-  SafeTensorsHeader header;
-  ReadOnlyFile file;
-};
-
-Result<TensorFile> open_tensor_file(const std::string& dir, const std::string& name,
-                                    const CheckpointReadOptions& options) {
-  const std::string path = dir + "/" + name;
-  STRATA_ASSIGN_OR_RETURN(SafeTensorsHeader header, read_safetensors_header(path));
-  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile file, open_checkpoint_file(path, options));
-  return TensorFile{std::move(header), std::move(file)};
-}
-
-// Host buffers for one slab's state, sized once for the largest slab and reused (Note [Checkpoint
-// format]): master, m, v in Strata's layout and one transposed tensor as the file holds it (HF
-// layout); tensors HF lays out as Strata does are read straight into place.
-struct SlabBuffers {
-  std::vector<float> master, m, v, staged;
-
-  explicit SlabBuffers(const ParamLayout& layout) {
-    int64_t slab = 0, tensor = 0;
-    for (const Slab& s : layout.slabs) slab = std::max(slab, s.numel);
-    for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
-      if (hf_tensor(layout, i).transposed) {
-        tensor = std::max(tensor, layout.tensors[static_cast<size_t>(i)].numel());
-      }
-    }
-    master.resize(static_cast<size_t>(slab));
-    m.resize(master.size());
-    v.resize(master.size());
-    staged.resize(static_cast<size_t>(tensor));
-  }
-  int64_t bytes() const {
-    return static_cast<int64_t>((3 * master.size() + staged.size()) * sizeof(float));
-  }
-};
-
-// Tensor `h.name` (with `prefix`) of `src`, checked to be F32 of HF's shape, read into Strata's
-// layout at `into`: straight there, or through `staged` when HF holds it transposed.
-Status read_tensor(const std::string& dir, const TensorFile& src, const std::string& prefix,
-                   const HfTensor& h, const ParamTensor& t, float* staged, float* into) {
-  auto entry = src.header.f32_entry(prefix + h.name, h.shape);
-  if (!entry.ok()) return bad_format("checkpoint " + dir + ": " + entry.status().message());
-  float* dst = h.transposed ? staged : into;
-  STRATA_RETURN_IF_ERROR(src.file.read_at(dst, (*entry)->bytes, (*entry)->offset));
-  if (h.transposed) from_hf_layout(t, staged, into);
-  return Status();
-}
-
-// Slab `si`'s master, m and v read from the two files into `buf` (padding zero).
-Status read_slab(const std::string& dir, const ParamLayout& layout, size_t si,
-                 const TensorFile& model, const TensorFile& optim, SlabBuffers& buf) {
-  const Slab& s = layout.slabs[si];
-  const auto n = static_cast<size_t>(s.numel);
-  // The buffers held another slab, whose tensors may lie where this one has padding.
-  std::fill_n(buf.master.begin(), n, 0.0f);
-  std::fill_n(buf.m.begin(), n, 0.0f);
-  std::fill_n(buf.v.begin(), n, 0.0f);
-  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
-    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-    const HfTensor h = hf_tensor(layout, i);
-    const int64_t at = t.offset - s.offset;
-    float* staged = buf.staged.data();
-    STRATA_RETURN_IF_ERROR(read_tensor(dir, model, "", h, t, staged, buf.master.data() + at));
-    STRATA_RETURN_IF_ERROR(read_tensor(dir, optim, "exp_avg.", h, t, staged, buf.m.data() + at));
-    STRATA_RETURN_IF_ERROR(read_tensor(dir, optim, "exp_avg_sq.", h, t, staged, buf.v.data() + at));
-  }
-  return Status();
-}
-
 }  // namespace
 
 Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
@@ -533,21 +388,25 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
                                        const CheckpointReadOptions& options) {
   // Pass 1: nothing is used until every file matches the manifest.
   STRATA_RETURN_IF_ERROR(verify_checkpoint(dir, options));
+  STRATA_ASSIGN_OR_RETURN(Manifest manifest, read_manifest(dir));
+  const auto names = state_file_names(manifest.version);
+  for (const std::string& name : names) {
+    const bool listed = std::any_of(manifest.files.begin(), manifest.files.end(),
+                                    [&](const ManifestFile& f) { return f.name == name; });
+    if (!listed) return bad_format("checkpoint " + dir + ": its manifest does not list " + name);
+  }
   STRATA_RETURN_IF_ERROR(check_model_shape(dir, cfg));
   STRATA_ASSIGN_OR_RETURN(CheckpointMeta meta, read_trainer_state(dir));
 
-  // Pass 2: slab by slab, exactly the bytes of its tensors.
-  STRATA_ASSIGN_OR_RETURN(TensorFile model, open_tensor_file(dir, "model.safetensors", options));
-  STRATA_ASSIGN_OR_RETURN(TensorFile optim,
-                          open_tensor_file(dir, "optimizer.safetensors", options));
+  // Pass 2: slab by slab, piece by piece, exactly the bytes of each piece's tensors.
   const ParamLayout layout = make_param_layout(cfg.model);
-  SlabBuffers buf(layout);
-  if (options.stats != nullptr) options.stats->note_buffers(buf.bytes());
-  for (size_t si = 0; si < layout.slabs.size(); ++si) {
-    STRATA_RETURN_IF_ERROR(read_slab(dir, layout, si, model, optim, buf));
-    STRATA_RETURN_IF_ERROR(
-        write(static_cast<int64_t>(si), buf.master.data(), buf.m.data(), buf.v.data()));
+  ReadStats* reads = options.stats != nullptr ? &options.stats->reads : nullptr;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateFileReader> reader,
+                          StateFileReader::open(dir, layout, manifest.version, reads));
+  for (int64_t si = 0; si < static_cast<int64_t>(layout.slabs.size()); ++si) {
+    STRATA_RETURN_IF_ERROR(write(si, [&](const SlabPiece& p) { return reader->fill(si, p); }));
   }
+  if (options.stats != nullptr) options.stats->note_buffers(reader->buffer_bytes());
   return meta;
 }
 

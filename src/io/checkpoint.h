@@ -6,8 +6,10 @@
 //   model.safetensors      master weights, f32, under Hugging Face GPT-2 names and layout
 //                          (Note [Hugging Face GPT-2 layout]), in layout order; metadata
 //                          {"format": "strata-checkpoint", "version": "1"}
-//   optimizer.safetensors  AdamW moments: "exp_avg.<name>" and "exp_avg_sq.<name>" per tensor,
-//                          interleaved, same names and layout
+//   exp_avg.safetensors    AdamW's first moment, "exp_avg.<name>" per tensor, same layout
+//   exp_avg_sq.safetensors AdamW's second moment, "exp_avg_sq.<name>"; one file per stream:
+//                          Note [Checkpoint tensor streams] in io/checkpoint_tensors.h. (Version
+//                          1 had both moments in one optimizer.safetensors; loads still read it.)
 //   config.json            the run's Strata config (config_to_json)
 //   trainer_state.json     {"step", "adam_steps", "data_position", "seed", "schedule"}: steps done,
 //                          updates applied (skipped steps excluded: AdamW's bias correction), the
@@ -22,23 +24,24 @@
 // are removed by the next save. A failed save (a full disk) removes its temporary directory and
 // touches nothing else.
 //
-// The state is moved one slab at a time (embedding, each block, final norm), so a checkpoint of a
-// model whose state lives on storage never needs it all in memory, writing or reading.
+// The state moves slab by slab, each slab in pieces the trainer chooses (Note [Slab pieces] in
+// model/slab_piece.h), so a checkpoint of a model whose state lives on storage never needs it,
+// or even one slab of it, in memory, writing or reading.
 //
 // Reading is two passes over the files (docs/design.md §8):
 //   1. verify: every file the manifest lists is read front to back in chunks of
 //      CheckpointReadOptions::chunk_bytes through one reused buffer, its size and CRC32C compared
 //      with the manifest. Nothing is used before all of them match.
-//   2. load: the two safetensors headers are read (a few KB: names, shapes, offsets), then per
-//      slab exactly the bytes of its tensors (master from model.safetensors, exp_avg and
-//      exp_avg_sq from optimizer.safetensors) are read with pread into buffers sized once for
-//      the largest slab, converted from HF layout and handed to the SlabWriter.
-// So the writer only ever sees bytes that were verified, a corrupt file changes no trainer state,
-// and host memory is O(largest slab) (master, m, v, f32: 12 bytes per parameter of the slab, and
-// one staging buffer for the largest Conv1D weight, the only tensors HF transposes; the others are
-// read straight into place) plus one chunk, never O(model). Saving holds the same. The price is reading the files twice;
-// a published checkpoint is immutable, so the second pass reads what the first one checked. `strata
-// export` reads model.safetensors the same way (io/hf_export.h).
+//   2. load: the safetensors headers are read (a few KB: names, shapes, offsets) and every
+//      tensor of the three streams looked up and checked; then per piece the trainer hands over
+//      exactly the bytes of the tensor ranges it covers are read with pread into its memory,
+//      converted from HF layout.
+// So the trainer only ever sees bytes that were verified, a corrupt file changes no trainer
+// state, and the checkpoint side's host memory is one tensor of scratch (the largest Conv1D
+// weight, the only tensors HF transposes) plus, when a piece cuts such a tensor, one per stream,
+// plus one verify chunk: never O(slab), never O(model). Saving holds the same. The price is
+// reading the files twice; a published checkpoint is immutable, so the second pass reads what
+// the first one checked. `strata export` reads model.safetensors the same way (io/hf_export.h).
 #pragma once
 
 #include <algorithm>
@@ -53,6 +56,7 @@
 #include "io/io_engine.h"
 #include "io/safetensors.h"
 #include "model/layout.h"
+#include "model/slab_piece.h"
 
 namespace strata {
 
@@ -64,15 +68,16 @@ struct CheckpointMeta {
   std::string schedule;
 };
 
-// master, m, v: (slab numel) f32 each, padding included (zero).
-using SlabReader = std::function<Status(int64_t slab, float* master, float* m, float* v)>;
-using SlabWriter =
-    std::function<Status(int64_t slab, const float* master, const float* m, const float* v)>;
+// A save's source: hands slab `slab`'s state to `take`, piece by piece (Note [Slab pieces]).
+using SlabReader = std::function<Status(int64_t slab, const SlabPieceFn& take)>;
+// A load's sink: has `fill` fill slab `slab`'s state, piece by piece, then keeps it.
+using SlabWriter = std::function<Status(int64_t slab, const SlabPieceFn& fill)>;
 
 struct CheckpointSaveStats {
-  std::string dir;     // the published checkpoint
-  int64_t bytes = 0;   // all files
-  double seconds = 0;  // wall time of the save (training is stopped meanwhile)
+  std::string dir;           // the published checkpoint
+  int64_t bytes = 0;         // all files
+  double seconds = 0;        // wall time of the save (training is stopped meanwhile)
+  int64_t buffer_bytes = 0;  // the most bytes of conversion buffers the save held at once
 };
 
 // Writes ROOT/step-%08d (Note [Checkpoint format]) through `engine` (so io.faults and the rate
@@ -115,7 +120,7 @@ Result<std::string> resolve_checkpoint(const std::string& path);
 
 // Verifies `dir`, checks its model shape against cfg.model (invalid_argument naming the field and
 // both values), then hands every slab's master, m, v to `write`, and returns the metadata. Two
-// passes, host memory O(largest slab): Note [Checkpoint format].
+// passes, host memory O(one tensor): Note [Checkpoint format].
 Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                        const SlabWriter& write,
                                        const CheckpointReadOptions& options = {});

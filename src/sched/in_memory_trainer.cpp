@@ -1,8 +1,10 @@
 #include "sched/in_memory_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/log.h"
@@ -162,22 +164,37 @@ void InMemoryTrainer::read_logits(float* host) const {
   stream_->synchronize();
 }
 
-Status InMemoryTrainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
+namespace {
+constexpr int64_t kPieceElems = int64_t{1} << 20;  // 4 MiB per array
+}  // namespace
+
+Status InMemoryTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  dev_.copy(*stream_, master, this->master() + s.offset, s.numel * 4);
-  dev_.copy(*stream_, m, adam_m_.f32() + s.offset, s.numel * 4);
-  dev_.copy(*stream_, v, adam_v_.f32() + s.offset, s.numel * 4);
-  stream_->synchronize();
+  const auto cap = static_cast<size_t>(std::min(kPieceElems, s.numel));
+  std::vector<float> master(cap), m(cap), v(cap);  // (piece) each
+  for (int64_t at = 0; at < s.numel; at += kPieceElems) {
+    const int64_t n = std::min(kPieceElems, s.numel - at), src = s.offset + at;
+    dev_.copy(*stream_, master.data(), this->master() + src, n * 4);
+    dev_.copy(*stream_, m.data(), adam_m_.f32() + src, n * 4);
+    dev_.copy(*stream_, v.data(), adam_v_.f32() + src, n * 4);
+    stream_->synchronize();
+    STRATA_RETURN_IF_ERROR(take({at, n, master.data(), m.data(), v.data()}));
+  }
   return Status();
 }
 
-Status InMemoryTrainer::write_slab_state(int64_t slab, const float* master, const float* m,
-                                         const float* v) {
+Status InMemoryTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  dev_.copy(*stream_, this->master() + s.offset, master, s.numel * 4);
-  dev_.copy(*stream_, adam_m_.f32() + s.offset, m, s.numel * 4);
-  dev_.copy(*stream_, adam_v_.f32() + s.offset, v, s.numel * 4);
-  stream_->synchronize();
+  const auto cap = static_cast<size_t>(std::min(kPieceElems, s.numel));
+  std::vector<float> master(cap), m(cap), v(cap);  // (piece) each
+  for (int64_t at = 0; at < s.numel; at += kPieceElems) {
+    const int64_t n = std::min(kPieceElems, s.numel - at), dst = s.offset + at;
+    STRATA_RETURN_IF_ERROR(fill({at, n, master.data(), m.data(), v.data()}));
+    dev_.copy(*stream_, this->master() + dst, master.data(), n * 4);
+    dev_.copy(*stream_, adam_m_.f32() + dst, m.data(), n * 4);
+    dev_.copy(*stream_, adam_v_.f32() + dst, v.data(), n * 4);
+    stream_->synchronize();
+  }
   if (bf16_) round_working_params(s.offset, s.offset + s.numel);
   return Status();
 }

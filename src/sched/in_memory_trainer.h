@@ -30,9 +30,9 @@ class InMemoryTrainer final : public Trainer {
   Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
   Status finish() override { return Status::ok_status(); }
   Status read_params(float* host) override;
-  Status read_slab_state(int64_t slab, float* master, float* m, float* v) override;
-  Status write_slab_state(int64_t slab, const float* master, const float* m,
-                          const float* v) override;
+  // Pieces of at most kPieceElems through host buffers, since the state is the device's.
+  Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) override;
+  Status write_slab_pieces(int64_t slab, const SlabPieceFn& fill) override;
   int64_t steps_done() const override { return steps_done_; }
   int64_t adam_steps() const override { return adam_steps_; }
   void set_progress(int64_t steps_done, int64_t adam_steps) override {

@@ -2,6 +2,7 @@
 // whole-slab reads and writes for checkpoints and read_params. Each goes through the slots' own
 // memory (device, host or the store), staged through slots that are idle between steps so that
 // the host peak stays what the plan says (bf16 mode adds one block's bf16 stage of its own).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -61,15 +62,23 @@ float* OffloadTrainer::idle_block_stage() {
 }
 
 Status OffloadTrainer::write_block_params(int64_t block, const float* master) {
-  const int64_t n = block_elems_;
+  stage_block_params(0, master, block_elems_);
+  return flush_block_params(block);
+}
+
+void OffloadTrainer::stage_block_params(int64_t lo, const float* master, int64_t count) {
   if (bf16_) {
-    bf16_t* stage = bf16_stage_.bf16();  // (n) bf16
-    cpu::convert_f32_to_bf16(stage, master, n);
-    return write_slot(names::params_store(block), 0, stage, n * 2);
+    cpu::convert_f32_to_bf16(bf16_stage_.bf16() + lo, master, count);  // (n) bf16
+    return;
   }
-  float* stage = idle_block_stage();  // (n) f32
-  if (stage != master) std::memcpy(stage, master, static_cast<size_t>(n * 4));
-  return write_slot(names::params_store(block), 0, stage, n * 4);
+  float* stage = idle_block_stage() + lo;  // (n) f32
+  if (stage != master) std::memcpy(stage, master, static_cast<size_t>(count * 4));
+}
+
+Status OffloadTrainer::flush_block_params(int64_t block) {
+  const int64_t n = block_elems_;
+  if (bf16_) return write_slot(names::params_store(block), 0, bf16_stage_.data(), n * 2);
+  return write_slot(names::params_store(block), 0, idle_block_stage(), n * 4);
 }
 
 Status OffloadTrainer::read_block_params(int64_t block, float* out) {
@@ -183,66 +192,91 @@ std::vector<std::pair<std::string, int32_t>> OffloadTrainer::optim_parts(int64_t
   return out;
 }
 
-Status OffloadTrainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
+Status OffloadTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
   STRATA_RETURN_IF_ERROR(finish());
-  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    // The embed group's state: (3, E) master, m, v; the embedding slab first, then the final.
-    const int64_t E = embed_elems_;
-    const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
-    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, at, master, s.numel));
-    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::read, E + at, m, s.numel));
-    return embed_state_io(IoOp::read, 2 * E + at, v, s.numel);
-  }
-  const int64_t block = slab - layout_.block_slab(0);
-  for (const auto& [name, part] : optim_parts(block)) {
-    const SlotMemory& sm = *memory_.at(name);
-    const auto [lo, hi] = part_range(part);
-    const int64_t pe = hi - lo;
-    const float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
-    if (sm.tier == Tier::storage) {
-      float* stage = memory_.at(names::kOptimStage.at(0))->buf.f32();
-      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, stage, pe * 12));
-      st = stage;
-    }
-    std::memcpy(master + lo, st, static_cast<size_t>(pe * 4));
-    std::memcpy(m + lo, st + pe, static_cast<size_t>(pe * 4));
-    std::memcpy(v + lo, st + 2 * pe, static_cast<size_t>(pe * 4));
-  }
-  return Status::ok_status();
-}
-
-Status OffloadTrainer::write_slab_state(int64_t slab, const float* master, const float* m,
-                                        const float* v) {
-  pending_ = false;
-  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    const int64_t E = embed_elems_;
-    const int64_t at = slab == layout_.embed_slab() ? 0 : E - s.numel;
-    // The writes only read their source; embed_state_io's signature serves both directions.
-    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, at, const_cast<float*>(master), s.numel));
-    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, E + at, const_cast<float*>(m), s.numel));
-    STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 2 * E + at, const_cast<float*>(v), s.numel));
-    // The device's working copy is the master (f32), or its bf16 rounding in bf16 mode, built
-    // in the idle host params slot.
-    if (!bf16_) return write_slot(names::kEmbedParams, at * 4, master, s.numel * 4);
-    float* rounded = memory_.at(names::kEmbedParamsHost)->buf.f32() + at;
-    round_to_bf16(rounded, master, s.numel);
-    return write_slot(names::kEmbedParams, at * 4, rounded, s.numel * 4);
+    return embed_slab_pieces(IoOp::read, slab, take);
   }
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
     SlotMemory& sm = *memory_.at(name);
     const auto [lo, hi] = part_range(part);
     const int64_t pe = hi - lo;
-    float* st =
-        sm.tier == Tier::storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
-    std::memcpy(st, master + lo, static_cast<size_t>(pe * 4));
-    std::memcpy(st + pe, m + lo, static_cast<size_t>(pe * 4));
-    std::memcpy(st + 2 * pe, v + lo, static_cast<size_t>(pe * 4));
-    if (sm.tier == Tier::storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
+    float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
+    if (sm.tier == Tier::storage) {
+      st = memory_.at(names::kOptimStage.at(0))->buf.f32();
+      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, st, pe * 12));
+    }
+    STRATA_RETURN_IF_ERROR(take({lo, pe, st, st + pe, st + 2 * pe}));
   }
-  return write_block_params(block, master);
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
+  pending_ = false;
+  if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
+    return embed_slab_pieces(IoOp::write, slab, fill);
+  }
+  const int64_t block = slab - layout_.block_slab(0);
+  for (const auto& [name, part] : optim_parts(block)) {
+    SlotMemory& sm = *memory_.at(name);
+    const auto [lo, hi] = part_range(part);
+    const int64_t pe = hi - lo;
+    const bool on_storage = sm.tier == Tier::storage;
+    // (3, pe) master, m, v of the part
+    float* st = on_storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
+    STRATA_RETURN_IF_ERROR(fill({lo, pe, st, st + pe, st + 2 * pe}));
+    if (on_storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
+    stage_block_params(lo, st, pe);
+  }
+  return flush_block_params(block);
+}
+
+Status OffloadTrainer::embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* stage) {
+  const SlotMemory& sm = *memory_.at(names::kEmbedOptim);
+  for (int64_t a = 0; a < 3; ++a) {
+    STRATA_RETURN_IF_ERROR(store_io(sm, op, (a * embed_elems_ + lo) * 4, stage + a * len, len * 4));
+  }
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, const SlabPieceFn& fn) {
+  // The embed group's state is (3, E): master, m, v, each the embedding slab then the final.
+  const int64_t E = embed_elems_;
+  const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+  const int64_t g0 = slab == layout_.embed_slab() ? 0 : E - s.numel, g1 = g0 + s.numel;
+  // A written piece's working params: the device's copy of the master (f32), or its bf16
+  // rounding, built in the idle host params slot (Note [Precision modes]).
+  auto working = [&](int64_t at, const float* master, int64_t count) {
+    if (!bf16_) return write_slot(names::kEmbedParams, at * 4, master, count * 4);
+    float* rounded = memory_.at(names::kEmbedParamsHost)->buf.f32() + at;
+    round_to_bf16(rounded, master, count);
+    return write_slot(names::kEmbedParams, at * 4, rounded, count * 4);
+  };
+  SlotMemory& sm = *memory_.at(names::kEmbedOptim);
+  if (sm.tier != Tier::storage) {
+    float* st = sm.buf.f32();
+    STRATA_RETURN_IF_ERROR(fn({0, s.numel, st + g0, st + E + g0, st + 2 * E + g0}));
+    return op == IoOp::write ? working(g0, st + g0, s.numel) : Status::ok_status();
+  }
+  float* stage = memory_.at(names::kOptimStage.at(0))->buf.f32();  // (3, chunk)
+  for (int32_t k = 0;; ++k) {
+    const auto [lo, hi] = embed_chunk_range(k);
+    if (lo >= g1) break;
+    const int64_t a = std::max(lo, g0), b = std::min(hi, g1), len = hi - lo;
+    if (a >= b) continue;
+    // A write that covers part of a chunk (the one both slabs share) keeps the rest of it.
+    if (op == IoOp::read || a != lo || b != hi) {
+      STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::read, lo, len, stage));
+    }
+    float* at = stage + (a - lo);
+    STRATA_RETURN_IF_ERROR(fn({a - g0, b - a, at, at + len, at + 2 * len}));
+    if (op == IoOp::write) {
+      STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::write, lo, len, stage));
+      STRATA_RETURN_IF_ERROR(working(a, at, b - a));
+    }
+  }
+  return Status::ok_status();
 }
 
 }  // namespace strata

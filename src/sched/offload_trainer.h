@@ -68,9 +68,11 @@ class OffloadTrainer final : public Trainer {
   Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
   Status finish() override;
   Status read_params(float* host) override;
-  Status read_slab_state(int64_t slab, float* master, float* m, float* v) override;
-  Status write_slab_state(int64_t slab, const float* master, const float* m,
-                          const float* v) override;
+  // Pieces (Note [Slab pieces]): a block's optimizer parts, each in its host slot or read into
+  // optimizer stage 0; the embed group's slabs straight from its state on host, or on storage
+  // chunk by chunk through optimizer stage 0 (the chunks of Note [Embed step in chunks]).
+  Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) override;
+  Status write_slab_pieces(int64_t slab, const SlabPieceFn& fill) override;
   int64_t steps_done() const override { return steps_done_; }
   int64_t adam_steps() const override { return adam_steps_; }
   void set_progress(int64_t steps_done, int64_t adam_steps) override {
@@ -142,6 +144,10 @@ class OffloadTrainer final : public Trainer {
   // bf16_stage_; Note [Precision modes]).
   Status write_block_params(int64_t block, const float* master);
   Status read_block_params(int64_t block, float* out);
+  // write_block_params in pieces: elements [lo, lo + count) of a block's master into the stage,
+  // then the whole staged block out.
+  void stage_block_params(int64_t lo, const float* master, int64_t count);
+  Status flush_block_params(int64_t block);
   const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;
   void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
   StepState early_step_state() const;
@@ -165,6 +171,11 @@ class OffloadTrainer final : public Trainer {
   // Elements [at, at + elems) of the embed group's (3, E) optimizer state to or from `data`,
   // wherever the state lives (through idle_block_stage on storage).
   Status embed_state_io(IoOp op, int64_t at, float* data, int64_t elems);
+  // The embed group's elements [lo, lo + len) of master, m and v to or from `stage`, laid out
+  // (3, len), with the state on storage.
+  Status embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* stage);
+  // read_slab_pieces / write_slab_pieces of the embedding or the final norm slab.
+  Status embed_slab_pieces(IoOp op, int64_t slab, const SlabPieceFn& fn);
   // The store's files, "dir/strata.store" (or a later instance's name) per directory; none
   // without a store.
   std::vector<std::string> store_files() const;
@@ -196,7 +207,7 @@ class OffloadTrainer final : public Trainer {
   std::vector<float> spare_stage_;  // idle_block_stage when no plan slot serves
   // bf16 mode: (block elems) bf16 on host, whole direct-I/O blocks; stages a block's working
   // params between the caller and params.store.blkL outside plans (initial state, read_params,
-  // write_slab_state). Owned here rather than borrowed from an idle plan slot, so it does not
+  // write_slab_pieces). Owned here rather than borrowed from an idle plan slot, so it does not
   // depend on which slots a plan has; 2 bytes per element of one block beyond the plan's peak.
   Buffer bf16_stage_;
 

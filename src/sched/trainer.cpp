@@ -1,11 +1,33 @@
 #include "sched/trainer.h"
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "sched/in_memory_trainer.h"
 #include "sched/offload_trainer.h"
 
 namespace strata {
+
+Status Trainer::read_slab_state(int64_t slab, float* master, float* m, float* v) {
+  return read_slab_pieces(slab, [&](const SlabPiece& p) {
+    const auto bytes = static_cast<size_t>(p.count) * sizeof(float);
+    std::memcpy(master + p.begin, p.master, bytes);
+    std::memcpy(m + p.begin, p.m, bytes);
+    std::memcpy(v + p.begin, p.v, bytes);
+    return Status();
+  });
+}
+
+Status Trainer::write_slab_state(int64_t slab, const float* master, const float* m,
+                                 const float* v) {
+  return write_slab_pieces(slab, [&](const SlabPiece& p) {
+    const auto bytes = static_cast<size_t>(p.count) * sizeof(float);
+    std::memcpy(p.master, master + p.begin, bytes);
+    std::memcpy(p.m, m + p.begin, bytes);
+    std::memcpy(p.v, v + p.begin, bytes);
+    return Status();
+  });
+}
 
 Result<nlohmann::json> Trainer::last_step_trace() const {
   return unavailable("this trainer records no trace (an offloaded schedule does)");

@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "model/layout.h"
+#include "model/slab_piece.h"
 
 namespace strata {
 
@@ -32,7 +33,7 @@ namespace strata {
 //    values. The in-memory trainer keeps f32 working weights holding the rounded values. Either
 //    way the arithmetic is the same: compute sees bf16_to_f32(f32_to_bf16(master)).
 // What the Trainer interface exposes: read_params gives the working weights (what the model
-// computes with: the rounded values in bf16 mode); read_slab_state / write_slab_state, and so
+// computes with: the rounded values in bf16 mode); read_slab_pieces / write_slab_pieces, and so
 // checkpoints, carry the f32 master (Note [Checkpoint format] in io/checkpoint.h), and writing
 // a slab re-derives its working weights from the master.
 
@@ -61,12 +62,17 @@ class Trainer {
   // All working parameters, laid out as layout() (layout().total_elems floats), as f32 (bf16
   // mode: the rounded values, Note [Precision modes]); finish()es first.
   virtual Status read_params(float* host) = 0;
-  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, (slab numel)
-  // floats each. Reading finish()es first, so the state is the one at the step boundary.
-  // Writing sets the master and derives the slab's working weights from it.
-  virtual Status read_slab_state(int64_t slab, float* master, float* m, float* v) = 0;
-  virtual Status write_slab_state(int64_t slab, const float* master, const float* m,
-                                  const float* v) = 0;
+  // Checkpoints (io/checkpoint.h): one slab's master weights and AdamW moments, in pieces of the
+  // trainer's memory (Note [Slab pieces] in model/slab_piece.h). Reading finish()es first, so the
+  // state is the one at the step boundary, and hands each piece to `take`. Writing has `fill`
+  // fill each piece, keeps it as the master and moments, and derives the slab's working weights
+  // from the master.
+  virtual Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) = 0;
+  virtual Status write_slab_pieces(int64_t slab, const SlabPieceFn& fill) = 0;
+  // The same through whole-slab buffers, (slab numel) floats each: for tests and tools with
+  // small models; a checkpoint of a large one goes piece by piece.
+  Status read_slab_state(int64_t slab, float* master, float* m, float* v);
+  Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v);
 
   // ---- progress and shape ---------------------------------------------------------------------
   virtual int64_t steps_done() const = 0;

@@ -88,12 +88,11 @@ int main(int argc, char** argv) {
   // The export must carry the checkpoint's weights bit for bit: compare with what resuming from
   // the checkpoint would load (load_checkpoint reads it independently of `strata export`).
   std::vector<float> resumed(params.size(), 0.0f);
-  auto meta = load_checkpoint(checkpoint, cfg,
-                              [&](int64_t slab, const float* master, const float*, const float*) {
-                                const Slab& s = layout.slabs[static_cast<size_t>(slab)];
-                                std::copy(master, master + s.numel, resumed.data() + s.offset);
-                                return Status();
-                              });
+  auto meta = load_checkpoint(checkpoint, cfg, [&](int64_t slab, const SlabPieceFn& fill) {
+    const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+    std::vector<float> m(static_cast<size_t>(s.numel)), v(m.size());  // (slab numel), unused
+    return fill({0, s.numel, resumed.data() + s.offset, m.data(), v.data()});
+  });
   if (!meta.ok()) return fail(meta.status().message(), 2);
   for (const ParamTensor& t : layout.tensors) {
     if (std::memcmp(params.data() + t.offset, resumed.data() + t.offset,

@@ -1,0 +1,45 @@
+// A file written front to back through an IoEngine (so io.faults and the rate limiter apply),
+// with its CRC32C and size kept as it grows: the checkpoint's files.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "io/io_engine.h"
+
+namespace strata {
+
+// errno after a failed call as a Status: no_space for ENOSPC (exit code 2's "disk full"),
+// io_error otherwise; "<what>: <strerror> (errno N)".
+Status errno_status(const std::string& what);
+
+// fsync of a file or directory by path.
+Status fsync_path(const std::string& path);
+
+class SequentialFile {
+ public:
+  // Creates (or truncates) `path`.
+  static Result<SequentialFile> create(IoEngine& engine, const std::string& path);
+  SequentialFile(SequentialFile&&) noexcept = default;
+  SequentialFile& operator=(SequentialFile&&) noexcept = default;
+
+  // The next `bytes`; the engine retries short transfers, errors name the file.
+  Status append(const void* data, int64_t bytes);
+  // fsync and close.
+  Status finish();
+  uint32_t crc() const { return crc_; }
+  int64_t size() const { return size_; }
+  const std::string& path() const;
+
+ private:
+  SequentialFile(IoEngine& engine, std::unique_ptr<IoFile> f)
+      : engine_(&engine), file_(std::move(f)) {}
+  IoEngine* engine_;
+  std::unique_ptr<IoFile> file_;
+  uint32_t crc_ = 0;
+  int64_t size_ = 0;
+};
+
+}  // namespace strata
