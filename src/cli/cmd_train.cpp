@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/stop_signals.h"
 #include "core/config.h"
 #include "core/file_util.h"
 #include "core/format.h"
@@ -280,12 +281,18 @@ Status write_trace(const Trainer& trainer, const std::string& path) {
   return write_whole_file(path, trace.dump() + "\n", "trace file");
 }
 
+// A checkpoint is due after `done` steps: every --save-every steps, and after the last.
+bool checkpoint_due(const TrainRun& run, int64_t done) {
+  const int64_t every = run.ckpt.save_every;
+  return every > 0 && (done % every == 0 || done == run.cfg.steps);
+}
+
 // After a step: the checkpoint when one is due, then the step's metrics line.
 Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, double flops_per_step,
                   Progress& progress) {
-  const int64_t done = st.step + 1, every = run.ckpt.save_every;
+  const int64_t done = st.step + 1;
   double stall_s = -1;  // a checkpoint after this step: how long training stood still
-  if (every > 0 && (done % every == 0 || done == run.cfg.steps)) {
+  if (checkpoint_due(run, done)) {
     STRATA_ASSIGN_OR_RETURN(stall_s, save(run, done, progress));
   }
   if (!run.metrics.is_open()) return Status::ok_status();
@@ -295,6 +302,40 @@ Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, doubl
   run.metrics.flush();
   if (!run.metrics) return io_error("writing metrics file " + run.metrics_path + " failed");
   return Status::ok_status();
+}
+
+// Note [Stopping on a signal]: the step boundary after the first SIGINT or SIGTERM, `done`
+// steps done. Pending steps applied, a checkpoint when checkpointing is configured (unless this
+// step just wrote one), where to resume from; returns 128 + the signal.
+int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
+  const std::string stopped = std::string("stopped by ") + signal_name(sig) + " after step " +
+                              std::to_string(done) + " of " + std::to_string(run.cfg.steps);
+  Status fin = run.trainer->finish();
+  if (!fin.ok()) {
+    progress.finish();
+    return fail(stopped + ", but applying the pending steps failed: " + fin.to_string(), 1);
+  }
+  std::string resume_from;
+  if (run.ckpt.save_every > 0 && done > 0) {
+    if (!checkpoint_due(run, done)) {  // a due one was written after the step
+      auto saved = save(run, done, progress);
+      if (!saved.ok()) {
+        progress.finish();
+        return fail(stopped + ", but its checkpoint failed: " + saved.status().to_string(),
+                    saved.status().code() == ErrorCode::no_space ? 2 : 1);
+      }
+    }
+    auto dir = resolve_checkpoint(run.ckpt.dir);
+    resume_from = dir.ok() ? "; resume with --resume " + *dir : "";
+  } else if (!run.ckpt.resume.empty() && done > 0) {
+    resume_from = "; no checkpoint is configured (--save-every N --checkpoint-dir DIR), so the " +
+                  std::to_string(done) + " steps after " + run.ckpt.resume + " are lost";
+  } else {
+    resume_from = "; no checkpoint is configured (--save-every N --checkpoint-dir DIR)";
+  }
+  progress.finish();
+  log_info(stopped + resume_from);
+  return 128 + sig;
 }
 
 const std::vector<FlagSpec> kTrainFlags = {
@@ -313,6 +354,10 @@ int cmd_train(const std::vector<std::string>& args) {
   const TrainConfig& cfg = run.cfg;
   Trainer& trainer = *run.trainer;
   log_run(run);
+  install_stop_signals();
+  if (!set_scratch_files(trainer.scratch_files())) {
+    log_warn("the store's file names are too long or too many to be removed after a crash");
+  }
 
   int64_t start_step = 0;
   if (!run.ckpt.resume.empty()) {
@@ -330,6 +375,7 @@ int cmd_train(const std::vector<std::string>& args) {
   double first_loss = 0, last_loss = 0;
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < cfg.steps; step++) {
+    if (int sig = stop_signal()) return stop_at_boundary(run, sig, step, progress);
     for (int64_t k = 0; k < cfg.grad_accum; k++) {
       run.loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
     }
@@ -345,11 +391,14 @@ int cmd_train(const std::vector<std::string>& args) {
     last_loss = st->loss;
     progress.on_step(*st, tokens_per_s);
     Status after = after_step(run, *st, tokens_per_s, flops_per_step, progress);
-    if (!after.ok()) {
+    if (!after.ok()) {  // a full disk under a checkpoint is the user's to fix (2)
       progress.finish();
-      return fail("training stopped: " + after.to_string(), 1);
+      return fail("training stopped: " + after.to_string(),
+                  after.code() == ErrorCode::no_space ? 2 : 1);
     }
   }
+
+  if (int sig = stop_signal()) return stop_at_boundary(run, sig, cfg.steps, progress);
 
   // ---- The end: pending work, the trace, the summary --------------------------------------------
   Status fin = trainer.finish();

@@ -68,6 +68,7 @@ class OffloadTrainer final : public Trainer {
   Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
   Status finish() override;
   Status read_params(float* host) override;
+  std::vector<std::string> scratch_files() const override { return store_files(); }
   // Pieces (Note [Slab pieces]): a block's optimizer parts, each in its host slot or read into
   // optimizer stage 0; the embed group's slabs straight from its state on host, or on storage
   // chunk by chunk through optimizer stage 0 (the chunks of Note [Embed step in chunks]).
