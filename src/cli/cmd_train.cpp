@@ -23,6 +23,7 @@
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_lineage.h"
 #include "io/configured_engine.h"
 #include "model/gpt.h"
 #include "plan/planner.h"
@@ -160,6 +161,8 @@ struct TrainRun {
   std::string metrics_path, trace_path;
   CheckpointOptions ckpt;
   std::unique_ptr<IoEngine> ckpt_engine;
+  std::optional<CheckpointDirLock> ckpt_lock;  // held while training (Note [Checkpoint lineage])
+  std::vector<std::string> lineage;            // this run's: the runs it continues, then its id
   std::unique_ptr<Device> device;
   std::unique_ptr<Trainer> trainer;
   bool quiet = false;
@@ -200,11 +203,15 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto ckpt = checkpoint_options(a);
   if (!ckpt.ok()) return SetupError{ckpt.status().message()};
   run.ckpt = *ckpt;
+  run.lineage = {new_run_id()};
   if (run.ckpt.save_every > 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(run.ckpt.dir, ec);
-    if (ec)
-      return SetupError{"cannot create --checkpoint-dir " + run.ckpt.dir + ": " + ec.message()};
+    auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
+    if (!lock.ok()) return SetupError{lock.status().message(), exit_code_for(lock.status())};
+    run.ckpt_lock.emplace(std::move(*lock));
+    if (run.ckpt.resume.empty()) {  // a resumed run claims the directory once it knows its step
+      auto claimed = claim_checkpoint_root(run.ckpt.dir, run.lineage, -1);
+      if (!claimed.ok()) return SetupError{claimed.status().message()};
+    }
     auto e = create_configured_engine(c.io, run.ckpt.dir);
     if (!e.ok()) return SetupError{e.status().message()};
     run.ckpt_engine = std::move(*e);
@@ -252,6 +259,17 @@ Result<int64_t> resume(TrainRun& run) {
   if (!pos.ok()) return invalid_argument("checkpoint " + dir + ": " + pos.message());
   run.trainer->set_progress(meta->step, meta->adam_steps);
   log_info("resumed from " + dir + " at step " + std::to_string(meta->step));
+  // Note [Checkpoint lineage]: this run continues the checkpoint's line.
+  std::vector<std::string> lineage = meta->lineage;
+  lineage.push_back(run.lineage.back());
+  run.lineage = std::move(lineage);
+  if (run.ckpt.save_every > 0) {
+    STRATA_ASSIGN_OR_RETURN(auto moved,
+                            claim_checkpoint_root(run.ckpt.dir, run.lineage, meta->step));
+    for (const std::string& m : moved) {
+      log_info("checkpoint of another line moved aside (Note [Checkpoint lineage]): " + m);
+    }
+  }
   return meta->step;
 }
 
@@ -263,6 +281,8 @@ Result<double> save(TrainRun& run, int64_t steps_done, Progress& progress) {
   meta.data_position = run.loader->position();
   meta.seed = run.cfg.seed;
   meta.schedule = enum_name(run.cfg.schedule);
+  meta.run_id = run.lineage.back();
+  meta.lineage = run.lineage;
   STRATA_ASSIGN_OR_RETURN(auto saved, save_checkpoint(
                                           *run.ckpt_engine, run.ckpt.dir, run.cfg, meta,
                                           [&](int64_t slab, const SlabPieceFn& take) {

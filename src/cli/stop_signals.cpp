@@ -56,7 +56,9 @@ void install_stop_signals() {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) install(sig, on_fatal);
 }
 
-int stop_signal() { return g_stop.load(); }
+int stop_signal() {
+  return g_stop.load();
+}
 
 bool set_scratch_files(const std::vector<std::string>& paths) {
   g_file_count.store(0);

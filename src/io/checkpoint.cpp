@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/file_util.h"
+#include "io/checkpoint_lineage.h"
 #include "io/checkpoint_tensors.h"
 #include "io/crc32c.h"
 #include "io/safetensors.h"
@@ -112,11 +113,13 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
   }
   STRATA_RETURN_IF_ERROR(
       write_text(engine, dir, "config.json", config_to_json(cfg).dump(2) + "\n", &manifest));
-  const nlohmann::json state = {{"step", meta.step},
-                                {"adam_steps", meta.adam_steps},
-                                {"data_position", meta.data_position},
-                                {"seed", meta.seed},
-                                {"schedule", meta.schedule}};
+  nlohmann::json state = {{"step", meta.step},
+                          {"adam_steps", meta.adam_steps},
+                          {"data_position", meta.data_position},
+                          {"seed", meta.seed},
+                          {"schedule", meta.schedule}};
+  if (!meta.run_id.empty()) state["run_id"] = meta.run_id;
+  if (!meta.lineage.empty()) state["lineage"] = meta.lineage;
   STRATA_RETURN_IF_ERROR(
       write_text(engine, dir, "trainer_state.json", state.dump(2) + "\n", &manifest));
   nlohmann::json files = nlohmann::json::array();
@@ -131,8 +134,9 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
   return write_text(engine, dir, "manifest.json", text, nullptr);
 }
 
-// step-* directories of root with their step numbers, oldest first.
-std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& root) {
+}  // namespace
+
+std::vector<std::pair<int64_t, std::string>> checkpoint_step_dirs(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
@@ -146,6 +150,8 @@ std::vector<std::pair<int64_t, std::string>> step_dirs(const std::string& root) 
   std::sort(out.begin(), out.end());
   return out;
 }
+
+namespace {
 
 Result<nlohmann::json> read_json(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
@@ -167,7 +173,8 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   if (ec) return io_error("cannot create checkpoint directory " + root + ": " + ec.message());
   // Leftovers of saves that a crash interrupted.
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    if (e.path().filename().string().rfind(".tmp-step-", 0) == 0) fs::remove_all(e.path(), ec);
+    // (never a live save's: Note [Checkpoint lineage])
+    if (is_stale_save_dir(e.path().filename().string())) fs::remove_all(e.path(), ec);
   }
   CheckpointSaveStats stats;
   stats.dir = (fs::path(root) / step_name(meta.step)).string();
@@ -191,7 +198,7 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   }
   STRATA_RETURN_IF_ERROR(fsync_path(root));
   if (keep > 0) {
-    auto dirs = step_dirs(root);
+    auto dirs = checkpoint_step_dirs(root);
     for (size_t i = 0; i + static_cast<size_t>(keep) < dirs.size(); ++i) {
       fs::remove_all(dirs[i].second, ec);
     }
@@ -327,7 +334,7 @@ Status verify_checkpoint_files(const std::string& dir, const std::vector<std::st
 Result<std::string> resolve_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "manifest.json")) return path;
   if (!fs::is_directory(path)) return not_found("checkpoint directory " + path + " does not exist");
-  auto dirs = step_dirs(path);
+  auto dirs = checkpoint_step_dirs(path);
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     if (fs::exists(fs::path(it->second) / "manifest.json")) return it->second;
   }
@@ -364,6 +371,8 @@ Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
   return Status();
 }
 
+}  // namespace
+
 Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer_state.json";
   STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
@@ -375,13 +384,14 @@ Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
     meta.data_position = sj.at("data_position").get<int64_t>();
     meta.seed = sj.at("seed").get<int64_t>();
     meta.schedule = sj.at("schedule").get<std::string>();
+    // (absent before run ids: Note [Checkpoint lineage])
+    meta.run_id = sj.value("run_id", std::string());
+    meta.lineage = sj.value("lineage", std::vector<std::string>());
   } catch (const nlohmann::json::exception& e) {
     return bad_format("checkpoint file " + path + ": " + e.what());
   }
   return meta;
 }
-
-}  // namespace
 
 Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                        const SlabWriter& write,

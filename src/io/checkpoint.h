@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -66,6 +67,10 @@ struct CheckpointMeta {
   int64_t data_position = 0;
   int64_t seed = 0;
   std::string schedule;
+  // Note [Checkpoint lineage] (io/checkpoint_lineage.h): the run that wrote it, and the runs it
+  // continues, oldest first, its own id last. Empty in checkpoints written before run ids.
+  std::string run_id;
+  std::vector<std::string> lineage;
 };
 
 // A save's source: hands slab `slab`'s state to `take`, piece by piece (Note [Slab pieces]).
@@ -113,6 +118,13 @@ Status verify_checkpoint(const std::string& dir, const CheckpointReadOptions& op
 // manifest does not list).
 Status verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& files,
                                const CheckpointReadOptions& options = {});
+
+// The step-* directories of a checkpoint root with their step numbers, oldest first.
+std::vector<std::pair<int64_t, std::string>> checkpoint_step_dirs(const std::string& root);
+
+// trainer_state.json of a checkpoint directory, its fields checked (bad_format naming the file
+// and the field).
+Result<CheckpointMeta> read_trainer_state(const std::string& dir);
 
 // A checkpoint directory itself (it has manifest.json), or a root: its newest complete step-*.
 // not_found when there is none.

@@ -1,0 +1,60 @@
+// Which run a checkpoint directory belongs to.
+//
+// Note [Checkpoint lineage]
+// Every run draws a run id (16 hex digits) and writes it into each checkpoint's
+// trainer_state.json with its lineage: the ids of the runs it continues, oldest first, its own
+// last. A checkpoint root holds one line of training at a time:
+//  - a run holds ROOT/.lock (flock) while it trains: a second run on ROOT is refused, naming the
+//    holder's pid, instead of both writing and pruning the same directories;
+//  - a fresh run (no --resume) refuses a ROOT that already holds another run's step directories:
+//    continue that run with --resume ROOT, or choose another --checkpoint-dir;
+//  - a run resumed from step s keeps the step directories of its own lineage at steps <= s and
+//    moves every other one (the old run's steps after s, which it is about to redo differently,
+//    or another run's) into ROOT/superseded-<their run id>/, saying so; nothing is deleted.
+// So every ROOT/step-* is on the line now training, a save never meets another run's directory
+// (an existing step-N is this line's own, the same state), --keep prunes only this line's older
+// steps, and --resume ROOT (its newest step) continues the newest line. A checkpoint without a
+// run id (written before run ids) counts as of the lineage when its step is <= s. Temporary
+// directories .tmp-step-N-<pid> are removed only when process <pid> is gone (a crash's
+// leftovers), never while a live save writes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace strata {
+
+// A fresh run id: 16 hex digits from the system's random device.
+std::string new_run_id();
+
+// An exclusive lock on ROOT/.lock for the life of the object (created with the directory if
+// missing). invalid_argument naming the directory and the holder's pid when another run has it.
+class CheckpointDirLock {
+ public:
+  static Result<CheckpointDirLock> acquire(const std::string& root);
+  CheckpointDirLock(CheckpointDirLock&& other) noexcept;
+  CheckpointDirLock& operator=(CheckpointDirLock&&) = delete;
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+  ~CheckpointDirLock();
+
+ private:
+  explicit CheckpointDirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// Makes ROOT hold only the line of `lineage` (this run's, its own id last) before the run saves
+// into it: `resumed_step` < 0 for a fresh run (refused, invalid_argument naming ROOT and the
+// steps found, when ROOT holds step directories), else the step the run resumed from (other
+// lines' directories moved to ROOT/superseded-<id>/). Returns the directories moved.
+Result<std::vector<std::string>> claim_checkpoint_root(const std::string& root,
+                                                       const std::vector<std::string>& lineage,
+                                                       int64_t resumed_step);
+
+// A leftover temporary directory name of a save (".tmp-step-N-<pid>") whose process is gone.
+bool is_stale_save_dir(const std::string& name);
+
+}  // namespace strata
