@@ -10,6 +10,7 @@
 //    writer (Note [Checkpoint format], Note [Slab pieces]);
 //  - a version 1 checkpoint (both moments in optimizer.safetensors) still loads.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -384,6 +385,53 @@ TEST(resume_checkpoint, SaveAndLoadHoldATensorNotASlab) {
     file_bytes += static_cast<int64_t>(fs::file_size(e.path()));
   }
   EXPECT_LE(stats.reads.bytes, 2 * file_bytes) << "a byte read more than twice";
+}
+
+// A manifest is input like any other: wrong types, sizes as strings, names that are paths, and
+// a FIFO in place of a file are one-line bad_format errors naming the file and the field, never
+// an abort, a read outside the directory or a hang.
+TEST(resume_checkpoint, MalformedManifestsAreRefusedNamingTheField) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string dir = saved_checkpoint("resume_manifest", c, 1) + "/step-00000001";
+  const std::string path = dir + "/manifest.json";
+  std::string original;
+  {
+    std::ifstream in(path);
+    original.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const struct {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* expect;
+  } cases[] = {
+      {"file entry a number", [](nlohmann::json& m) { m["files"][0] = 7; },
+       "files[0] is not an object"},
+      {"bytes a string", [](nlohmann::json& m) { m["files"][1]["bytes"] = "12"; },
+       "files[1].bytes is not a non-negative integer"},
+      {"name a path", [](nlohmann::json& m) { m["files"][0]["name"] = "../../../etc/hostname"; },
+       "files[0].name is not a file name in the checkpoint directory"},
+      {"name a number", [](nlohmann::json& m) { m["files"][2]["name"] = 3; },
+       "files[2].name is not a string"},
+      {"crc not hex", [](nlohmann::json& m) { m["files"][0]["crc32c"] = "xyz"; },
+       "files[0].crc32c is not 8 lowercase hex digits"},
+      {"format a number", [](nlohmann::json& m) { m["format"] = 1; },
+       "is not a Strata checkpoint manifest"},
+      {"version a string", [](nlohmann::json& m) { m["version"] = "2"; },
+       "has a version other than 1 to"},
+  };
+  for (const auto& k : cases) {
+    nlohmann::json m = nlohmann::json::parse(original);
+    k.edit(m);
+    std::ofstream(path, std::ios::trunc) << m.dump();
+    Status st = load_into_fresh(dir, c);
+    test::expect_error(st, ErrorCode::bad_format, {path, k.expect});
+  }
+  // A FIFO listed as a file: refused as not a regular file, without waiting for a writer.
+  std::ofstream(path, std::ios::trunc) << original;
+  const std::string fifo = dir + "/config.json";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  test::expect_error(load_into_fresh(dir, c), ErrorCode::bad_format, {fifo, "not a regular file"});
 }
 
 // Version 1 checkpoints kept both moments in one optimizer.safetensors, interleaved per tensor

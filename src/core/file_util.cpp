@@ -100,7 +100,9 @@ Status write_file_atomically(const std::string& path, const std::string& text,
 }
 
 Result<ReadOnlyFile> ReadOnlyFile::open(const std::string& path, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; the check below
+  // refuses anything but a regular file, where the flag changes nothing.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     const std::string m = what + " " + path + ": open: " + std::strerror(err);

@@ -153,8 +153,23 @@ std::vector<std::pair<int64_t, std::string>> checkpoint_step_dirs(const std::str
 
 namespace {
 
+// A checkpoint's JSON file, whole: a regular file (never waits on a FIFO) of at most 16 MiB (a
+// manifest or state names a few files; a huge one is not ours and is not allocated).
+Result<std::string> read_checkpoint_text(const std::string& path) {
+  constexpr int64_t kMaxBytes = int64_t{16} << 20;
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::open(path, "checkpoint file"));
+  if (f.size() > kMaxBytes) {
+    return bad_format("checkpoint file " + path + " has " + std::to_string(f.size()) +
+                      " bytes, more than a checkpoint's JSON files hold (" +
+                      std::to_string(kMaxBytes) + ")");
+  }
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  STRATA_RETURN_IF_ERROR(f.read_at(text.data(), f.size(), 0));
+  return text;
+}
+
 Result<nlohmann::json> read_json(const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -221,30 +236,53 @@ struct Manifest {
 };
 
 // The manifest of `dir`: its format version and the files it lists.
+// One "files" entry: a plain file name inside the checkpoint directory (never a path: a
+// manifest must not make us read outside it), a size and an 8-hex-digit CRC32C.
+Result<ManifestFile> manifest_file(const nlohmann::json& f, size_t i, const std::string& mpath) {
+  const std::string where = "checkpoint manifest " + mpath + ": files[" + std::to_string(i) + "]";
+  if (!f.is_object()) return bad_format(where + " is not an object");
+  const auto name = f.find("name"), bytes = f.find("bytes"), crc = f.find("crc32c");
+  if (name == f.end() || !name->is_string()) return bad_format(where + ".name is not a string");
+  const std::string n = name->get<std::string>();
+  if (n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos ||
+      n.find('\0') != std::string::npos) {
+    return bad_format(where + ".name is not a file name in the checkpoint directory");
+  }
+  if (bytes == f.end() || !bytes->is_number_integer() || bytes->get<int64_t>() < 0) {
+    return bad_format(where + ".bytes is not a non-negative integer");
+  }
+  if (crc == f.end() || !crc->is_string() || crc->get<std::string>().size() != 8 ||
+      crc->get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return bad_format(where + ".crc32c is not 8 lowercase hex digits");
+  }
+  return ManifestFile{n, bytes->get<int64_t>(), crc->get<std::string>()};
+}
+
+// The manifest of `dir`: its format version and the files it lists. Every field's type is
+// checked before use (bad_format naming the file and the field).
 Result<Manifest> read_manifest(const std::string& dir) {
   const std::string mpath = dir + "/manifest.json";
   if (!fs::exists(mpath)) {
     return not_found("checkpoint " + dir + " has no manifest.json (not a complete checkpoint)");
   }
   STRATA_ASSIGN_OR_RETURN(nlohmann::json m, read_json(mpath));
-  if (!m.is_object() || m.value("format", "") != kFormat || !m.contains("files") ||
-      !m["files"].is_array()) {
+  const bool ours = m.is_object() && m.contains("format") && m["format"].is_string() &&
+                    m["format"].get<std::string>() == kFormat;
+  if (!ours || !m.contains("files") || !m["files"].is_array()) {
     return bad_format("checkpoint manifest " + mpath + " is not a Strata checkpoint manifest");
   }
   Manifest out;
   const nlohmann::json& version = m["version"];
   if (!version.is_number_integer() || version.get<int64_t>() < 1 ||
       version.get<int64_t>() > kVersion) {
-    return bad_format("checkpoint manifest " + mpath + " has version " + version.dump() +
-                      ", this build reads 1 to " + std::to_string(kVersion));
+    return bad_format("checkpoint manifest " + mpath + " has a version other than 1 to " +
+                      std::to_string(kVersion) + " (this build's)");
   }
   out.version = version.get<int>();
-  for (const auto& f : m["files"]) {
-    if (!f.is_object()) {
-      return bad_format("checkpoint manifest " + mpath + " has a file entry that is not an object");
-    }
-    out.files.push_back(
-        {f.value("name", ""), f.value("bytes", int64_t{-1}), f.value("crc32c", "")});
+  const nlohmann::json& files = m["files"];
+  for (size_t i = 0; i < files.size(); ++i) {
+    STRATA_ASSIGN_OR_RETURN(ManifestFile f, manifest_file(files[i], i, mpath));
+    out.files.push_back(std::move(f));
   }
   return out;
 }
@@ -347,7 +385,7 @@ namespace {
 // field and both values.
 Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
   const std::string path = dir + "/config.json";
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
   const nlohmann::json cj = nlohmann::json::parse(text, nullptr, false);
   if (cj.is_discarded()) return bad_format("checkpoint file " + path + " is not valid JSON");
   auto saved = parse_config(cj);
@@ -399,8 +437,9 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
   // Pass 1: nothing is used until every file matches the manifest.
   STRATA_RETURN_IF_ERROR(verify_checkpoint(dir, options));
   STRATA_ASSIGN_OR_RETURN(Manifest manifest, read_manifest(dir));
-  const auto names = state_file_names(manifest.version);
-  for (const std::string& name : names) {
+  std::vector<std::string> needed = {"config.json", "trainer_state.json"};
+  for (const std::string& name : state_file_names(manifest.version)) needed.push_back(name);
+  for (const std::string& name : needed) {
     const bool listed = std::any_of(manifest.files.begin(), manifest.files.end(),
                                     [&](const ManifestFile& f) { return f.name == name; });
     if (!listed) return bad_format("checkpoint " + dir + ": its manifest does not list " + name);
