@@ -527,3 +527,53 @@ TEST(Config, ActivationPolicy) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+std::string nested_arrays(int64_t depth) {
+  return std::string(static_cast<size_t>(depth), '[') +
+         std::string(static_cast<size_t>(depth), ']');
+}
+
+// Note [Bounded JSON nesting]: deep JSON, from a file, --set or a value another reader parsed, is
+// one line naming its source; it used to overflow the stack while the error message was formatted.
+TEST(Config, DeepJsonIsOneLineNotACrash) {
+  std::string dir = test::make_temp_dir("config_deep");
+  std::string deep = write_file(dir, "deep.json", "{\"train\": " + nested_arrays(200000) + "}");
+  expect_error(read_json_file(deep).status(), ErrorCode::bad_format,
+               {deep + " is not valid JSON: line 1, column 74", "deeper than 64 levels"});
+
+  json base = default_config_json();
+  expect_error(merge_config(base, json::parse(nested_arrays(200000)), "list.json"),
+               ErrorCode::invalid_argument, {"list.json nests JSON deeper than 64 levels"});
+  base = default_config_json();
+  json steps = json::object();
+  steps["train"]["steps"] = json::parse(nested_arrays(200000));
+  expect_error(merge_config(base, steps, "run.json"), ErrorCode::invalid_argument,
+               {"run.json nests JSON deeper than 64"});
+  expect_error(parse_config(steps).status(), ErrorCode::invalid_argument, {"deeper than 64"});
+
+  // --set: an argument of 100 KB (50,000 levels) is refused, and the message shows its start.
+  json j = default_config_json();
+  Status set = apply_set(j, "train.steps=" + nested_arrays(50000));
+  expect_error(set, ErrorCode::invalid_argument, {"--set train.steps=[[[[", "deeper than 64"});
+  EXPECT_LT(set.message().size(), 300u);
+  // A string field takes deep-looking text as the string it is.
+  ASSERT_TRUE(apply_set(j, "data.train=" + nested_arrays(100)).ok());
+  EXPECT_EQ(j["data"]["train"], nested_arrays(100));
+
+  // Large values are shown by their start.
+  json big = json::array();
+  for (int i = 0; i < 100000; i++) big.push_back(i);
+  base = default_config_json();
+  Status wrong = merge_config(base, json{{"train", {{"steps", big}}}}, "big.json");
+  expect_error(wrong, ErrorCode::invalid_argument, {"train.steps must be an integer, got [0,1,2"});
+  EXPECT_LT(wrong.message().size(), 200u);
+  // A number beyond double is a parse error, not an exception out of the reader.
+  std::string huge = write_file(dir, "huge.json", "{\"optim\": {\"lr\": 1e400}}");
+  expect_error(read_json_file(huge).status(), ErrorCode::bad_format, {huge, "number overflow"});
+}
+
+}  // namespace
+}  // namespace strata

@@ -128,11 +128,13 @@ struct TrainConfig {
 nlohmann::json default_config_json();
 
 // Reads a JSON file (// and /* */ comments allowed). Errors: not_found naming the path when it
-// does not exist; bad_format with path, line, column and the parser's reason when malformed.
+// does not exist; bad_format with path, line, column and the parser's reason when malformed or
+// nested deeper than kMaxJsonDepth (Note [Bounded JSON nesting] in core/json_util.h).
 Result<nlohmann::json> read_json_file(const std::string& path);
 
 // Deep-merges overlay into base. Every key of overlay must exist in base, and its JSON type must
-// match the base value's (object, string, bool, number; an integer where base has an integer).
+// match the base value's (object, string, bool, number; an integer where base has an integer),
+// and overlay must nest no deeper than kMaxJsonDepth.
 // Errors are invalid_argument and name the dotted key and `source`, e.g.
 //   "unknown key 'train.lrr' in run.json"
 //   "train.steps must be an integer, got 2.5 in --set train.steps=2.5"
