@@ -575,5 +575,32 @@ TEST(Config, DeepJsonIsOneLineNotACrash) {
   expect_error(read_json_file(huge).status(), ErrorCode::bad_format, {huge, "number overflow"});
 }
 
+// A config is written back out as JSON (into every checkpoint), so its strings must be UTF-8: a
+// Latin-1 path used to train, then abort at the first checkpoint with an uncaught exception.
+TEST(Config, StringsMustBeUtf8WithoutNul) {
+  expect_error(
+      parse_with("data.train=k\xe9.bin"), ErrorCode::invalid_argument,
+      {"data.train is not UTF-8 text (byte 0xe9 at offset 1) in --set data.train=k\\xe9.bin"});
+  expect_error(parse_with("io.faults=write:1:eio\xff"), ErrorCode::invalid_argument,
+               {"io.faults is not UTF-8 text (byte 0xff at offset 11)"});
+  json base = default_config_json();
+  json dirs = {{"io", {{"dirs", json::array({"/mnt/a", std::string("/mnt/\xc3")})}}}};
+  expect_error(merge_config(base, dirs, "run.json"), ErrorCode::invalid_argument,
+               {"io.dirs is not UTF-8 text (byte 0xc3 at offset 5) in run.json"});
+  base = default_config_json();
+  json nul = {{"data", {{"train", std::string("a.bin\0b", 7)}}}};
+  expect_error(merge_config(base, nul, "run.json"), ErrorCode::invalid_argument,
+               {"data.train contains a NUL character (at offset 5) in run.json"});
+
+  // UTF-8 paths are fine and survive the trip through JSON text.
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "data.train=caf\xc3\xa9/\xe6\x95\xb0.bin").ok());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto back = parse_config(json::parse(config_to_json(*c).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->data_train, "caf\xc3\xa9/\xe6\x95\xb0.bin");
+}
+
 }  // namespace
 }  // namespace strata

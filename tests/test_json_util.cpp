@@ -1,9 +1,10 @@
-// core/json_util.h: parsing with a nesting limit (Note [Bounded JSON nesting]) and the bounded
-// preview of values for error messages.
+// core/json_util.h: parsing with a nesting limit (Note [Bounded JSON nesting]), the bounded
+// preview of values for error messages, and core/format.h's UTF-8 check.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "core/format.h"
 #include "core/json_util.h"
 #include "test_util.h"
 
@@ -91,6 +92,18 @@ TEST(JsonUtil, PreviewReadsOnlyWhatItShows) {
   EXPECT_EQ(json_preview(json(std::string(1000000, 'a')), 10), "\"aaaaaaaaa...");
   // Invalid UTF-8 in a value does not throw.
   EXPECT_EQ(json_preview(json(std::string("k\xe9"))), "\"k\xEF\xBF\xBD\"");
+}
+
+TEST(Utf8, InvalidBytesAreFoundAndEscaped) {
+  EXPECT_EQ(invalid_utf8_offset("plain"), -1);
+  EXPECT_EQ(invalid_utf8_offset("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), -1);
+  EXPECT_EQ(invalid_utf8_offset("k\xe9.bin"), 1);         // Latin-1, as a shell's $'\xe9'
+  EXPECT_EQ(invalid_utf8_offset("ab\xc3"), 2);            // truncated sequence
+  EXPECT_EQ(invalid_utf8_offset("\xc0\xaf"), 0);          // overlong '/'
+  EXPECT_EQ(invalid_utf8_offset("x\xed\xa0\x80"), 1);     // a surrogate
+  EXPECT_EQ(invalid_utf8_offset("\xf4\x90\x80\x80"), 0);  // above U+10FFFF
+  EXPECT_EQ(printable("k\xe9.bin\n"), "k\\xe9.bin\\n");
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");
 }
 
 }  // namespace

@@ -32,6 +32,23 @@ std::string show(const json& v) {
   return json_preview(v);
 }
 
+// A string a config value holds. It must be UTF-8, since the config is written back out as JSON
+// (in every checkpoint), and free of NUL, which would cut a path short.
+Status check_text(const json& v, const std::string& key, const std::string& source) {
+  const std::string& s = v.get_ref<const std::string&>();
+  if (const int64_t bad = invalid_utf8_offset(s); bad >= 0) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(s[bad]));
+    return invalid_argument(key + " is not UTF-8 text (byte " + byte + " at offset " +
+                            std::to_string(bad) + ") in " + source);
+  }
+  if (const size_t nul = s.find('\0'); nul != std::string::npos) {
+    return invalid_argument(key + " contains a NUL character (at offset " + std::to_string(nul) +
+                            ") in " + source);
+  }
+  return Status::ok_status();
+}
+
 // Shortest decimal that reads back as the same float, so 3e-3f prints as 0.003, not
 // 0.0030000000260770321.
 std::string float_text(float f) {
@@ -133,6 +150,12 @@ Status merge_value(json& base, const json& v, const std::string& key, const std:
       return Status::ok_status();
     default:
       if (v.type() != base.type()) return type_error(base, v, key, source);
+      if (v.is_string()) STRATA_RETURN_IF_ERROR(check_text(v, key, source));
+      if (v.is_array()) {  // io.dirs, a list of strings (parse_io checks the element types)
+        for (const json& e : v) {
+          if (e.is_string()) STRATA_RETURN_IF_ERROR(check_text(e, key, source));
+        }
+      }
       base = v;
       return Status::ok_status();
   }

@@ -133,8 +133,8 @@ nlohmann::json default_config_json();
 Result<nlohmann::json> read_json_file(const std::string& path);
 
 // Deep-merges overlay into base. Every key of overlay must exist in base, and its JSON type must
-// match the base value's (object, string, bool, number; an integer where base has an integer),
-// and overlay must nest no deeper than kMaxJsonDepth.
+// match the base value's (object, string, bool, number; an integer where base has an integer);
+// strings must be UTF-8 without NUL, and overlay no deeper than kMaxJsonDepth.
 // Errors are invalid_argument and name the dotted key and `source`, e.g.
 //   "unknown key 'train.lrr' in run.json"
 //   "train.steps must be an integer, got 2.5 in --set train.steps=2.5"
