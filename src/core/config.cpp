@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/config_bounds.h"
 #include "core/file_util.h"
 #include "core/format.h"
 #include "core/json_util.h"
@@ -485,6 +486,7 @@ Result<TrainConfig> parse_config(const json& j) {
   STRATA_RETURN_IF_ERROR(parse_data(full, c));
   STRATA_RETURN_IF_ERROR(parse_io(full, c.io));
   STRATA_RETURN_IF_ERROR(parse_placement(full, c));
+  STRATA_RETURN_IF_ERROR(check_config_bounds(c));
   return c;
 }
 

@@ -147,7 +147,9 @@ Status merge_config(nlohmann::json& base, const nlohmann::json& overlay, const s
 Status apply_set(nlohmann::json& base, const std::string& assignment);
 
 // Converts and validates. j may be partial: it is merged over the default first (source
-// "config"). Errors are invalid_argument and name the field and value at fault.
+// "config"). Every value is range-checked, sizes derived from several within the bounds of Note
+// [Config bounds] (core/config_bounds.h). Errors are invalid_argument and name the field and
+// value at fault.
 Result<TrainConfig> parse_config(const nlohmann::json& j);
 
 // The inverse of parse_config: parse_config(config_to_json(c)) gives c back exactly.
