@@ -68,6 +68,10 @@ PY
 expect_error wrong_magic 'bad_magic\.bin.*magic' train --set data.train="$work/bad_magic.bin" --set data.format=llmc
 expect_error size_disagrees 'short\.bin' train --set data.train="$work/short.bin"
 expect_error token_out_of_range 'big_token\.bin.*300' train --set data.train="$work/big_token.bin"
+# data.format auto reads llm.c files only; a text file used to train as raw uint16 tokens.
+printf 'The quick brown fox.\n' >"$work/corpus.txt"
+expect_error auto_is_llmc_only 'corpus\.txt does not start with llm\.c.s magic.*data\.format=raw_u16' \
+  train --set data.train="$work/corpus.txt"
 
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]
