@@ -20,8 +20,9 @@
 //  - the activation bytes of one step, all blocks and micro-batches, bounded above by
 //    4 L M (B T (32 C + 4) + 2 B NH T^2) (model/block.h: activations, attention state, backward
 //    scratch), <= 2^60: no schedule keeps more;
-//  - n_layer x grad_accum <= 2^18 for the offloaded schedules: a plan holds about 13 KB of tasks
-//    and slots per (block, micro-batch) pair (1.7 GB of memory measured at 2^17 pairs);
+//  - n_layer x grad_accum <= 2^18 for the offloaded schedules: the plans hold about 12 KB of
+//    tasks and slots per (block, micro-batch) pair (`strata train` peaked at 3.2 GB of RSS and
+//    took 8 s to start at 2^18 pairs, 64 tiny blocks x 4096 micro-batches, measured);
 //  - train.steps, optim.warmup_steps <= 2^53: exact in the LR schedule's doubles;
 //  - io.queue_depth <= 4096 and io.workers <= 64 (the engines' limits, io/block_engine.cpp; they
 //    are ints there), io.block_size and io.stripe_unit <= 1 GiB (a block fits an io_uring
