@@ -68,6 +68,25 @@ PY
 expect_error wrong_magic 'bad_magic\.bin.*magic' train --set data.train="$work/bad_magic.bin" --set data.format=llmc
 expect_error size_disagrees 'short\.bin' train --set data.train="$work/short.bin"
 expect_error token_out_of_range 'big_token\.bin.*300' train --set data.train="$work/big_token.bin"
+# data.format auto reads llm.c files only; a text file used to train as raw uint16 tokens.
+printf 'The quick brown fox.\n' >"$work/corpus.txt"
+expect_error auto_is_llmc_only 'corpus\.txt does not start with llm\.c.s magic.*data\.format=raw_u16' \
+  train --set data.train="$work/corpus.txt"
+
+# Hardening (issue 19). 200,000 nested arrays in a config overflowed the stack (SIGSEGV, 139);
+# grad_accum 2^62 wrapped to 0 tokens/step and crashed, 2^40 died of bad_alloc; a path that is
+# not UTF-8 trained and then aborted at the first checkpoint.
+python3 -c 'n = 200000; print("{\"train\": " + "[" * n + "]" * n + "}")' >"$work/deep.json"
+expect_error deep_json 'deep\.json is not valid JSON: line 1, column 74: .*deeper than 64' \
+  train --config "$work/deep.json"
+expect_error deep_set 'deeper than 64' train --set "train.steps=$(printf '%.0s[' {1..20000})"
+expect_error grad_accum_2_62 'train\.grad_accum must be in \[1, 268435456' \
+  train --set train.grad_accum=4611686018427387904
+expect_error grad_accum_2_40 'train\.grad_accum' train --set train.grad_accum=1099511627776
+expect_error tokens_per_step 'tokens per step .* exceed' train --set train.grad_accum=1000000
+expect_error n_layer_bound 'model\.n_layer must be in \[1, 4096' train --set model.n_layer=100000
+expect_error not_utf8 'data\.train is not UTF-8 text \(byte 0xe9 at offset 1\)' \
+  train --set data.train=$'k\xe9.bin'
 
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -4,7 +4,8 @@
 //    and vertical schedules (the vertical one has steps pending at the boundary: the checkpoint
 //    applies them, the straight run applies them in the next forward; same bits);
 //  - bad input: another model shape, a missing file, a flipped byte, a full disk while saving
-//    (the previous checkpoint stays intact), incomplete directories never chosen;
+//    (the previous checkpoint stays intact), incomplete directories never chosen, every field of
+//    trainer_state.json out of range or of the wrong type;
 //  - saving and loading hold O(one tensor) of host memory beside the trainer's own, not a slab
 //    or the model, pieces that cut tensors keep every bit, and a corrupt file reaches no slab
 //    writer (Note [Checkpoint format], Note [Slab pieces]);
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -500,6 +502,80 @@ TEST(resume_checkpoint, CorruptFileReachesNoSlabWriter) {
             std::string::npos)
       << meta.status().message();
   EXPECT_EQ(writes, 0);
+}
+
+// Replaces one file of a checkpoint and its size and CRC32C in the manifest, as a checkpoint
+// written that way would hold: what the load sees is then the file's content, not a mismatch.
+void rewrite_checkpoint_file(const std::string& dir, const std::string& name,
+                             const std::string& text) {
+  std::ofstream(dir + "/" + name, std::ios::binary | std::ios::trunc) << text;
+  std::ifstream in(dir + "/manifest.json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", crc32c(text.data(), text.size()));
+  for (auto& f : manifest["files"]) {
+    if (f["name"] != name) continue;
+    f["bytes"] = text.size();
+    f["crc32c"] = crc;
+  }
+  std::ofstream(dir + "/manifest.json", std::ios::trunc) << manifest.dump(2) << "\n";
+}
+
+// trainer_state.json is checked field by field before the trainer sees it: step -5 trained with a
+// negative learning rate, adam_steps -3 failed a CHECK, 200,000 nested arrays were parsed.
+TEST(resume_checkpoint, TrainerStateIsCheckedFieldByField) {
+  const TrainConfig c = small_config("in_memory", "unused");
+  const std::string dir = saved_checkpoint("resume_trainer_state", c, 1) + "/step-00000001";
+  const std::string file = dir + "/trainer_state.json";
+  auto state = [](const std::string& step, const std::string& adam, const std::string& pos) {
+    return R"({"step": )" + step + R"(, "adam_steps": )" + adam + R"(, "data_position": )" + pos +
+           R"(, "seed": 1337, "schedule": "in_memory"})";
+  };
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::pair<std::string, std::string> cases[] = {
+      {state("-5", "0", "0"), "step must be an integer in [0, 9007199254740992], got -5"},
+      {state("1", "-3", "0"), "adam_steps must be an integer in [0, 1], got -3"},
+      {state("1", "2", "0"), "adam_steps must be an integer in [0, 1], got 2"},
+      {state("1", "1", "-1"), "data_position must be an integer in [0, "},
+      {state("\"1\"", "1", "0"), "step must be an integer in [0, 9007199254740992], got \"1\""},
+      {state("1.5", "1", "0"), "step must be an integer"},
+      {state("18446744073709551615", "1", "0"), "got 18446744073709551615"},
+      {state("1", "1", deep), "deeper than 64 levels"},
+      {R"({"step": 1, "adam_steps": 1, "seed": 1, "schedule": "in_memory"})",
+       "trainer_state.json has no data_position"},
+      {R"({"step": 1, "adam_steps": 1, "data_position": 0, "seed": 1, "schedule": "diagonal"})",
+       "schedule 'diagonal' is not one of in_memory, horizontal, vertical"},
+      {R"({"step": 1, "adam_steps": 1, "data_position": 0, "seed": 1, "schedule": 3})",
+       "schedule must be a schedule's name, got 3"},
+      {"[1, 2]", "trainer_state.json is not a JSON object"},
+      // A run id names a directory when its checkpoints are moved aside.
+      {R"({"step": 1, "adam_steps": 1, "data_position": 0, "seed": 1, "schedule": "in_memory", )"
+       R"("run_id": "../../../tmp/x"})",
+       "run_id must be 16 hex digits, got \"../../../tmp/x\""},
+      {R"({"step": 1, "adam_steps": 1, "data_position": 0, "seed": 1, "schedule": "in_memory", )"
+       R"("lineage": ["0123456789abcdef", "x"]})",
+       "lineage must be a list of run ids"},
+  };
+  for (const auto& [text, wanted] : cases) {
+    rewrite_checkpoint_file(dir, "trainer_state.json", text);
+    test::expect_error(load_into_fresh(dir, c), ErrorCode::bad_format,
+                       {"checkpoint file " + file, wanted});
+  }
+  // In range, with a field a later version might add, it loads.
+  rewrite_checkpoint_file(dir, "trainer_state.json",
+                          R"({"step": 7, "adam_steps": 6, "data_position": 5, "seed": -2, )"
+                          R"("schedule": "vertical", "run_id": "00000000deadbeef", )"
+                          R"("lineage": ["0123456789abcdef", "00000000deadbeef"], "later": 1})");
+  AnyTrainer t(c);
+  auto meta = load_checkpoint(dir, c, t.writer());
+  ASSERT_TRUE(meta.ok()) << meta.status().to_string();
+  EXPECT_EQ(meta->step, 7);
+  EXPECT_EQ(meta->adam_steps, 6);
+  EXPECT_EQ(meta->data_position, 5);
+  EXPECT_EQ(meta->seed, -2);
+  EXPECT_EQ(meta->schedule, "vertical");
+  EXPECT_EQ(meta->run_id, "00000000deadbeef");
+  EXPECT_EQ(meta->lineage, (std::vector<std::string>{"0123456789abcdef", "00000000deadbeef"}));
 }
 
 }  // namespace

@@ -527,3 +527,80 @@ TEST(Config, ActivationPolicy) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+std::string nested_arrays(int64_t depth) {
+  return std::string(static_cast<size_t>(depth), '[') +
+         std::string(static_cast<size_t>(depth), ']');
+}
+
+// Note [Bounded JSON nesting]: deep JSON, from a file, --set or a value another reader parsed, is
+// one line naming its source; it used to overflow the stack while the error message was formatted.
+TEST(Config, DeepJsonIsOneLineNotACrash) {
+  std::string dir = test::make_temp_dir("config_deep");
+  std::string deep = write_file(dir, "deep.json", "{\"train\": " + nested_arrays(200000) + "}");
+  expect_error(read_json_file(deep).status(), ErrorCode::bad_format,
+               {deep + " is not valid JSON: line 1, column 74", "deeper than 64 levels"});
+
+  json base = default_config_json();
+  expect_error(merge_config(base, json::parse(nested_arrays(200000)), "list.json"),
+               ErrorCode::invalid_argument, {"list.json nests JSON deeper than 64 levels"});
+  base = default_config_json();
+  json steps = json::object();
+  steps["train"]["steps"] = json::parse(nested_arrays(200000));
+  expect_error(merge_config(base, steps, "run.json"), ErrorCode::invalid_argument,
+               {"run.json nests JSON deeper than 64"});
+  expect_error(parse_config(steps).status(), ErrorCode::invalid_argument, {"deeper than 64"});
+
+  // --set: an argument of 100 KB (50,000 levels) is refused, and the message shows its start.
+  json j = default_config_json();
+  Status set = apply_set(j, "train.steps=" + nested_arrays(50000));
+  expect_error(set, ErrorCode::invalid_argument, {"--set train.steps=[[[[", "deeper than 64"});
+  EXPECT_LT(set.message().size(), 300u);
+  // A string field takes deep-looking text as the string it is.
+  ASSERT_TRUE(apply_set(j, "data.train=" + nested_arrays(100)).ok());
+  EXPECT_EQ(j["data"]["train"], nested_arrays(100));
+
+  // Large values are shown by their start.
+  json big = json::array();
+  for (int i = 0; i < 100000; i++) big.push_back(i);
+  base = default_config_json();
+  Status wrong = merge_config(base, json{{"train", {{"steps", big}}}}, "big.json");
+  expect_error(wrong, ErrorCode::invalid_argument, {"train.steps must be an integer, got [0,1,2"});
+  EXPECT_LT(wrong.message().size(), 200u);
+  // A number beyond double is a parse error, not an exception out of the reader.
+  std::string huge = write_file(dir, "huge.json", "{\"optim\": {\"lr\": 1e400}}");
+  expect_error(read_json_file(huge).status(), ErrorCode::bad_format, {huge, "number overflow"});
+}
+
+// A config is written back out as JSON (into every checkpoint), so its strings must be UTF-8: a
+// Latin-1 path used to train, then abort at the first checkpoint with an uncaught exception.
+TEST(Config, StringsMustBeUtf8WithoutNul) {
+  expect_error(
+      parse_with("data.train=k\xe9.bin"), ErrorCode::invalid_argument,
+      {"data.train is not UTF-8 text (byte 0xe9 at offset 1) in --set data.train=k\\xe9.bin"});
+  expect_error(parse_with("io.faults=write:1:eio\xff"), ErrorCode::invalid_argument,
+               {"io.faults is not UTF-8 text (byte 0xff at offset 11)"});
+  json base = default_config_json();
+  json dirs = {{"io", {{"dirs", json::array({"/mnt/a", std::string("/mnt/\xc3")})}}}};
+  expect_error(merge_config(base, dirs, "run.json"), ErrorCode::invalid_argument,
+               {"io.dirs is not UTF-8 text (byte 0xc3 at offset 5) in run.json"});
+  base = default_config_json();
+  json nul = {{"data", {{"train", std::string("a.bin\0b", 7)}}}};
+  expect_error(merge_config(base, nul, "run.json"), ErrorCode::invalid_argument,
+               {"data.train contains a NUL character (at offset 5) in run.json"});
+
+  // UTF-8 paths are fine and survive the trip through JSON text.
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "data.train=caf\xc3\xa9/\xe6\x95\xb0.bin").ok());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  auto back = parse_config(json::parse(config_to_json(*c).dump()));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->data_train, "caf\xc3\xa9/\xe6\x95\xb0.bin");
+}
+
+}  // namespace
+}  // namespace strata

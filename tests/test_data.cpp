@@ -74,12 +74,28 @@ TEST(TokenFile, LlmcWriteReadRoundTrip) {
   EXPECT_EQ(TokenFile::open(path, TokenFormat::llmc)->size(), 10);
 }
 
-TEST(TokenFile, AutoDetectsRaw) {
+// data.format auto reads llm.c files only: raw tokens, or a text file, used to be read as raw
+// tokens without a word (a text file trained with vocab 50257).
+TEST(TokenFile, AutoReadsOnlyLlmcRawNeedsToBeAskedFor) {
   std::string dir = test::make_temp_dir("data_raw");
   std::vector<uint16_t> tokens = {5, 4, 3, 2, 1, 0, 65535};
   std::string path = dir + "/raw.u16";
   write_bytes(path, u16_bytes(tokens));
-  auto f = TokenFile::open(path, TokenFormat::auto_detect);
+  expect_error(TokenFile::open(path, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {"data file " + path +
+                    " does not start with llm.c's magic 20240520 (its first "
+                    "bytes are 05 00 04 00)",
+                "set data.format=raw_u16"});
+  std::string text = dir + "/corpus.txt";
+  write_bytes(text, "The quick brown fox.\n");
+  expect_error(TokenFile::open(text, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {text, "its first bytes are 54 68 65 20", "data.format=raw_u16"});
+  std::string tiny = dir + "/tiny";
+  write_bytes(tiny, "ab");
+  expect_error(TokenFile::open(tiny, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {tiny, "its 2 bytes are 61 62"});
+
+  auto f = TokenFile::open(path, TokenFormat::raw_u16);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->format(), TokenFormat::raw_u16);
   ASSERT_EQ(f->size(), 7);
@@ -142,7 +158,7 @@ TEST(TokenFile, RawSizeEmptyMissing) {
   std::string dir = test::make_temp_dir("data_raw_errors");
   std::string odd = dir + "/odd.u16";
   write_bytes(odd, "abcde");
-  expect_error(TokenFile::open(odd, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+  expect_error(TokenFile::open(odd, TokenFormat::raw_u16).status(), ErrorCode::bad_format,
                {odd, "5 bytes", "odd"});
   std::string empty = dir + "/empty.bin";
   write_bytes(empty, "");

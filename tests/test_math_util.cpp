@@ -1,4 +1,5 @@
-// core/math_util.h: the one round_up every module uses for sizes, offsets and element counts.
+// core/math_util.h: the one round_up every module uses for sizes, offsets and element counts, and
+// the checked add and multiply for sizes derived from user input.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -32,6 +33,25 @@ TEST(RoundUpDeathTest, BrokenPreconditionsAbortInsteadOfReturningAWrongSize) {
   EXPECT_DEATH((void)round_up(int64_t{5}, 0), "multiple must be positive");
   EXPECT_DEATH((void)round_up(int64_t{-5}, 4), "must not be negative");
   EXPECT_DEATH((void)round_up(std::numeric_limits<uint64_t>::max() - 10, 4096), "overflows");
+}
+
+static_assert(checked_mul(int64_t{1} << 31, int64_t{1} << 31) == int64_t{1} << 62);
+static_assert(!checked_mul(int64_t{1} << 32, int64_t{1} << 31).has_value());
+
+TEST(CheckedArithmetic, ExactResultsOrNothing) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(checked_add(int64_t{40}, 2), 42);
+  EXPECT_EQ(checked_add(kMax - 1, 1), kMax);
+  EXPECT_FALSE(checked_add(kMax, 1).has_value());
+  EXPECT_FALSE(checked_add(std::numeric_limits<int64_t>::min(), -1).has_value());
+  EXPECT_EQ(checked_mul(int64_t{-3}, 7), -21);
+  EXPECT_EQ(checked_mul(kMax, 1), kMax);
+  EXPECT_EQ(checked_mul(kMax, 0), 0);
+  // 2^62 x 4: what `train.grad_accum=2^62` times B x T becomes; it used to wrap to 0 tokens.
+  EXPECT_FALSE(checked_mul(int64_t{1} << 62, 4).has_value());
+  EXPECT_FALSE(checked_mul(int64_t{3037000500}, 3037000500).has_value());  // > sqrt(2^63)
+  EXPECT_EQ(checked_mul(uint64_t{1} << 63, 1), uint64_t{1} << 63);
+  EXPECT_FALSE(checked_mul(uint64_t{1} << 63, 2).has_value());
 }
 
 }  // namespace

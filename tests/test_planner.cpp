@@ -85,6 +85,20 @@ TEST(Planner, NothingFitsIsAnErrorNamingTheBudget) {
   EXPECT_NE(r.status().message().find("device"), std::string::npos) << r.status().message();
 }
 
+// Note [Config bounds]: a candidate's B x M is bounded before its plan is built; 2^40 sequences
+// per step used to reach the plan builder with 2^34 micro-batches.
+TEST(Planner, CandidatesBeyondTheConfigBoundsAreRefusedBeforeTheirPlan) {
+  SearchOptions o;
+  o.sequences_per_step = int64_t{1} << 40;
+  auto r = search(small_config(), small_profile(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::invalid_argument);
+  EXPECT_NE(r.status().message().find("train.grad_accum must be in [1, 268435456"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+}
+
 TEST(Planner, ClippingKeepsAlphaOne) {
   TrainConfig cfg = small_config();
   cfg.optim.grad_clip = 1;

@@ -244,6 +244,33 @@ TEST(SafeTensors, MalformedHeaderEntries) {
   EXPECT_TRUE(contains(read_error(dir + "/array.st"), "not a JSON object"));
 }
 
+// Note [Bounded JSON nesting]: a deeply nested dtype was dumped into the error message, which
+// overflowed the stack; nesting is now refused before parsing, and values in messages are cut.
+TEST(SafeTensors, DeepOrHugeHeaderValuesAreOneLine) {
+  std::string dir = test::make_temp_dir("safetensors_deep");
+  std::vector<uint8_t> data(8, 0);
+  const int64_t depth = 200000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  write_raw(dir + "/deep.st", R"({"x":{"dtype":)" + deep + R"(,"shape":[2],"data_offsets":[0,8]}})",
+            data);
+  const std::string deep_error = read_error(dir + "/deep.st");
+  EXPECT_TRUE(contains(deep_error, "header is not valid JSON: line 1, column 77")) << deep_error;
+  EXPECT_TRUE(contains(deep_error, "deeper than 64 levels")) << deep_error;
+
+  std::string shape = "[-1";
+  for (int i = 0; i < 100000; i++) shape += ",1";
+  write_raw(dir + "/shape.st",
+            R"({"x":{"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,8]}})", data);
+  const std::string shape_error = read_error(dir + "/shape.st");
+  EXPECT_TRUE(contains(shape_error, "bad shape [-1,1,1")) << shape_error;
+  EXPECT_LT(shape_error.size(), 300u);
+
+  write_raw(dir + "/name.st", R"({")" + std::string(100000, 'n') + R"(":[]})", data);
+  const std::string name_error = read_error(dir + "/name.st");
+  EXPECT_TRUE(contains(name_error, "nnn...': entry is not an object")) << name_error;
+  EXPECT_LT(name_error.size(), 300u);
+}
+
 TEST(SafeTensors, WriterRejectsBadTablesAndReportsIoErrors) {
   std::string dir = test::make_temp_dir("safetensors_writer");
   SafeTensors st = sample();

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/config_bounds.h"
 #include "core/file_util.h"
 #include "core/format.h"
+#include "core/json_util.h"
 
 namespace strata {
 
@@ -25,12 +27,27 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Message helpers. Every error is one line, so user text is escaped before it goes into one.
 
-// A JSON value as it would appear in the file; long values are cut so the line stays readable.
+// A JSON value as it would appear in the file; long values are cut so the line stays readable,
+// and only what is shown is read (Note [Bounded JSON nesting]).
 std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  constexpr size_t kMax = 60;
-  if (s.size() > kMax) s = s.substr(0, kMax) + "...";
-  return s;
+  return json_preview(v);
+}
+
+// A string a config value holds. It must be UTF-8, since the config is written back out as JSON
+// (in every checkpoint), and free of NUL, which would cut a path short.
+Status check_text(const json& v, const std::string& key, const std::string& source) {
+  const std::string& s = v.get_ref<const std::string&>();
+  if (const int64_t bad = invalid_utf8_offset(s); bad >= 0) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(s[bad]));
+    return invalid_argument(key + " is not UTF-8 text (byte " + byte + " at offset " +
+                            std::to_string(bad) + ") in " + source);
+  }
+  if (const size_t nul = s.find('\0'); nul != std::string::npos) {
+    return invalid_argument(key + " contains a NUL character (at offset " + std::to_string(nul) +
+                            ") in " + source);
+  }
+  return Status::ok_status();
 }
 
 // Shortest decimal that reads back as the same float, so 3e-3f prints as 0.003, not
@@ -134,6 +151,12 @@ Status merge_value(json& base, const json& v, const std::string& key, const std:
       return Status::ok_status();
     default:
       if (v.type() != base.type()) return type_error(base, v, key, source);
+      if (v.is_string()) STRATA_RETURN_IF_ERROR(check_text(v, key, source));
+      if (v.is_array()) {  // io.dirs, a list of strings (parse_io checks the element types)
+        for (const json& e : v) {
+          if (e.is_string()) STRATA_RETURN_IF_ERROR(check_text(e, key, source));
+        }
+      }
       base = v;
       return Status::ok_status();
   }
@@ -150,32 +173,6 @@ Status merge_object(json& base, const json& overlay, const std::string& prefix,
     STRATA_RETURN_IF_ERROR(merge_value(*it, v, key, source));
   }
   return Status::ok_status();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading files.
-
-// "line 3, column 10: syntax error ...". nlohmann counts the newline it has just read as the
-// start of the next line ("line 4, column 0" for an error at the end of line 3), so the position
-// is recomputed from the byte offset of the last character read.
-std::string parse_error_text(const std::string& text, const json::parse_error& e) {
-  size_t pos = e.byte > 0 ? std::min<size_t>(e.byte - 1, text.size()) : 0;
-  int64_t line = 1;
-  size_t line_start = 0;
-  for (size_t i = 0; i < pos; i++) {
-    if (text[i] == '\n') {
-      line++;
-      line_start = i + 1;
-    }
-  }
-  int64_t column = static_cast<int64_t>(pos - line_start) + 1;
-  // what() is "[json.exception.parse_error.101] parse error at line 4, column 0: <reason>".
-  std::string w = e.what();
-  size_t at = w.find("parse error at ");
-  size_t colon = at == std::string::npos ? std::string::npos : w.find(": ", at);
-  std::string reason = colon == std::string::npos ? w : w.substr(colon + 2);
-  return "line " + std::to_string(line) + ", column " + std::to_string(column) + ": " +
-         printable(reason);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,16 +229,15 @@ json default_config_json() {
 
 Result<json> read_json_file(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "file"));
-  try {
-    // Comments are allowed: a config is often annotated by hand.
-    return json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    return bad_format(path + ": invalid JSON at " + parse_error_text(text, e));
-  }
+  // Comments are allowed: a config is often annotated by hand.
+  return parse_json(text, printable(path), JsonSyntax{.comments = true});
 }
 
 Status merge_config(json& base, const json& overlay, const std::string& source) {
   STRATA_CHECK(base.is_object());
+  // The overlay may come from anywhere (a checkpoint's config.json parsed by its reader): its
+  // depth is checked before anything copies it (Note [Bounded JSON nesting]).
+  STRATA_RETURN_IF_ERROR(check_json_depth(overlay, source));
   if (!overlay.is_object()) {
     return invalid_argument(source + ": the top level must be a JSON object, got " + show(overlay));
   }
@@ -249,7 +245,10 @@ Status merge_config(json& base, const json& overlay, const std::string& source) 
 }
 
 Status apply_set(json& base, const std::string& assignment) {
-  const std::string source = "--set " + printable(assignment);
+  // Named in every error; a long value is cut so the message stays one readable line.
+  constexpr size_t kMaxShown = 80;
+  std::string source = "--set " + printable(assignment.substr(0, kMaxShown));
+  if (assignment.size() > kMaxShown) source += "...";
   size_t eq = assignment.find('=');
   if (eq == std::string::npos) {
     return invalid_argument(source + ": expected key=value, e.g. train.steps=100");
@@ -282,9 +281,16 @@ Status apply_set(json& base, const std::string& assignment) {
     }
     target = &target->at(part);
   }
+  const bool string_target = target != nullptr && target->is_string();
+  if (!string_target) {
+    // Nesting too deep is an error, not a string: the parser would accept it (Note [Bounded JSON
+    // nesting]). A string field never parses as anything but a string, so it is not checked.
+    Status nesting = check_json_text(text, source);
+    if (!nesting.ok()) return invalid_argument(nesting.message());
+  }
   json parsed = json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/false);
   json value;
-  if (target != nullptr && target->is_string()) {
+  if (string_target) {
     value = parsed.is_string() ? parsed : json(text);
   } else {
     // Text that is not JSON stays a string, so train.steps=abc reports "got \"abc\"".
@@ -480,6 +486,7 @@ Result<TrainConfig> parse_config(const json& j) {
   STRATA_RETURN_IF_ERROR(parse_data(full, c));
   STRATA_RETURN_IF_ERROR(parse_io(full, c.io));
   STRATA_RETURN_IF_ERROR(parse_placement(full, c));
+  STRATA_RETURN_IF_ERROR(check_config_bounds(c));
   return c;
 }
 

@@ -128,11 +128,13 @@ struct TrainConfig {
 nlohmann::json default_config_json();
 
 // Reads a JSON file (// and /* */ comments allowed). Errors: not_found naming the path when it
-// does not exist; bad_format with path, line, column and the parser's reason when malformed.
+// does not exist; bad_format with path, line, column and the parser's reason when malformed or
+// nested deeper than kMaxJsonDepth (Note [Bounded JSON nesting] in core/json_util.h).
 Result<nlohmann::json> read_json_file(const std::string& path);
 
 // Deep-merges overlay into base. Every key of overlay must exist in base, and its JSON type must
-// match the base value's (object, string, bool, number; an integer where base has an integer).
+// match the base value's (object, string, bool, number; an integer where base has an integer);
+// strings must be UTF-8 without NUL, and overlay no deeper than kMaxJsonDepth.
 // Errors are invalid_argument and name the dotted key and `source`, e.g.
 //   "unknown key 'train.lrr' in run.json"
 //   "train.steps must be an integer, got 2.5 in --set train.steps=2.5"
@@ -145,7 +147,9 @@ Status merge_config(nlohmann::json& base, const nlohmann::json& overlay, const s
 Status apply_set(nlohmann::json& base, const std::string& assignment);
 
 // Converts and validates. j may be partial: it is merged over the default first (source
-// "config"). Errors are invalid_argument and name the field and value at fault.
+// "config"). Every value is range-checked, sizes derived from several within the bounds of Note
+// [Config bounds] (core/config_bounds.h). Errors are invalid_argument and name the field and
+// value at fault.
 Result<TrainConfig> parse_config(const nlohmann::json& j);
 
 // The inverse of parse_config: parse_config(config_to_json(c)) gives c back exactly.

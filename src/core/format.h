@@ -1,4 +1,4 @@
-// Human-readable figures for messages and logs.
+// Human-readable figures and text for messages and logs.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,14 @@ namespace strata {
 // "512 B", "3.0 KiB", "1.5 GiB": binary units, one decimal.
 std::string format_bytes(int64_t bytes);
 
-// `s` with control characters written as \n, \t or \xNN, for one-line messages.
+// `s` with control characters, and bytes that are not UTF-8, written as \n, \t or \xNN, for
+// one-line messages.
 std::string printable(std::string_view s);
+
+// The byte offset of the first byte of `s` that does not start a well-formed UTF-8 sequence
+// (overlong forms, surrogates and code points above U+10FFFF are not well-formed), or -1 when all
+// of `s` is UTF-8. JSON text is UTF-8: nlohmann's dump throws on a string that is not, so a value
+// that will be written back out as JSON (the config in a checkpoint) is checked when it comes in.
+int64_t invalid_utf8_offset(std::string_view s);
 
 }  // namespace strata

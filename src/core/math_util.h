@@ -3,6 +3,7 @@
 
 #include <concepts>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "core/check.h"
@@ -22,6 +23,22 @@ constexpr T round_up(T x, std::type_identity_t<T> multiple) {
   STRATA_CHECK_MSG(x <= std::numeric_limits<T>::max() - (multiple - 1),
                    "round_up: the result overflows");
   return (x + multiple - 1) / multiple * multiple;
+}
+
+// a + b and a * b, or nullopt when the exact result does not fit in T: for sizes derived from
+// user input, where a wrapped product would become a wrong allocation or offset. The caller turns
+// nullopt into an error naming the inputs (core/config_bounds.cpp, Note [Config bounds]).
+template <std::integral T>
+constexpr std::optional<T> checked_add(T a, std::type_identity_t<T> b) {
+  T r{};
+  if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
+  return r;
+}
+template <std::integral T>
+constexpr std::optional<T> checked_mul(T a, std::type_identity_t<T> b) {
+  T r{};
+  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
+  return r;
 }
 
 }  // namespace strata

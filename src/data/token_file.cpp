@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -62,6 +63,17 @@ Status sync_parent_dir(const std::string& path) {
   if (rc != 0 && err != EINVAL)
     return io_error("cannot fsync directory " + dir + ": " + errno_text(err));
   return Status::ok_status();
+}
+
+// "its first bytes are 54 68 65 20" (at most 4), for a file that is not what it should be.
+std::string first_bytes_text(const void* base, int64_t bytes) {
+  std::string s = bytes < 4 ? "its " + std::to_string(bytes) + " bytes are" : "its first bytes are";
+  for (int64_t i = 0; i < std::min<int64_t>(bytes, 4); i++) {
+    char hex[4];
+    std::snprintf(hex, sizeof hex, " %02x", static_cast<const unsigned char*>(base)[i]);
+    s += hex;
+  }
+  return s;
 }
 
 int32_t read_i32(const void* base, int64_t index) {
@@ -139,8 +151,13 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
   f.map_bytes_ = bytes;
 
   if (format == TokenFormat::auto_detect) {
-    bool magic = bytes >= 4 && read_i32(map, 0) == kLlmcMagic;
-    format = magic ? TokenFormat::llmc : TokenFormat::raw_u16;
+    if (bytes < 4 || read_i32(map, 0) != kLlmcMagic) {
+      return bad_format(what + " does not start with llm.c's magic " + std::to_string(kLlmcMagic) +
+                        " (" + first_bytes_text(map, bytes) +
+                        "); data.format auto reads only llm.c .bin files, set data.format=raw_u16 "
+                        "for headerless uint16 tokens");
+    }
+    format = TokenFormat::llmc;
   }
   f.format_ = format;
 

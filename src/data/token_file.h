@@ -4,6 +4,10 @@
 // (version: uint16 tokens), header[2] = number of tokens; then that many little-endian uint16
 // tokens. The file is exactly 1024 + 2 * n bytes, which catches truncated and concatenated files.
 // raw_u16: little-endian uint16 tokens and nothing else; the size must be even.
+//
+// data.format auto accepts only llm.c files: every file of bytes is a valid raw_u16 file, so a
+// text file, or an llm.c file of another version or dtype, read as raw tokens would train on
+// garbage without a word. Raw tokens are read only when data.format says raw_u16.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +27,10 @@ inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 // A read-only mmap of a token file's payload. Move-only; unmaps in the destructor.
 class TokenFile {
  public:
-  // auto_detect reads llm.c when the first int32 is the magic, raw_u16 otherwise. Errors:
-  // not_found (missing file), io_error, bad_format (wrong magic or version, size disagreeing
-  // with the header, odd raw size, no tokens). Each message starts "data file <path>".
+  // auto_detect reads llm.c, and refuses a file without the magic (bad_format naming the bytes
+  // found and data.format raw_u16). Errors: not_found (missing file), io_error, bad_format
+  // (wrong magic or version, size disagreeing with the header, odd raw size, no tokens). Each
+  // message starts "data file <path>".
   static Result<TokenFile> open(const std::string& path, TokenFormat format);
 
   TokenFile(TokenFile&& other) noexcept;

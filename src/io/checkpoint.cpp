@@ -11,11 +11,14 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
+#include "core/config_bounds.h"
 #include "core/file_util.h"
+#include "core/json_util.h"
 #include "io/checkpoint_lineage.h"
 #include "io/checkpoint_tensors.h"
 #include "io/crc32c.h"
@@ -411,22 +414,67 @@ Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
 
 }  // namespace
 
+// Every field is checked before the trainer sees it: a negative step trained with a negative
+// learning rate, a negative adam_steps failed a CHECK, and the run id names a directory (Note
+// [Checkpoint lineage]). Fields other than these are ignored (later versions may add some).
 Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer_state.json";
+  const std::string what = "checkpoint file " + path;
   STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
-  const nlohmann::json sj = nlohmann::json::parse(text, nullptr, false);
+  // Note [Bounded JSON nesting].
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json sj, parse_json(text, what));
+  if (!sj.is_object()) return bad_format(what + " is not a JSON object");
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  auto integer = [&](const char* key, int64_t lo, int64_t hi) -> Result<int64_t> {
+    const auto it = sj.find(key);
+    if (it == sj.end()) return bad_format(what + " has no " + key);
+    const bool fits =
+        it->is_number_integer() &&
+        (!it->is_number_unsigned() || it->get<uint64_t>() <= static_cast<uint64_t>(kInt64Max));
+    const int64_t v = fits ? it->get<int64_t>() : 0;
+    if (!fits || v < lo || v > hi) {
+      return bad_format(what + ": " + key + " must be an integer in [" + std::to_string(lo) + ", " +
+                        std::to_string(hi) + "], got " + json_preview(*it));
+    }
+    return v;
+  };
   CheckpointMeta meta;
-  try {
-    meta.step = sj.at("step").get<int64_t>();
-    meta.adam_steps = sj.at("adam_steps").get<int64_t>();
-    meta.data_position = sj.at("data_position").get<int64_t>();
-    meta.seed = sj.at("seed").get<int64_t>();
-    meta.schedule = sj.at("schedule").get<std::string>();
-    // (absent before run ids: Note [Checkpoint lineage])
-    meta.run_id = sj.value("run_id", std::string());
-    meta.lineage = sj.value("lineage", std::vector<std::string>());
-  } catch (const nlohmann::json::exception& e) {
-    return bad_format("checkpoint file " + path + ": " + e.what());
+  STRATA_ASSIGN_OR_RETURN(meta.step, integer("step", 0, kMaxSteps));
+  // Updates applied: one per step, none for a skipped one.
+  STRATA_ASSIGN_OR_RETURN(meta.adam_steps, integer("adam_steps", 0, meta.step));
+  STRATA_ASSIGN_OR_RETURN(meta.data_position, integer("data_position", 0, kInt64Max));
+  STRATA_ASSIGN_OR_RETURN(meta.seed,
+                          integer("seed", std::numeric_limits<int64_t>::min(), kInt64Max));
+  const auto schedule = sj.find("schedule");
+  if (schedule == sj.end() || !schedule->is_string()) {
+    return bad_format(what + ": schedule must be a schedule's name, got " +
+                      (schedule == sj.end() ? std::string("nothing") : json_preview(*schedule)));
+  }
+  meta.schedule = schedule->get<std::string>();
+  // Names are short: a long string is cut in the message, and is no name either.
+  auto known = parse_enum<Schedule>("schedule", meta.schedule.substr(0, 32));
+  if (!known.ok()) {
+    return bad_format(what + ": " + known.status().message());
+  }
+  // Run ids (absent before them) are new_run_id's 16 hex digits: one becomes part of a directory
+  // name when its checkpoints are moved aside, so nothing else may pass.
+  auto is_run_id = [](const nlohmann::json& v) {
+    if (!v.is_string()) return false;
+    const std::string& s = v.get_ref<const std::string&>();
+    return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+  };
+  if (const auto id = sj.find("run_id"); id != sj.end()) {
+    if (!is_run_id(*id)) {
+      return bad_format(what + ": run_id must be 16 hex digits, got " + json_preview(*id));
+    }
+    meta.run_id = id->get<std::string>();
+  }
+  if (const auto line = sj.find("lineage"); line != sj.end()) {
+    if (!line->is_array() || !std::all_of(line->begin(), line->end(), is_run_id)) {
+      return bad_format(what + ": lineage must be a list of run ids (16 hex digits), got " +
+                        json_preview(*line));
+    }
+    meta.lineage = line->get<std::vector<std::string>>();
   }
   return meta;
 }

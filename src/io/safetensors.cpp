@@ -15,6 +15,8 @@
 
 #include "core/check.h"
 #include "core/file_util.h"
+#include "core/format.h"
+#include "core/json_util.h"
 
 namespace strata {
 
@@ -29,6 +31,12 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 std::string where(const std::string& path) {
   return "safetensors " + (path.empty() ? std::string("(in memory)") : path);
+}
+
+// A name or key read from a header, for a one-line message: escaped and cut.
+std::string shown(const std::string& name) {
+  constexpr size_t kMax = 80;
+  return printable(name.substr(0, kMax)) + (name.size() > kMax ? "..." : "");
 }
 
 std::string errno_text(int err) {
@@ -108,13 +116,14 @@ Status parse_header(const Json& header, uint64_t data_start, uint64_t data_size,
       if (!info.is_object()) return bad_format(where(path) + ": __metadata__ is not an object");
       for (const auto& [key, value] : info.items()) {
         if (!value.is_string()) {
-          return bad_format(where(path) + ": __metadata__ value of '" + key + "' is not a string");
+          return bad_format(where(path) + ": __metadata__ value of '" + shown(key) +
+                            "' is not a string");
         }
         out->metadata[key] = value.get<std::string>();
       }
       continue;
     }
-    std::string what = where(path) + ": tensor '" + name + "'";
+    std::string what = where(path) + ": tensor '" + shown(name) + "'";
     if (!info.is_object()) return bad_format(what + ": entry is not an object");
     auto dtype_it = info.find("dtype");
     auto shape_it = info.find("shape");
@@ -125,14 +134,14 @@ Status parse_header(const Json& header, uint64_t data_start, uint64_t data_size,
     StEntry e;
     e.name = name;
     if (!dtype_it->is_string() || !parse_dtype(dtype_it->get<std::string>(), &e.dtype)) {
-      return bad_format(what + ": unsupported dtype " + dtype_it->dump() +
+      return bad_format(what + ": unsupported dtype " + json_preview(*dtype_it) +
                         " (supported: F32, BF16, I32, U16)");
     }
     if (!shape_it->is_array()) return bad_format(what + ": shape is not an array");
     for (const Json& d : *shape_it) {
       if (!d.is_number_unsigned() ||
           d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return bad_format(what + ": bad shape " + shape_it->dump());
+        return bad_format(what + ": bad shape " + json_preview(*shape_it));
       }
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
     }
@@ -166,8 +175,8 @@ Status parse_header(const Json& header, uint64_t data_start, uint64_t data_size,
   });
   for (size_t i = 1; i < sorted.size(); i++) {
     if (sorted[i]->offset < sorted[i - 1]->offset + sorted[i - 1]->bytes) {
-      return bad_format(where(path) + ": tensors '" + sorted[i - 1]->name + "' and '" +
-                        sorted[i]->name + "' overlap");
+      return bad_format(where(path) + ": tensors '" + shown(sorted[i - 1]->name) + "' and '" +
+                        shown(sorted[i]->name) + "' overlap");
     }
   }
   return Status::ok_status();
@@ -196,8 +205,9 @@ Result<SafeTensorsHeader> parse_header_text(std::string_view text, uint64_t file
   SafeTensorsHeader h;
   h.path = path;
   h.file_bytes = static_cast<int64_t>(file_size);
-  Json header = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) return bad_format(where(path) + ": header is not valid JSON");
+  // Note [Bounded JSON nesting]: a header nested deeper than any safetensors header is refused
+  // before it is parsed.
+  STRATA_ASSIGN_OR_RETURN(Json header, parse_json<Json>(text, where(path) + " header"));
   const uint64_t data_start = 8 + text.size();
   STRATA_RETURN_IF_ERROR(parse_header(header, data_start, file_size - data_start, &h));
   return h;

@@ -1,11 +1,31 @@
 #include "model/layout.h"
 
+#include <optional>
+
 #include "core/check.h"
 #include "core/math_util.h"
 
 namespace strata {
 
 namespace {
+
+// Sizes are summed in checked arithmetic. parse_config bounds the model so that no sum can leave
+// int64 (Note [Config bounds] in core/config_bounds.h): one that does is a bug, not input.
+int64_t add_elems(int64_t a, int64_t b) {
+  const auto r = checked_add(a, b);
+  STRATA_CHECK_MSG(r.has_value(), "parameter layout overflows int64 (Note [Config bounds])");
+  return *r;
+}
+
+int64_t shape_elems(const Shape& shape) {
+  std::optional<int64_t> n = 1;
+  for (int64_t d : shape.dims) {
+    STRATA_CHECK_MSG(d >= 0, "parameter layout: negative dimension");
+    if (n) n = checked_mul(*n, d);
+  }
+  STRATA_CHECK_MSG(n.has_value(), "parameter layout overflows int64 (Note [Config bounds])");
+  return *n;
+}
 
 // Appends tensors to the layout as one slab.
 struct SlabBuilder {
@@ -26,14 +46,15 @@ struct SlabBuilder {
     t.slab = static_cast<int64_t>(layout.slabs.size());
     t.decay = decay;
     t.shape = std::move(shape);
-    cursor += t.numel();
-    layout.parameter_count += t.numel();
+    const int64_t n = shape_elems(t.shape);
+    cursor = add_elems(cursor, n);
+    layout.parameter_count = add_elems(layout.parameter_count, n);
     layout.tensors.push_back(std::move(t));
   }
   void finish() {
     slab.numel = round_up(std::max<int64_t>(cursor, 1), kSlabAlignElems);
     slab.tensor_count = static_cast<int64_t>(layout.tensors.size()) - slab.first_tensor;
-    layout.total_elems += slab.numel;
+    layout.total_elems = add_elems(layout.total_elems, slab.numel);
     layout.slabs.push_back(slab);
   }
 };

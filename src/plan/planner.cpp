@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "core/config_bounds.h"
 #include "model/gpt.h"
 #include "sched/offload_trainer.h"
 
@@ -126,6 +127,9 @@ Result<Prediction> predict(const TrainConfig& cfg, const HardwareProfile& profil
                             "': the planner predicts the offloaded schedules (horizontal, "
                             "vertical)");
   }
+  // A candidate's B x M may differ from the config's, so its plan's size is bounded again before
+  // it is built (Note [Config bounds]).
+  STRATA_RETURN_IF_ERROR(check_config_bounds(cfg));
   const ScheduleSpec spec = planner_spec(cfg, profile);
   Plan plan = make_offload_plan(spec, cfg.schedule);
   STRATA_RETURN_IF_ERROR(check_plan(plan, planner_budgets(cfg, profile)));

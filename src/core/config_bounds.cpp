@@ -1,0 +1,147 @@
+// Note [Config bounds] in config_bounds.h.
+#include "core/config_bounds.h"
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "core/math_util.h"
+#include "core/status.h"
+
+namespace strata {
+
+namespace {
+
+std::string power_text(int64_t bound) {
+  std::string s = std::to_string(bound);
+  if (bound >= 1024 && (bound & (bound - 1)) == 0) {
+    s += " (2^" + std::to_string(63 - __builtin_clzll(static_cast<uint64_t>(bound))) + ")";
+  }
+  return s;
+}
+
+Status check_in(const char* key, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return Status::ok_status();
+  return invalid_argument(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
+                          power_text(hi) + "], got " + std::to_string(v));
+}
+
+// The product of factors, or nullopt beyond int64.
+std::optional<int64_t> product(std::initializer_list<int64_t> factors) {
+  std::optional<int64_t> p = 1;
+  for (int64_t f : factors) {
+    if (p) p = checked_mul(*p, f);
+  }
+  return p;
+}
+
+std::optional<int64_t> sum(std::initializer_list<std::optional<int64_t>> terms) {
+  std::optional<int64_t> s = 0;
+  for (const auto& t : terms) {
+    s = s && t ? checked_add(*s, *t) : std::nullopt;
+  }
+  return s;
+}
+
+std::optional<int64_t> times(std::optional<int64_t> a, std::optional<int64_t> b) {
+  return a && b ? checked_mul(*a, *b) : std::nullopt;
+}
+
+// At least the elements make_param_layout lays out: each tensor is padded to 16 elements and
+// each slab to 2048 (model/layout.h), so padding adds at most 16 per tensor and 2048 per slab.
+std::optional<int64_t> param_elems_bound(const ModelConfig& m) {
+  const int64_t C = m.n_embd;
+  const auto embed = sum({product({m.vocab_size + m.context_length, C}), 2 * 16 + 2048});
+  const auto block = sum({product({12, C, C}), product({13, C}), 12 * 16 + 2048});
+  const auto final_ = sum({product({2, C}), 2 * 16 + 2048});
+  return sum({embed, times(block, m.n_layer), final_});
+}
+
+// "(train.batch_size 8 x train.seq_len 128 x train.grad_accum 2)".
+std::string factors_text(std::initializer_list<std::pair<const char*, int64_t>> fields) {
+  std::string s = "(";
+  for (const auto& [name, v] : fields) {
+    if (s.size() > 1) s += " x ";
+    s += std::string(name) + " " + std::to_string(v);
+  }
+  return s + ")";
+}
+
+Status check_model_bounds(const ModelConfig& m) {
+  STRATA_RETURN_IF_ERROR(check_in("model.vocab_size", m.vocab_size, 1, kMaxVocabSize));
+  STRATA_RETURN_IF_ERROR(check_in("model.context_length", m.context_length, 1, kMaxContextLength));
+  STRATA_RETURN_IF_ERROR(check_in("model.n_embd", m.n_embd, 1, kMaxEmbd));
+  STRATA_RETURN_IF_ERROR(check_in("model.n_head", m.n_head, 1, m.n_embd));
+  STRATA_RETURN_IF_ERROR(check_in("model.n_layer", m.n_layer, 1, kMaxLayers));
+  const int64_t C = m.n_embd;
+  const auto elems = param_elems_bound(m);
+  if (!elems || *elems > kMaxParameterElems) {
+    return invalid_argument("the model (model.n_layer " + std::to_string(m.n_layer) +
+                            ", model.n_embd " + std::to_string(C) + ", model.vocab_size " +
+                            std::to_string(m.vocab_size) + ", model.context_length " +
+                            std::to_string(m.context_length) + ") has more than " +
+                            power_text(kMaxParameterElems) + " parameter elements");
+  }
+  return Status::ok_status();
+}
+
+Status check_step_bounds(const TrainConfig& c) {
+  const int64_t B = c.batch_size, T = c.seq_len, M = c.grad_accum, L = c.model.n_layer;
+  STRATA_RETURN_IF_ERROR(check_in("train.batch_size", B, 1, kMaxTokensPerStep));
+  STRATA_RETURN_IF_ERROR(check_in("train.seq_len", T, 1, c.model.context_length));
+  STRATA_RETURN_IF_ERROR(check_in("train.grad_accum", M, 1, kMaxTokensPerStep));
+  const auto tokens = product({B, T, M});
+  if (!tokens || *tokens > kMaxTokensPerStep) {
+    return invalid_argument(
+        "tokens per step " +
+        factors_text({{"train.batch_size", B}, {"train.seq_len", T}, {"train.grad_accum", M}}) +
+        " exceed the bound of " + power_text(kMaxTokensPerStep));
+  }
+  // An upper bound of what one block keeps per micro-batch (activations, saved attention state
+  // and backward scratch, model/block.h), for all blocks and micro-batches of a step.
+  const int64_t C = c.model.n_embd, NH = c.model.n_head;
+  const auto per_block = sum({product({B, T, 32 * C + 4}), product({2, B, NH, T, T})});
+  const auto bytes = times(per_block, product({4, L, M}));
+  if (!bytes || *bytes > kMaxStepActivationBytes) {
+    return invalid_argument("the activations of one step " +
+                            factors_text({{"model.n_layer", L},
+                                          {"train.grad_accum", M},
+                                          {"train.batch_size", B},
+                                          {"train.seq_len", T}}) +
+                            ", with model.n_embd " + std::to_string(C) + " and model.n_head " +
+                            std::to_string(NH) + ", exceed the bound of " +
+                            power_text(kMaxStepActivationBytes) + " bytes");
+  }
+  if (is_offloaded(c.schedule) && L * M > kMaxPlanBlockMicroBatches) {  // L, M <= 2^28: no overflow
+    return invalid_argument(std::string("train.schedule ") + enum_name(c.schedule) + " plans " +
+                            factors_text({{"model.n_layer", L}, {"train.grad_accum", M}}) +
+                            " (block, micro-batch) pairs, above the bound of " +
+                            power_text(kMaxPlanBlockMicroBatches) +
+                            " (raise train.batch_size instead of train.grad_accum)");
+  }
+  STRATA_RETURN_IF_ERROR(check_in("train.steps", c.steps, 0, kMaxSteps));
+  return check_in("optim.warmup_steps", c.optim.warmup_steps, 0, kMaxSteps);
+}
+
+Status check_io_bounds(const IoConfig& io) {
+  STRATA_RETURN_IF_ERROR(check_in("io.queue_depth", io.queue_depth, 1, kMaxIoQueueDepth));
+  STRATA_RETURN_IF_ERROR(check_in("io.workers", io.workers, 1, kMaxIoWorkers));
+  STRATA_RETURN_IF_ERROR(check_in("io.block_size", io.block_size, 4096, kMaxIoBlockBytes));
+  STRATA_RETURN_IF_ERROR(check_in("io.stripe_unit", io.stripe_unit, 4096, kMaxIoBlockBytes));
+  if (static_cast<int64_t>(io.dirs.size()) > kMaxIoDirs) {
+    return invalid_argument("io.dirs lists " + std::to_string(io.dirs.size()) +
+                            " directories, more than " + std::to_string(kMaxIoDirs));
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Status check_config_bounds(const TrainConfig& c) {
+  STRATA_RETURN_IF_ERROR(check_model_bounds(c.model));
+  STRATA_RETURN_IF_ERROR(check_step_bounds(c));
+  return check_io_bounds(c.io);
+}
+
+}  // namespace strata
