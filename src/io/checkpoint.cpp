@@ -173,11 +173,8 @@ Result<std::string> read_checkpoint_text(const std::string& path) {
 
 Result<nlohmann::json> read_json(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return bad_format("checkpoint file " + path + " is not valid JSON: " + e.what());
-  }
+  return parse_json(text,
+                    "checkpoint file " + path);  // nesting bounded: Note [Bounded JSON nesting]
 }
 
 }  // namespace
@@ -389,8 +386,7 @@ namespace {
 Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
   const std::string path = dir + "/config.json";
   STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
-  const nlohmann::json cj = nlohmann::json::parse(text, nullptr, false);
-  if (cj.is_discarded()) return bad_format("checkpoint file " + path + " is not valid JSON");
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json cj, parse_json(text, "checkpoint file " + path));
   auto saved = parse_config(cj);
   if (!saved.ok()) {
     return bad_format("checkpoint config " + path + ": " + saved.status().message());
@@ -420,7 +416,7 @@ Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
 Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer_state.json";
   const std::string what = "checkpoint file " + path;
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "checkpoint file"));
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
   // Note [Bounded JSON nesting].
   STRATA_ASSIGN_OR_RETURN(nlohmann::json sj, parse_json(text, what));
   if (!sj.is_object()) return bad_format(what + " is not a JSON object");
