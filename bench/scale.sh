@@ -7,7 +7,8 @@
 #   (b) depth:  the same width at a third of the depth, same settings: its peak RSS against (a)'s
 #               (host memory must not grow with depth; goal within 10%).
 #   (c) resume: a >= 1B model trains 4 steps saving at 2 and 4; a second run resumes from step 2;
-#               its losses and its step-4 checkpoint (CRC32C of every file, from the manifests)
+#               its losses and its step-4 checkpoint (CRC32C of every file, from the manifests;
+#               trainer_state.json field by field but for the run ids)
 #               must equal the uninterrupted run's; the resume's and an export's (sharded)
 #               peak RSS, goal <= 6 GiB.
 #   (d) bf16 vs f32: bench/schedules.sh's model and calibration (rate r = P/c from an
@@ -87,11 +88,13 @@ rc=(train $(model $r_layers "$embd") "${on_storage[@]}" --set train.steps=4
   --set "io.dirs=[\"$store\"]" --save-every 2)
 measured straight "${rc[@]}" --checkpoint-dir "$out/ckpt_a" --metrics "$out/straight.jsonl" --quiet
 cp "$out/ckpt_a/step-00000004/manifest.json" "$out/straight_step4_manifest.json"
+cp "$out/ckpt_a/step-00000004/trainer_state.json" "$out/straight_step4_trainer_state.json"
 rm -rf "$out/ckpt_a/step-00000004"  # room for the resumed run's
 measured resumed "${rc[@]}" --checkpoint-dir "$out/ckpt_b" --resume "$out/ckpt_a/step-00000002" \
   --metrics "$out/resumed.jsonl" --quiet
 measured export export --checkpoint "$out/ckpt_b" --out "$out/export/" --shard-size 1GB
 cp "$out/ckpt_b/step-00000004/manifest.json" "$out/resumed_step4_manifest.json"
+cp "$out/ckpt_b/step-00000004/trainer_state.json" "$out/resumed_step4_trainer_state.json"
 ls "$out/export" >"$out/export_files.txt"
 rm -rf "$out/ckpt_a" "$out/ckpt_b" "$out/export"
 

@@ -73,7 +73,14 @@ def cmd_report(a):
     # The resumed run's step-4 checkpoint was removed after the export; its manifest was kept.
     with open(f"{d}/resumed_step4_manifest.json") as f:
         got = {e["name"]: e["crc32c"] for e in json.load(f)["files"]}
-    same_files = got == want  # every file, the same names and CRC32C
+    # Every file the same, names and CRC32C, but trainer_state.json, which also names the run
+    # that wrote it (Note [Checkpoint lineage]): its other fields must be equal.
+    def run_free_state(name):
+        with open(f"{d}/{name}_step4_trainer_state.json") as f:
+            return {k: v for k, v in json.load(f).items() if k not in ("run_id", "lineage")}
+    want.pop("trainer_state.json", None)
+    got.pop("trainer_state.json", None)
+    same_files = got == want and run_free_state("straight") == run_free_state("resumed")
     rss_save, rss_resume, rss_export = rss(d, "straight"), rss(d, "resumed"), rss(d, "export")
 
     d_tps = {}
