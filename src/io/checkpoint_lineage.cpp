@@ -114,7 +114,14 @@ bool is_stale_save_dir(const std::string& name) {
   const long pid = std::strtol(name.c_str() + dash + 1, &end, 10);
   if (end == nullptr || *end != '\0' || pid <= 0) return true;  // not ours to keep
   if (pid == ::getpid()) return true;
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  // It exists, but a killed process that nobody reaped yet (a zombie) writes nothing more.
+  auto read = read_whole_file("/proc/" + std::to_string(pid) + "/stat", "process status");
+  if (!read.ok()) return false;
+  const std::string& stat = *read;
+  const size_t paren = stat.rfind(')');  // "pid (comm) S ...": comm may hold spaces
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
 }
 
 }  // namespace strata

@@ -15,8 +15,8 @@
 // (an existing step-N is this line's own, the same state), --keep prunes only this line's older
 // steps, and --resume ROOT (its newest step) continues the newest line. A checkpoint without a
 // run id (written before run ids) counts as of the lineage when its step is <= s. Temporary
-// directories .tmp-step-N-<pid> are removed only when process <pid> is gone (a crash's
-// leftovers), never while a live save writes them.
+// directories .tmp-step-N-<pid> are removed only when process <pid> is gone or a zombie (a
+// crash's leftovers), never while a live save writes them.
 #pragma once
 
 #include <cstdint>
