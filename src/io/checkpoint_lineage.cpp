@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <utility>
 
 #include "core/file_util.h"
@@ -30,6 +31,37 @@ std::string new_run_id() {
   return buf;
 }
 
+bool process_is_gone(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  // It exists, but a killed process that is exiting (its files close last) or that nobody
+  // reaped yet (a zombie) starts nothing more. /proc/<pid>/stat: "pid (comm) S ppid pgrp
+  // session tty tpgid flags ..."; comm may hold spaces, so fields count from the last ')'.
+  auto read = read_whole_file("/proc/" + std::to_string(pid) + "/stat", "process status");
+  if (!read.ok()) return false;
+  const std::string& stat = *read;
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  if (state == 'Z' || state == 'X') return true;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string skip;
+  unsigned long flags = 0;
+  for (int i = 0; i < 6; ++i) fields >> skip;  // state ppid pgrp session tty_nr tpgid
+  constexpr unsigned long kExiting = 0x4;      // PF_EXITING
+  return (fields >> flags) && (flags & kExiting) != 0;
+}
+
+namespace {
+
+// The pid a lock file names (0 when unreadable).
+long lock_holder(int fd) {
+  char text[32] = {0};
+  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  return n > 0 ? std::strtol(text, nullptr, 10) : 0;
+}
+
+}  // namespace
+
 Result<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& root) {
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -37,16 +69,20 @@ Result<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& root) {
   const std::string path = root + "/.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("cannot open " + path + ": " + std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // A holder that was killed may still be tearing down (its files close last): give it up to
+  // 10 s once it is exiting or gone; a live holder is refused at once.
+  for (int waited_ms = 0; ::flock(fd, LOCK_EX | LOCK_NB) != 0; waited_ms += 50) {
     const int err = errno;
-    char holder[32] = {0};
-    const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+    const long holder = lock_holder(fd);
+    if (err == EWOULDBLOCK && holder > 0 && waited_ms < 10000 && process_is_gone(holder)) {
+      ::usleep(50 * 1000);
+      continue;
+    }
     ::close(fd);
     if (err != EWOULDBLOCK) return io_error("cannot lock " + path + ": " + std::strerror(err));
-    std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "?";
-    pid.erase(std::remove(pid.begin(), pid.end(), '\n'), pid.end());
     return invalid_argument("checkpoint directory " + root + " is in use by another run (pid " +
-                            pid + "); choose another --checkpoint-dir");
+                            (holder > 0 ? std::to_string(holder) : std::string("?")) +
+                            "); choose another --checkpoint-dir");
   }
   const std::string me = std::to_string(::getpid()) + "\n";
   // The pid is a hint for the message above; the lock is what excludes.
@@ -114,14 +150,7 @@ bool is_stale_save_dir(const std::string& name) {
   const long pid = std::strtol(name.c_str() + dash + 1, &end, 10);
   if (end == nullptr || *end != '\0' || pid <= 0) return true;  // not ours to keep
   if (pid == ::getpid()) return true;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
-  // It exists, but a killed process that nobody reaped yet (a zombie) writes nothing more.
-  auto read = read_whole_file("/proc/" + std::to_string(pid) + "/stat", "process status");
-  if (!read.ok()) return false;
-  const std::string& stat = *read;
-  const size_t paren = stat.rfind(')');  // "pid (comm) S ...": comm may hold spaces
-  return paren != std::string::npos && paren + 2 < stat.size() &&
-         (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
+  return process_is_gone(pid);
 }
 
 }  // namespace strata

@@ -57,4 +57,8 @@ Result<std::vector<std::string>> claim_checkpoint_root(const std::string& root,
 // A leftover temporary directory name of a save (".tmp-step-N-<pid>") whose process is gone.
 bool is_stale_save_dir(const std::string& name);
 
+// Process `pid` no longer runs: it does not exist, is exiting, or is a zombie (killed, not yet
+// reaped).
+bool process_is_gone(long pid);
+
 }  // namespace strata
