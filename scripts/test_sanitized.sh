@@ -14,7 +14,7 @@ shift
 case $kind in
   asan)
     build_dir=${STRATA_ASAN_BUILD_DIR:-build-asan}
-    cmake_args=(-DCMAKE_CXX_COMPILER=clang++ -DSTRATA_SANITIZE=address,undefined -DSTRATA_FUZZ=ON)
+    cmake_args=(-DCMAKE_CXX_COMPILER=clang++ "-DSTRATA_SANITIZE=address,undefined" -DSTRATA_FUZZ=ON)
     # Everything but the PyTorch parity checks, which spend their time in Python, not in our code
     # (the same C++ runs in cli_train.sh and the test binaries).
     tests=(
@@ -57,8 +57,7 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF
   "${cmake_args[@]}" >/dev/null
 targets=("${tests[@]}" "${extra_targets[@]}")
 if [ "$kind" = asan ]; then
-  mapfile -t fuzzers < <(cd fuzz && ls fuzz_*.cpp | grep -v fuzz_scratch | sed 's/\.cpp$//')
-  targets+=("${fuzzers[@]}")
+  for corpus in fuzz/corpus/*/; do targets+=("fuzz_$(basename "$corpus")"); done
 fi
 # Shell tests are not build targets: they need only the strata binary.
 build_targets=()
