@@ -7,7 +7,7 @@
 # Note [Sanitizer flags]
 # - A finding must fail the test that hit it: UBSan's default is to print and carry on, so
 #   -fno-sanitize-recover=all makes every check abort (ASan and TSan already stop or, for TSan,
-#   exit non-zero through halt_on_error in scripts/test.sh).
+#   exit non-zero through halt_on_error in scripts/test_sanitized.sh).
 # - -O1 with line tables and frame pointers: reports point at source lines, and the build is
 #   cheap enough for CI on 2 cores (full debug info roughly doubles compile and link time).
 # - STRATA_FUZZ compiles every object with -fsanitize=fuzzer-no-link (coverage counters, no
