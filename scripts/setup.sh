@@ -13,7 +13,10 @@ packages=(
   fio                                            # reference for the storage benchmark
   python3 python3-torch python3-numpy            # the PyTorch parity reference and benchmarks
   clang-format                                   # style
+  clang libclang-rt-14-dev libomp-14-dev         # ASan+UBSan and libFuzzer builds (test.sh)
+  llvm                                           # llvm-symbolizer: sanitizer reports with lines
 )
+# (gcc's TSan runtime, libtsan2, comes with build-essential.)
 
 missing=()
 for p in "${packages[@]}"; do

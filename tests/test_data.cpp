@@ -27,7 +27,8 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 
 std::string u16_bytes(const std::vector<uint16_t>& tokens) {
   std::string s(tokens.size() * 2, '\0');
-  std::memcpy(s.data(), tokens.data(), s.size());
+  // (memcpy from an empty vector's null data() is undefined even for 0 bytes; UBSan says so)
+  if (!tokens.empty()) std::memcpy(s.data(), tokens.data(), s.size());
   return s;
 }
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One sanitizer phase of scripts/test.sh: configures and builds a sanitizer build in its own
+# directory, then runs its part of the suite through CTest. docs/design.md §11.1 says which part
+# and why; the lists are here, one test binary (CTest label) per line.
+#   scripts/test_sanitized.sh asan   ASan+UBSan (clang), build-asan, also builds the fuzz targets
+#   scripts/test_sanitized.sh tsan   TSan (gcc), build-tsan
+# Extra arguments go to CTest. A sanitizer report fails the test that hit it (Note [Sanitizer
+# flags] in cmake/sanitize.cmake), and so this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: test_sanitized.sh asan|tsan [ctest args]}
+shift
+
+case $kind in
+  asan)
+    build_dir=${STRATA_ASAN_BUILD_DIR:-build-asan}
+    cmake_args=(-DCMAKE_CXX_COMPILER=clang++ "-DSTRATA_SANITIZE=address,undefined" -DSTRATA_FUZZ=ON)
+    # Everything but the PyTorch parity checks, which spend their time in Python, not in our code
+    # (the same C++ runs in cli_train.sh and the test binaries).
+    tests=(
+      test_adamw test_checkpoint test_config test_config_bounds test_configured_engine
+      test_cpu_device test_crc32c test_data test_executor test_fault_injector test_file_util
+      test_happens_before test_hf_export test_hf_names test_host_buffer test_io_engine
+      test_json_util test_kernels_cpu test_kernels_grad test_lr_schedule test_math_util
+      test_model test_offload_equiv test_offload_faults test_plan test_planner
+      test_rate_limited_engine test_safetensors test_schedule_plans test_simulator
+      test_store_sharing test_task_kind test_tensor_store
+      checkpoint_lineage cli_bad_input cli_checkpoint_full_disk cli_offload cli_train
+      resume_kill stop_signals
+    )
+    extra_targets=(strata)
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    ;;
+  tsan)
+    build_dir=${STRATA_TSAN_BUILD_DIR:-build-tsan}
+    cmake_args=(-DCMAKE_CXX_COMPILER=g++ -DSTRATA_SANITIZE=thread)
+    # Note [TSan subset]: the binaries whose code starts threads of its own (the executor, the
+    # storage engines and the store, the offloaded trainers and checkpoints on top of them).
+    tests=(
+      test_executor test_io_engine test_configured_engine test_rate_limited_engine
+      test_fault_injector test_tensor_store test_store_sharing test_happens_before
+      test_offload_faults test_checkpoint
+    )
+    extra_targets=()
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    # Note [TSan subset]: OpenMP teams of one thread (libgomp is not instrumented).
+    export OMP_NUM_THREADS=1
+    ;;
+  *)
+    echo "test_sanitized.sh: unknown kind '$kind' (asan or tsan)" >&2
+    exit 2
+    ;;
+esac
+
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF \
+  "${cmake_args[@]}" >/dev/null
+targets=("${tests[@]}" "${extra_targets[@]}")
+if [ "$kind" = asan ]; then
+  for corpus in fuzz/corpus/*/; do targets+=("fuzz_$(basename "$corpus")"); done
+fi
+# Shell tests are not build targets: they need only the strata binary.
+build_targets=()
+for t in "${targets[@]}"; do
+  [ -f "tests/$t.sh" ] && build_targets+=(strata) || build_targets+=("$t")
+done
+mapfile -t build_targets < <(printf '%s\n' "${build_targets[@]}" | sort -u)
+cmake --build "$build_dir" -j "$(nproc)" --target "${build_targets[@]}"
+
+label_re="^($(IFS='|'; echo "${tests[*]}"))\$"
+ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" -L "$label_re" "$@"
