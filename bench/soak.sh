@@ -70,6 +70,10 @@ while [ "$SECONDS" -lt "$end" ]; do
       2>"$work/run.log"
     code=$?
     set -e
+    # `timeout -s KILL` kills its whole process group, itself included, so the killed run may
+    # still be exiting when it returns: wait until it is gone (a user restarting would too).
+    # (the pattern does not match its own grep: "ckp[t]")
+    while grep -qs -- "$work/ckp[t]" /proc/[0-9]*/cmdline; do sleep 0.05; done
     if [ "$code" -eq 137 ]; then
       kills=$((kills + 1))
     elif [ "$code" -ne 0 ] && ((${#extra[@]})); then
