@@ -15,11 +15,17 @@ case $kind in
   asan)
     build_dir=${STRATA_ASAN_BUILD_DIR:-build-asan}
     cmake_args=(-DCMAKE_CXX_COMPILER=clang++ "-DSTRATA_SANITIZE=address,undefined" -DSTRATA_FUZZ=ON)
-    # Everything but the PyTorch parity checks, which spend their time in Python, not in our code
-    # (the same C++ runs in cli_train.sh and the test binaries). An exclusion, so a new test is
-    # in this phase without anyone adding it.
+    # Every test binary and shell test but: the PyTorch parity checks, which spend their time
+    # in Python, not in our code (the same C++ runs in cli_train.sh and the test binaries); the
+    # CUDA tests, which need a GPU and whose lambdas capture structured bindings (clang 14
+    # refuses that C++20 rule). Found from tests/, so a new test is in this phase unlisted.
     tests=()
-    exclude_re='^(parity_torch|export_torch)$'
+    for f in tests/test_*.cpp tests/*.sh; do
+      name=$(basename "${f%.*}")
+      case $name in test_util | test_cuda_backend | parity_torch | export_torch) continue ;; esac
+      tests+=("$name")
+    done
+    extra_targets=(strata)
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     ;;
@@ -36,6 +42,7 @@ case $kind in
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
     # Note [TSan subset]: OpenMP teams of one thread (libgomp is not instrumented).
     export OMP_NUM_THREADS=1
+    extra_targets=()
     ;;
   *)
     echo "test_sanitized.sh: unknown kind '$kind' (asan or tsan)" >&2
@@ -45,15 +52,13 @@ esac
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF \
   "${cmake_args[@]}" >/dev/null
+targets=("${tests[@]}" "${extra_targets[@]}")
 if [ "$kind" = asan ]; then
-  # Every target (test binaries, the strata binary, the fuzz targets; bench/ is not built here).
-  cmake --build "$build_dir" -j "$(nproc)"
-  ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" -E "$exclude_re" "$@"
-  exit
+  for corpus in fuzz/corpus/*/; do targets+=("fuzz_$(basename "$corpus")"); done
 fi
 # Shell tests are not build targets: they need only the strata binary.
 build_targets=()
-for t in "${tests[@]}"; do
+for t in "${targets[@]}"; do
   [ -f "tests/$t.sh" ] && build_targets+=(strata) || build_targets+=("$t")
 done
 mapfile -t build_targets < <(printf '%s\n' "${build_targets[@]}" | sort -u)
