@@ -265,16 +265,18 @@ Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, const SlabPieceF
     if (lo >= g1) break;
     const int64_t a = std::max(lo, g0), b = std::min(hi, g1), len = hi - lo;
     if (a >= b) continue;
-    // A write that covers part of a chunk (the one both slabs share) keeps the rest of it.
-    if (op == IoOp::read || a != lo || b != hi) {
-      STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::read, lo, len, stage));
+    if (op == IoOp::read) {  // only the slab's part of the chunk (slab starts are aligned)
+      STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::read, a, b - a, stage));
+      STRATA_RETURN_IF_ERROR(fn({a - g0, b - a, stage, stage + (b - a), stage + 2 * (b - a)}));
+      continue;
     }
+    // Writes cover whole chunks (a checksummed store writes no less): one that covers part of
+    // a chunk (the one both slabs share) reads it first and keeps the rest.
+    if (a != lo || b != hi) STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::read, lo, len, stage));
     float* at = stage + (a - lo);
     STRATA_RETURN_IF_ERROR(fn({a - g0, b - a, at, at + len, at + 2 * len}));
-    if (op == IoOp::write) {
-      STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::write, lo, len, stage));
-      STRATA_RETURN_IF_ERROR(working(a, at, b - a));
-    }
+    STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::write, lo, len, stage));
+    STRATA_RETURN_IF_ERROR(working(a, at, b - a));
   }
   return Status::ok_status();
 }
