@@ -88,7 +88,30 @@ bool has_hardware() {
   return has;
 }
 
+// a * b modulo the polynomial, in the reflected representation (bit 31 is x^0).
+uint32_t multiply_mod_poly(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if ((a & bit) != 0) product ^= b;
+    b = (b & 1) != 0 ? (b >> 1) ^ kPolyReflected : b >> 1;  // b * x
+  }
+  return product;
+}
+
 }  // namespace
+
+// Appending n bytes to a message multiplies its CRC register by x^(8n) and adds the CRC of the
+// bytes alone; the initial and final inversions cancel in the sum, so
+// crc(a ++ b) = crc(a) * x^(8 |b|) + crc(b), the power taken by squaring.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, int64_t bytes_b) {
+  uint32_t power = 1u << 31;   // x^0
+  uint32_t square = 1u << 23;  // x^8: one byte
+  for (auto n = static_cast<uint64_t>(bytes_b); n != 0; n >>= 1) {
+    if ((n & 1) != 0) power = multiply_mod_poly(power, square);
+    square = multiply_mod_poly(square, square);
+  }
+  return multiply_mod_poly(crc_a, power) ^ crc_b;
+}
 
 bool crc32c_hardware_available() {
   return has_hardware();

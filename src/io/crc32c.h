@@ -16,6 +16,11 @@ namespace strata {
 
 uint32_t crc32c(const void* data, size_t bytes, uint32_t seed = 0);
 
+// The CRC32C of a ++ b from crc32c(a), crc32c(b) and b's length, without the bytes: a file
+// written in pieces out of order gets its checksum in file order (Note [Asynchronous
+// checkpoints] in model/state_snapshot.h). O(log bytes_b).
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, int64_t bytes_b);
+
 // The two paths, for tests and benchmarks. crc32c_hardware must only be called when
 // crc32c_hardware_available() is true.
 uint32_t crc32c_portable(const void* data, size_t bytes, uint32_t seed = 0);
