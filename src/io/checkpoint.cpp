@@ -80,16 +80,33 @@ Status write_text(IoEngine& engine, const std::string& dir, const std::string& n
   return Status();
 }
 
-Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const TrainConfig& cfg,
-                              const CheckpointMeta& meta, const SlabReader& read,
-                              CheckpointSaveStats* stats) {
-  const ParamLayout layout = make_param_layout(cfg.model);
+// The three tensor files, slab by slab in the snapshot's capture order, each slab's bytes at
+// the offset layout order puts them (Note [Asynchronous checkpoints] in model/state_snapshot.h).
+// Appends their manifest entries; every slab is captured (or the gate cancelled by the caller).
+Status write_state_files(IoEngine& engine, const std::string& dir, const ParamLayout& layout,
+                         const StateSnapshot& snapshot, CheckpointSaveStats* stats,
+                         std::vector<ManifestEntry>* manifest) {
   const nlohmann::ordered_json md = {{"format", kFormat}, {"version", std::to_string(kVersion)}};
   const auto names = state_file_names(kVersion);
-  std::vector<SequentialFile> state_files;
+  const auto n_tensors = static_cast<int64_t>(layout.tensors.size());
+  const auto n_slabs = static_cast<int64_t>(layout.slabs.size());
+  // Bytes of the tensors before tensor i, in every stream (f32, no padding between tensors).
+  std::vector<int64_t> before(static_cast<size_t>(n_tensors) + 1, 0);
+  for (int64_t i = 0; i < n_tensors; ++i) {
+    before[static_cast<size_t>(i) + 1] =
+        before[static_cast<size_t>(i)] + layout.tensors[static_cast<size_t>(i)].numel() * 4;
+  }
+  auto slab_bytes = [&](int64_t slab) {
+    const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+    return before[static_cast<size_t>(s.first_tensor + s.tensor_count)] -
+           before[static_cast<size_t>(s.first_tensor)];
+  };
+  std::vector<SequentialFile> files;
+  std::array<int64_t, kStateStreamCount> header_bytes{};
+  std::array<uint32_t, kStateStreamCount> header_crc{};
   for (int k = 0; k < kStateStreamCount; ++k) {
     std::vector<StreamedTensor> tensors;
-    for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
+    for (int64_t i = 0; i < n_tensors; ++i) {
       const HfTensor h = hf_tensor(layout, i);
       tensors.push_back({state_stream_prefix(static_cast<StateStream>(k)) + h.name, h.shape,
                          layout.tensors[static_cast<size_t>(i)].numel() * 4});
@@ -99,21 +116,50 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
         SequentialFile::create(engine, dir + "/" + names[static_cast<size_t>(k)]));
     const std::string header = safetensors_header(tensors, md);
     STRATA_RETURN_IF_ERROR(f.append(header.data(), static_cast<int64_t>(header.size())));
-    state_files.push_back(std::move(f));
+    header_bytes[static_cast<size_t>(k)] = f.size();
+    header_crc[static_cast<size_t>(k)] = f.crc();
+    files.push_back(std::move(f));
   }
-  // Slab by slab, piece by piece (Note [Slab pieces], Note [Checkpoint tensor streams]).
-  StateFileWriter writer(layout, {&state_files[0], &state_files[1], &state_files[2]});
-  for (int64_t si = 0; si < static_cast<int64_t>(layout.slabs.size()); ++si) {
-    STRATA_RETURN_IF_ERROR(
-        writer.write_slab(si, [&](const SlabPieceFn& take) { return read(si, take); }));
+  // Slab by slab as the snapshot makes them ready, piece by piece (Note [Slab pieces], Note
+  // [Checkpoint tensor streams]); per stream and slab the CRC32C of its bytes.
+  std::vector<std::array<uint32_t, kStateStreamCount>> slab_crc(static_cast<size_t>(n_slabs));
+  StateFileWriter writer(layout, {&files[0], &files[1], &files[2]});
+  for (;;) {
+    STRATA_ASSIGN_OR_RETURN(const int64_t si, snapshot.gate->next_ready());
+    if (si < 0) break;
+    const Slab& s = layout.slabs[static_cast<size_t>(si)];
+    for (int k = 0; k < kStateStreamCount; ++k) {
+      files[static_cast<size_t>(k)].seek(header_bytes[static_cast<size_t>(k)] +
+                                         before[static_cast<size_t>(s.first_tensor)]);
+    }
+    STRATA_RETURN_IF_ERROR(writer.write_slab(
+        si, [&](const SlabPieceFn& take) { return snapshot.read(si, take); }));
+    for (int k = 0; k < kStateStreamCount; ++k) {
+      slab_crc[static_cast<size_t>(si)][static_cast<size_t>(k)] =
+          files[static_cast<size_t>(k)].crc();
+    }
+    snapshot.gate->captured(si);
   }
   stats->buffer_bytes = writer.buffer_bytes();
-  std::vector<ManifestEntry> manifest;
   for (int k = 0; k < kStateStreamCount; ++k) {
-    SequentialFile& f = state_files[static_cast<size_t>(k)];
+    SequentialFile& f = files[static_cast<size_t>(k)];
+    uint32_t crc = header_crc[static_cast<size_t>(k)];  // file order: header, then every slab
+    for (int64_t si = 0; si < n_slabs; ++si) {
+      crc = crc32c_combine(crc, slab_crc[static_cast<size_t>(si)][static_cast<size_t>(k)],
+                           slab_bytes(si));
+    }
     STRATA_RETURN_IF_ERROR(f.finish());
-    manifest.push_back({names[static_cast<size_t>(k)], f.size(), f.crc()});
+    manifest->push_back({names[static_cast<size_t>(k)], f.size(), crc});
   }
+  return Status();
+}
+
+Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const TrainConfig& cfg,
+                              const CheckpointMeta& meta, const StateSnapshot& snapshot,
+                              CheckpointSaveStats* stats) {
+  const ParamLayout layout = make_param_layout(cfg.model);
+  std::vector<ManifestEntry> manifest;
+  STRATA_RETURN_IF_ERROR(write_state_files(engine, dir, layout, snapshot, stats, &manifest));
   STRATA_RETURN_IF_ERROR(
       write_text(engine, dir, "config.json", config_to_json(cfg).dump(2) + "\n", &manifest));
   nlohmann::json state = {{"step", meta.step},
@@ -179,9 +225,11 @@ Result<nlohmann::json> read_json(const std::string& path) {
 
 }  // namespace
 
-Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
-                                            const TrainConfig& cfg, const CheckpointMeta& meta,
-                                            const SlabReader& read, int64_t keep) {
+namespace {
+
+Result<CheckpointSaveStats> publish_checkpoint(IoEngine& engine, const std::string& root,
+                                               const TrainConfig& cfg, const CheckpointMeta& meta,
+                                               const StateSnapshot& snapshot, int64_t keep) {
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -201,7 +249,7 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   if (ec) return io_error("cannot create " + tmp + ": " + ec.message());
-  Status st = write_checkpoint_files(engine, tmp, cfg, meta, read, &stats);
+  Status st = write_checkpoint_files(engine, tmp, cfg, meta, snapshot, &stats);
   if (st.ok()) st = fsync_path(tmp);
   if (st.ok()) {
     fs::rename(tmp, stats.dir, ec);
@@ -221,6 +269,28 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }
+
+}  // namespace
+
+Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
+                                            const TrainConfig& cfg, const CheckpointMeta& meta,
+                                            const SlabReader& read, int64_t keep) {
+  const ParamLayout layout = make_param_layout(cfg.model);
+  std::vector<int64_t> order(layout.slabs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  return save_checkpoint(engine, root, cfg, meta,
+                         StateSnapshot{std::make_shared<SnapshotGate>(order), read}, keep);
+}
+
+Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
+                                            const TrainConfig& cfg, const CheckpointMeta& meta,
+                                            const StateSnapshot& snapshot, int64_t keep) {
+  Result<CheckpointSaveStats> saved = publish_checkpoint(engine, root, cfg, meta, snapshot, keep);
+  // Whatever happened, training never waits on this snapshot again.
+  if (!saved.ok() || !snapshot.gate->finished()) snapshot.gate->cancel();
+  return saved;
+}
+
 
 namespace {
 

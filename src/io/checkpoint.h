@@ -58,6 +58,7 @@
 #include "io/safetensors.h"
 #include "model/layout.h"
 #include "model/slab_piece.h"
+#include "model/state_snapshot.h"
 
 namespace strata {
 
@@ -81,7 +82,7 @@ using SlabWriter = std::function<Status(int64_t slab, const SlabPieceFn& fill)>;
 struct CheckpointSaveStats {
   std::string dir;           // the published checkpoint
   int64_t bytes = 0;         // all files
-  double seconds = 0;        // wall time of the save (training is stopped meanwhile)
+  double seconds = 0;        // wall time of the save
   int64_t buffer_bytes = 0;  // the most bytes of conversion buffers the save held at once
 };
 
@@ -92,6 +93,13 @@ struct CheckpointSaveStats {
 Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
                                             const TrainConfig& cfg, const CheckpointMeta& meta,
                                             const SlabReader& read, int64_t keep);
+// The same from a snapshot that training goes on behind (Note [Asynchronous checkpoints] in
+// model/state_snapshot.h): slabs are written as the gate makes them ready, in its order, and the
+// files come out bit-identical to a save at a standstill. Run it on a thread of its own. On
+// return the gate is finished either way (on failure cancelled), so training never waits on it.
+Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
+                                            const TrainConfig& cfg, const CheckpointMeta& meta,
+                                            const StateSnapshot& snapshot, int64_t keep);
 
 // Data buffers held at once while reading a checkpoint, and every read of its files' data (not
 // the few KB of JSON and safetensors headers): what tests bound to prove the memory bound.

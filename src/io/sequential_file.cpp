@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -35,13 +36,14 @@ Status SequentialFile::append(const void* data, int64_t bytes) {
   IoRequest r;
   r.op = IoOp::write;
   r.file = file_.get();
-  r.offset = static_cast<uint64_t>(size_);
+  r.offset = static_cast<uint64_t>(position_);
   r.buffer = const_cast<void*>(data);
   r.length = static_cast<uint64_t>(bytes);
   STRATA_ASSIGN_OR_RETURN(Ticket t, engine_->submit(r));
   STRATA_RETURN_IF_ERROR(engine_->wait(t));
   crc_ = crc32c(data, static_cast<size_t>(bytes), crc_);
-  size_ += bytes;
+  position_ += bytes;
+  size_ = std::max(size_, position_);
   return Status();
 }
 

@@ -27,10 +27,17 @@ class SequentialFile {
 
   // The next `bytes`; the engine retries short transfers, errors name the file.
   Status append(const void* data, int64_t bytes);
+  // Later appends write from `offset` on, and crc() restarts from there: a file written in
+  // segments, not in file order (Note [Asynchronous checkpoints] in model/state_snapshot.h).
+  void seek(int64_t offset) {
+    position_ = offset;
+    crc_ = 0;
+  }
   // fsync and close.
   Status finish();
-  uint32_t crc() const { return crc_; }
-  int64_t size() const { return size_; }
+  uint32_t crc() const { return crc_; }     // of the bytes appended since creation or seek
+  int64_t size() const { return size_; }    // the furthest byte written
+  int64_t position() const { return position_; }
   const std::string& path() const;
 
  private:
@@ -39,6 +46,7 @@ class SequentialFile {
   IoEngine* engine_;
   std::unique_ptr<IoFile> file_;
   uint32_t crc_ = 0;
+  int64_t position_ = 0;
   int64_t size_ = 0;
 };
 
