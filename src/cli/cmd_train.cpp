@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "cli/args.h"
+#include "cli/background_save.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/stop_signals.h"
@@ -102,6 +103,9 @@ struct CheckpointOptions {
   std::string dir;
   int64_t keep = 3;
   std::string resume;
+  // Note [Asynchronous checkpoints]: checkpoints before the last step are written behind
+  // training; --save-sync writes every one at a standstill.
+  bool behind = true;
 };
 Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
   CheckpointOptions o;
@@ -116,6 +120,10 @@ Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
     STRATA_ASSIGN_OR_RETURN(o.keep, int_flag(a, "keep", true));
   }
   o.resume = a.get("resume");
+  if (a.has("save-sync") && o.save_every == 0) {
+    return invalid_argument("--save-sync needs --save-every N");
+  }
+  o.behind = !a.has("save-sync");
   return o;
 }
 
@@ -132,9 +140,18 @@ int exit_code_for_load(const Status& s) {
   return s.code() == ErrorCode::io_error ? 1 : 2;
 }
 
+// A checkpoint finished at a step boundary, for the step's metrics line.
+struct CheckpointReport {
+  int64_t step = 0;     // the boundary it holds
+  double stall_s = 0;   // how long training stood still for it
+  double write_s = 0;   // the save's wall time
+  bool behind = false;  // written behind training (Note [Asynchronous checkpoints])
+};
+
 // One step's line in the metrics file (docs/design.md §10).
 nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flops_per_step,
-                            const Device& device, const Trainer& trainer, double stall_s) {
+                            const Device& device, const Trainer& trainer,
+                            const std::vector<CheckpointReport>& checkpoints) {
   nlohmann::json line = {
       {"step", st.step},
       {"loss", st.loss},
@@ -147,7 +164,10 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
       {"peak_device_bytes", device.memory_stats().device_peak},
       {"peak_host_bytes", device.memory_stats().host_peak},
   };
-  if (stall_s >= 0) line["checkpoint_stall_s"] = stall_s;
+  for (const CheckpointReport& c : checkpoints) {  // finished at this boundary
+    line["checkpoints"].push_back(
+        {{"step", c.step}, {"stall_s", c.stall_s}, {"write_s", c.write_s}, {"behind", c.behind}});
+  }
   trainer.add_step_metrics(line, st.seconds);
   return line;
 }
@@ -165,6 +185,9 @@ struct TrainRun {
   std::vector<std::string> lineage;            // this run's: the runs it continues, then its id
   std::unique_ptr<Device> device;
   std::unique_ptr<Trainer> trainer;
+  // A checkpoint being written behind training; declared after the trainer so that it is joined
+  // (abandoned if still running) before the trainer it reads from goes.
+  BackgroundSave background;
   bool quiet = false;
 };
 
@@ -273,8 +296,8 @@ Result<int64_t> resume(TrainRun& run) {
   return meta->step;
 }
 
-// The checkpoint after `steps_done` steps; returns how long training stood still.
-Result<double> save(TrainRun& run, int64_t steps_done, Progress& progress) {
+// The checkpoint metadata at the boundary after `steps_done` steps.
+CheckpointMeta checkpoint_meta(const TrainRun& run, int64_t steps_done) {
   CheckpointMeta meta;
   meta.step = steps_done;
   meta.adam_steps = run.trainer->adam_steps();
@@ -283,17 +306,61 @@ Result<double> save(TrainRun& run, int64_t steps_done, Progress& progress) {
   meta.schedule = enum_name(run.cfg.schedule);
   meta.run_id = run.lineage.back();
   meta.lineage = run.lineage;
-  STRATA_ASSIGN_OR_RETURN(auto saved, save_checkpoint(
-                                          *run.ckpt_engine, run.ckpt.dir, run.cfg, meta,
-                                          [&](int64_t slab, const SlabPieceFn& take) {
-                                            return run.trainer->read_slab_pieces(slab, take);
-                                          },
-                                          run.ckpt.keep));
-  char line[256];
-  std::snprintf(line, sizeof line, "checkpoint %s: %s in %.3f s (training stalled)",
-                saved.dir.c_str(), format_bytes(saved.bytes).c_str(), saved.seconds);
+  return meta;
+}
+
+void note_saved(const CheckpointSaveStats& saved, const CheckpointReport& r, Progress& progress) {
+  char line[320];
+  if (r.behind) {
+    std::snprintf(line, sizeof line,
+                  "checkpoint %s: %s in %.3f s behind training (training stalled %.3f s)",
+                  saved.dir.c_str(), format_bytes(saved.bytes).c_str(), r.write_s, r.stall_s);
+  } else {
+    std::snprintf(line, sizeof line, "checkpoint %s: %s in %.3f s (training stalled)",
+                  saved.dir.c_str(), format_bytes(saved.bytes).c_str(), saved.seconds);
+  }
   progress.note(line);
-  return saved.seconds;
+}
+
+// The checkpoint after `steps_done` steps, at a standstill.
+Result<CheckpointReport> save(TrainRun& run, int64_t steps_done, Progress& progress) {
+  STRATA_ASSIGN_OR_RETURN(
+      auto saved, save_checkpoint(
+                      *run.ckpt_engine, run.ckpt.dir, run.cfg, checkpoint_meta(run, steps_done),
+                      [&](int64_t slab, const SlabPieceFn& take) {
+                        return run.trainer->read_slab_pieces(slab, take);
+                      },
+                      run.ckpt.keep));
+  const CheckpointReport r{steps_done, saved.seconds, saved.seconds, false};
+  note_saved(saved, r, progress);
+  return r;
+}
+
+// The checkpoint after `steps_done` steps begun behind training; false when the trainer takes
+// no snapshots (the caller saves at a standstill).
+Result<bool> start_save_behind(TrainRun& run, int64_t steps_done) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto snapshot = run.trainer->begin_snapshot();
+  if (!snapshot.ok()) {
+    if (snapshot.status().code() == ErrorCode::unavailable) return false;
+    return snapshot.status();
+  }
+  const double boundary_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.background.start(snapshot->gate, steps_done, boundary_s,
+                       [&run, meta = checkpoint_meta(run, steps_done), snap = *snapshot] {
+                         return save_checkpoint(*run.ckpt_engine, run.ckpt.dir, run.cfg, meta, snap,
+                                                run.ckpt.keep);
+                       });
+  return true;
+}
+
+// The checkpoint being written behind training, waited for.
+Result<CheckpointReport> collect_save(TrainRun& run, Progress& progress) {
+  STRATA_ASSIGN_OR_RETURN(CollectedSave c, run.background.collect());
+  const CheckpointReport r{c.step, c.stall_s, c.stats.seconds, true};
+  note_saved(c.stats, r, progress);
+  return r;
 }
 
 Status write_trace(const Trainer& trainer, const std::string& path) {
@@ -307,17 +374,31 @@ bool checkpoint_due(const TrainRun& run, int64_t done) {
   return every > 0 && (done % every == 0 || done == run.cfg.steps);
 }
 
-// After a step: the checkpoint when one is due, then the step's metrics line.
+// After a step: a checkpoint written behind training collected once it is done (or waited for
+// when the next is due: back-pressure), the checkpoint when one is due (behind training unless it
+// is the last step's or --save-sync), then the step's metrics line.
 Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, double flops_per_step,
                   Progress& progress) {
   const int64_t done = st.step + 1;
-  double stall_s = -1;  // a checkpoint after this step: how long training stood still
-  if (checkpoint_due(run, done)) {
-    STRATA_ASSIGN_OR_RETURN(stall_s, save(run, done, progress));
+  const bool due = checkpoint_due(run, done);
+  std::vector<CheckpointReport> finished;  // checkpoints finished at this boundary
+  if (run.background.running() && (due || run.background.done())) {
+    STRATA_ASSIGN_OR_RETURN(CheckpointReport r, collect_save(run, progress));
+    finished.push_back(r);
+  }
+  if (due) {
+    bool behind = false;
+    if (run.ckpt.behind && done < run.cfg.steps) {
+      STRATA_ASSIGN_OR_RETURN(behind, start_save_behind(run, done));
+    }
+    if (!behind) {
+      STRATA_ASSIGN_OR_RETURN(CheckpointReport r, save(run, done, progress));
+      finished.push_back(r);
+    }
   }
   if (!run.metrics.is_open()) return Status::ok_status();
   const nlohmann::json line =
-      metrics_line(st, tokens_per_s, flops_per_step, *run.device, *run.trainer, stall_s);
+      metrics_line(st, tokens_per_s, flops_per_step, *run.device, *run.trainer, finished);
   run.metrics << line.dump() << '\n';
   run.metrics.flush();
   if (!run.metrics) return io_error("writing metrics file " + run.metrics_path + " failed");
@@ -334,6 +415,14 @@ int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
   if (!fin.ok()) {
     progress.finish();
     return fail(stopped + ", but applying the pending steps failed: " + fin.to_string(), 1);
+  }
+  if (run.background.running()) {  // the last one due, begun behind training, finished first
+    auto collected = collect_save(run, progress);
+    if (!collected.ok()) {
+      progress.finish();
+      return fail(stopped + ", but its checkpoint failed: " + collected.status().to_string(),
+                  collected.status().code() == ErrorCode::no_space ? 2 : 1);
+    }
   }
   std::string resume_from;
   if (run.ckpt.save_every > 0 && done > 0) {
@@ -362,7 +451,8 @@ const std::vector<FlagSpec> kTrainFlags = {
     {"config", true, false},         {"set", true, true},    {"device", true, false},
     {"metrics", true, false},        {"trace", true, false}, {"save-every", true, false},
     {"checkpoint-dir", true, false}, {"keep", true, false},  {"resume", true, false},
-    {"quiet", false, false},         {"auto", false, false}, {"profile", true, false}};
+    {"quiet", false, false},         {"auto", false, false}, {"profile", true, false},
+    {"save-sync", false, false}};
 
 }  // namespace
 

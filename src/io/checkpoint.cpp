@@ -132,8 +132,8 @@ Status write_state_files(IoEngine& engine, const std::string& dir, const ParamLa
       files[static_cast<size_t>(k)].seek(header_bytes[static_cast<size_t>(k)] +
                                          before[static_cast<size_t>(s.first_tensor)]);
     }
-    STRATA_RETURN_IF_ERROR(writer.write_slab(
-        si, [&](const SlabPieceFn& take) { return snapshot.read(si, take); }));
+    STRATA_RETURN_IF_ERROR(
+        writer.write_slab(si, [&](const SlabPieceFn& take) { return snapshot.read(si, take); }));
     for (int k = 0; k < kStateStreamCount; ++k) {
       slab_crc[static_cast<size_t>(si)][static_cast<size_t>(k)] =
           files[static_cast<size_t>(k)].crc();
@@ -290,7 +290,6 @@ Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string&
   if (!saved.ok() || !snapshot.gate->finished()) snapshot.gate->cancel();
   return saved;
 }
-
 
 namespace {
 

@@ -35,8 +35,8 @@ class SequentialFile {
   }
   // fsync and close.
   Status finish();
-  uint32_t crc() const { return crc_; }     // of the bytes appended since creation or seek
-  int64_t size() const { return size_; }    // the furthest byte written
+  uint32_t crc() const { return crc_; }   // of the bytes appended since creation or seek
+  int64_t size() const { return size_; }  // the furthest byte written
   int64_t position() const { return position_; }
   const std::string& path() const;
 

@@ -194,8 +194,17 @@ std::vector<std::pair<std::string, int32_t>> OffloadTrainer::optim_parts(int64_t
 
 Status OffloadTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
   STRATA_RETURN_IF_ERROR(finish());
+  return state_pieces(slab, optim_stage0(), take);
+}
+
+float* OffloadTrainer::optim_stage0() {
+  auto it = memory_.find(names::kOptimStage.at(0));
+  return it == memory_.end() ? nullptr : it->second->buf.f32();
+}
+
+Status OffloadTrainer::state_pieces(int64_t slab, float* stage, const SlabPieceFn& take) {
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    return embed_slab_pieces(IoOp::read, slab, take);
+    return embed_slab_pieces(IoOp::read, slab, stage, take);
   }
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
@@ -204,7 +213,7 @@ Status OffloadTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
     const int64_t pe = hi - lo;
     float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
     if (sm.tier == Tier::storage) {
-      st = memory_.at(names::kOptimStage.at(0))->buf.f32();
+      st = stage;
       STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, st, pe * 12));
     }
     STRATA_RETURN_IF_ERROR(take({lo, pe, st, st + pe, st + 2 * pe}));
@@ -215,7 +224,7 @@ Status OffloadTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
 Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
   pending_ = false;
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
-    return embed_slab_pieces(IoOp::write, slab, fill);
+    return embed_slab_pieces(IoOp::write, slab, optim_stage0(), fill);
   }
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
@@ -240,7 +249,8 @@ Status OffloadTrainer::embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* s
   return Status::ok_status();
 }
 
-Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, const SlabPieceFn& fn) {
+Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, float* stage,
+                                         const SlabPieceFn& fn) {
   // The embed group's state is (3, E): master, m, v, each the embedding slab then the final.
   const int64_t E = embed_elems_;
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
@@ -259,8 +269,7 @@ Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, const SlabPieceF
     STRATA_RETURN_IF_ERROR(fn({0, s.numel, st + g0, st + E + g0, st + 2 * E + g0}));
     return op == IoOp::write ? working(g0, st + g0, s.numel) : Status::ok_status();
   }
-  float* stage = memory_.at(names::kOptimStage.at(0))->buf.f32();  // (3, chunk)
-  for (int32_t k = 0;; ++k) {
+  for (int32_t k = 0;; ++k) {  // stage: (3, chunk)
     const auto [lo, hi] = embed_chunk_range(k);
     if (lo >= g1) break;
     const int64_t a = std::max(lo, g0), b = std::min(hi, g1), len = hi - lo;

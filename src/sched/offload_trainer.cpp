@@ -345,8 +345,12 @@ std::pair<int64_t, int64_t> OffloadTrainer::part_range(int32_t part) const {
 Status OffloadTrainer::run(BoundPlan& bp) {
   ExecutorOptions o;
   o.record_trace = record_trace_;
-  auto report = execute_plan(bp.plan, bp.actions, o);
-  if (!report.ok()) return report.status();
+  auto report = execute_plan(bp.plan, gated_actions(bp), o);
+  if (!report.ok()) {
+    // Note [Asynchronous checkpoints]: a snapshot being captured is not the state of any step.
+    if (snapshot_) snapshot_->abandon(report.status());
+    return report.status();
+  }
   last_report_ = std::move(*report);
   last_ = &bp;
   return Status::ok_status();

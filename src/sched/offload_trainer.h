@@ -74,6 +74,10 @@ class OffloadTrainer final : public Trainer {
   // chunk by chunk through optimizer stage 0 (the chunks of Note [Embed step in chunks]).
   Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) override;
   Status write_slab_pieces(int64_t slab, const SlabPieceFn& fill) override;
+  // Note [Asynchronous checkpoints]: the checkpoint thread reads state on host in place and
+  // state on storage through a stage of its own (one optimizer stage's bytes, kept for the run);
+  // unavailable when any optimizer state is on the device.
+  Result<StateSnapshot> begin_snapshot() override;
   int64_t steps_done() const override { return steps_done_; }
   int64_t adam_steps() const override { return adam_steps_; }
   void set_progress(int64_t steps_done, int64_t adam_steps) override {
@@ -175,8 +179,26 @@ class OffloadTrainer final : public Trainer {
   // The embed group's elements [lo, lo + len) of master, m and v to or from `stage`, laid out
   // (3, len), with the state on storage.
   Status embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* stage);
-  // read_slab_pieces / write_slab_pieces of the embedding or the final norm slab.
-  Status embed_slab_pieces(IoOp op, int64_t slab, const SlabPieceFn& fn);
+  // read_slab_pieces / write_slab_pieces of the embedding or the final norm slab; state on
+  // storage goes through `stage` ((3, chunk) f32).
+  Status embed_slab_pieces(IoOp op, int64_t slab, float* stage, const SlabPieceFn& fn);
+  // A slab's state as it is now, in pieces, state on storage read through `stage` (an optimizer
+  // stage's bytes): read_slab_pieces after finish(), and the snapshot's reads.
+  Status state_pieces(int64_t slab, float* stage, const SlabPieceFn& take);
+  // Optimizer stage 0, which stages the trainer's own state I/O between steps (null when no
+  // state is on storage).
+  float* optim_stage0();
+  // The actions of `bp` with the snapshot's gate around the tasks that write a slab's state
+  // (Note [Asynchronous checkpoints]); bp.actions when no snapshot is being captured.
+  std::vector<TaskAction> gated_actions(const BoundPlan& bp);
+  // The slabs whose state a slot holds (a block's optimizer part, or the embed group's state
+  // for the embedding and final slabs; none for other slots), and whether it is a part-1 slot
+  // (the vertical schedule's pending steps write those).
+  struct StateSlot {
+    std::vector<int64_t> slabs;
+    bool part1 = false;
+  };
+  StateSlot state_slot(const std::string& slot) const;
   // The store's files, "dir/strata.store" (or a later instance's name) per directory; none
   // without a store.
   std::vector<std::string> store_files() const;
@@ -211,6 +233,13 @@ class OffloadTrainer final : public Trainer {
   // write_slab_pieces). Owned here rather than borrowed from an idle plan slot, so it does not
   // depend on which slots a plan has; 2 bytes per element of one block beyond the plan's peak.
   Buffer bf16_stage_;
+
+  // Note [Asynchronous checkpoints]: the snapshot being captured (null or finished: none);
+  // whether the next run's writes of part-1 state finish the previous step's pending updates
+  // (they make slabs ready rather than wait for them); the checkpoint thread's stage.
+  std::shared_ptr<SnapshotGate> snapshot_;
+  bool snapshot_pending_writes_ = false;
+  Buffer snapshot_stage_;
 
   std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
   StepState state_;                 // of the last norm: what pending and post-norm steps apply

@@ -29,6 +29,12 @@ Status Trainer::write_slab_state(int64_t slab, const float* master, const float*
   });
 }
 
+Result<StateSnapshot> Trainer::begin_snapshot() {
+  return unavailable(
+      "this trainer takes no snapshots behind training (its state is saved at a "
+      "standstill)");
+}
+
 Result<nlohmann::json> Trainer::last_step_trace() const {
   return unavailable("this trainer records no trace (an offloaded schedule does)");
 }

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "model/layout.h"
 #include "model/slab_piece.h"
+#include "model/state_snapshot.h"
 
 namespace strata {
 
@@ -73,6 +74,15 @@ class Trainer {
   // small models; a checkpoint of a large one goes piece by piece.
   Status read_slab_state(int64_t slab, float* master, float* m, float* v);
   Status write_slab_state(int64_t slab, const float* master, const float* m, const float* v);
+
+  // ---- asynchronous checkpoints (optional) -----------------------------------------------------
+  // The state at this step boundary for a checkpoint written by another thread while training
+  // goes on (Note [Asynchronous checkpoints] in model/state_snapshot.h): pending steps stay
+  // pending, and until the snapshot's gate is finished the trainer holds back each write of a
+  // slab's state until the slab is captured. One snapshot at a time (internal while one is being
+  // captured). The trainer must outlive the snapshot's reads. unavailable when this trainer
+  // cannot: the caller then saves at a standstill (read_slab_pieces).
+  virtual Result<StateSnapshot> begin_snapshot();
 
   // ---- progress and shape ---------------------------------------------------------------------
   virtual int64_t steps_done() const = 0;
