@@ -14,7 +14,7 @@ const char* kUsage =
     "  train     train a model (bare: a tiny byte-level GPT on a built-in corpus, ~1 minute)\n"
     "            --config FILE  --set key=value ...  --device cpu|cuda  --metrics FILE\n"
     "            --trace FILE  --quiet\n"
-    "            --save-every N --checkpoint-dir DIR [--keep K]  --resume DIR\n"
+    "            --save-every N --checkpoint-dir DIR [--keep K] [--save-sync]  --resume DIR\n"
     "            --auto --profile HW.json (the planner picks schedule, B x M, placement, alpha)\n"
     "  prepare   turn a text file into byte-level tokens (llm.c .bin format)\n"
     "            --in TEXT --out FILE.bin\n"
