@@ -89,10 +89,14 @@ cost = {k: statistics.median(v) for k, v in costs.items()}
 print(f"engine: read {read['gb_per_s']:.3f} GB/s, write {write['gb_per_s']:.3f} GB/s "
       f"(strata bench-io, 1 MiB blocks, depth 32, O_DIRECT)")
 print(f"checkpoint: {ckpt_bytes / 1e6:.1f} MB; ideal copy (read + write at those rates) {ideal:.3f} s")
+for mode in ("none", "behind", "sync"):
+    loops = [loop_seconds(mode + "." + str(r)) for r in range(1, repeats + 1)]
+    print(f"{mode:>6}: training loop {', '.join(f'{x:.2f}' for x in loops)} s")
 for mode in ("behind", "sync"):
     print(f"{mode:>6}: stall per checkpoint median {med[mode]:.4f} s = {med[mode] / ideal:.3f}x ideal "
           f"(all: {', '.join(f'{s:.3f}' for s in stalls[mode])}); cost per checkpoint median "
-          f"{cost[mode]:.3f} s = {cost[mode] / ideal:.2f}x ideal")
+          f"{cost[mode]:.3f} s = {cost[mode] / ideal:.2f}x ideal (all: "
+          f"{', '.join(f'{c:.2f}' for c in costs[mode])})")
 print(json.dumps({
     "micro_batches": int(sys.argv[3]), "repeats": repeats, "checkpoint_bytes": ckpt_bytes,
     "read_gb_s": round(read["gb_per_s"], 3), "write_gb_s": round(write["gb_per_s"], 3),
