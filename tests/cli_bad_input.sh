@@ -51,6 +51,9 @@ expect_error set_no_equals 'optim\.lr' train --set optim.lr
 expect_error heads_do_not_divide 'n_head|n_embd' train --set model.n_head=3
 expect_error unknown_flag '--bogus' train --bogus
 expect_error missing_data_file 'missing\.bin' train --set data.train="$work/missing.bin"
+expect_error missing_val_file 'data\.val.*missing_val\.bin' train --set data.val="$work/missing_val.bin"
+expect_error eval_without_val 'train\.eval_every 5 needs data\.val' train --set train.eval_every=5
+expect_error eval_batches_zero 'train\.eval_batches' train --set data.val=embedded --set train.eval_batches=0
 
 # A token file whose magic is wrong, declared as llm.c format.
 python3 - "$work" <<'PY'

@@ -48,25 +48,32 @@ struct TrainData {
   std::string name;
 };
 
-Result<TrainData> load_train_data(const TrainConfig& cfg) {
+// Size of the generated held-out text behind data.val "embedded" (another seed than the training
+// corpus, so no sentence of it was trained on by chance of the generator).
+constexpr int64_t kEmbeddedValBytes = 256 << 10;
+
+// The tokens of `source` (data.train or data.val): "embedded" generates `embedded_bytes` of text
+// from `seed`; anything else is a token file in data.format.
+Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,
+                                  int64_t embedded_bytes, uint64_t seed) {
   TrainData d;
-  if (cfg.data_train == "embedded") {
+  if (source == "embedded") {
     if (cfg.model.vocab_size < 256) {
       return invalid_argument("model.vocab_size " + std::to_string(cfg.model.vocab_size) +
                               " is below 256, which the embedded byte-level corpus needs");
     }
-    d.owned = byte_tokenize(synthetic_corpus(kEmbeddedCorpusBytes, 20240520));
+    d.owned = byte_tokenize(synthetic_corpus(embedded_bytes, seed));
     d.tokens = d.owned.data();
     d.size = static_cast<int64_t>(d.owned.size());
     d.name = "embedded corpus";
     return d;
   }
-  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(cfg.data_train, cfg.data_format));
+  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(source, cfg.data_format));
   STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
   d.file.emplace(std::move(f));
   d.tokens = d.file->tokens();
   d.size = d.file->size();
-  d.name = cfg.data_train;
+  d.name = source;
   return d;
 }
 
@@ -151,7 +158,8 @@ struct CheckpointReport {
 // One step's line in the metrics file (docs/design.md §10).
 nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flops_per_step,
                             const Device& device, const Trainer& trainer,
-                            const std::vector<CheckpointReport>& checkpoints) {
+                            const std::vector<CheckpointReport>& checkpoints,
+                            std::optional<double> val_loss) {
   nlohmann::json line = {
       {"step", st.step},
       {"loss", st.loss},
@@ -164,6 +172,7 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
       {"peak_device_bytes", device.memory_stats().device_peak},
       {"peak_host_bytes", device.memory_stats().host_peak},
   };
+  if (val_loss) line["val_loss"] = *val_loss;
   for (const CheckpointReport& c : checkpoints) {  // finished at this boundary
     line["checkpoints"].push_back(
         {{"step", c.step}, {"stall_s", c.stall_s}, {"write_s", c.write_s}, {"behind", c.behind}});
@@ -177,6 +186,9 @@ struct TrainRun {
   TrainConfig cfg;
   TrainData data;
   std::unique_ptr<DataLoader> loader;
+  TrainData val_data;                      // data.val, when set
+  std::unique_ptr<DataLoader> val_loader;  // its batches, from the start at every evaluation
+  std::optional<double> last_val_loss;     // for the summary line
   std::ofstream metrics;
   std::string metrics_path, trace_path;
   CheckpointOptions ckpt;
@@ -209,13 +221,22 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   run.cfg = *cfg;
   const TrainConfig& c = run.cfg;
 
-  auto data = load_train_data(c);
+  auto data = load_token_data(c, c.data_train, kEmbeddedCorpusBytes, 20240520);
   if (!data.ok()) return SetupError{data.status().message()};
   run.data = std::move(*data);
   auto loader =
       DataLoader::create(run.data.tokens, run.data.size, c.batch_size, c.seq_len, run.data.name);
   if (!loader.ok()) return SetupError{loader.status().message()};
   run.loader = std::make_unique<DataLoader>(std::move(*loader));
+  if (!c.data_val.empty()) {
+    auto val = load_token_data(c, c.data_val, kEmbeddedValBytes, 20240521);
+    if (!val.ok()) return SetupError{"data.val: " + val.status().message()};
+    run.val_data = std::move(*val);
+    auto val_loader = DataLoader::create(run.val_data.tokens, run.val_data.size, c.batch_size,
+                                         c.seq_len, "validation " + run.val_data.name);
+    if (!val_loader.ok()) return SetupError{val_loader.status().message()};
+    run.val_loader = std::make_unique<DataLoader>(std::move(*val_loader));
+  }
 
   if (a.has("metrics")) {
     run.metrics_path = a.get("metrics");
@@ -374,12 +395,42 @@ bool checkpoint_due(const TrainRun& run, int64_t done) {
   return every > 0 && (done % every == 0 || done == run.cfg.steps);
 }
 
+// Validation is due after `done` steps: every train.eval_every steps, and after the last one
+// whenever data.val is set.
+bool eval_due(const TrainRun& run, int64_t done) {
+  if (!run.val_loader) return false;
+  const int64_t every = run.cfg.eval_every;
+  return (every > 0 && done % every == 0) || done == run.cfg.steps;
+}
+
+// The validation loss under the weights after the last step: the first train.eval_batches
+// batches of data.val (wrapping around a file shorter than that), the same batches every time.
+Result<double> validate(TrainRun& run) {
+  const int64_t BT = run.cfg.batch_size * run.cfg.seq_len, n = run.cfg.eval_batches;
+  std::vector<int32_t> inputs(static_cast<size_t>(n * BT));  // (eval_batches, B, T)
+  std::vector<int32_t> targets(inputs.size());               // (eval_batches, B, T)
+  STRATA_RETURN_IF_ERROR(run.val_loader->set_position(0));
+  for (int64_t b = 0; b < n; ++b) {
+    run.val_loader->next_batch(inputs.data() + b * BT, targets.data() + b * BT);
+  }
+  return run.trainer->evaluate(inputs.data(), targets.data(), n);
+}
+
 // After a step: a checkpoint written behind training collected once it is done (or waited for
 // when the next is due: back-pressure), the checkpoint when one is due (behind training unless it
 // is the last step's or --save-sync), then the step's metrics line.
 Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, double flops_per_step,
                   Progress& progress) {
   const int64_t done = st.step + 1;
+  std::optional<double> val_loss;
+  if (eval_due(run, done)) {
+    STRATA_ASSIGN_OR_RETURN(const double v, validate(run));
+    val_loss = run.last_val_loss = v;
+    char line[96];
+    std::snprintf(line, sizeof line, "step %lld: validation loss %.4f",
+                  static_cast<long long>(done), v);
+    progress.note(line);
+  }
   const bool due = checkpoint_due(run, done);
   std::vector<CheckpointReport> finished;  // checkpoints finished at this boundary
   if (run.background.running() && (due || run.background.done())) {
@@ -398,7 +449,7 @@ Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, doubl
   }
   if (!run.metrics.is_open()) return Status::ok_status();
   const nlohmann::json line =
-      metrics_line(st, tokens_per_s, flops_per_step, *run.device, *run.trainer, finished);
+      metrics_line(st, tokens_per_s, flops_per_step, *run.device, *run.trainer, finished, val_loss);
   run.metrics << line.dump() << '\n';
   run.metrics.flush();
   if (!run.metrics) return io_error("writing metrics file " + run.metrics_path + " failed");
@@ -526,7 +577,13 @@ int cmd_train(const std::vector<std::string>& args) {
   char summary[200];
   std::snprintf(summary, sizeof summary, "trained %lld steps in %.1f s; loss %.4f -> %.4f",
                 static_cast<long long>(cfg.steps), total_s, first_loss, last_loss);
-  log_info(summary);
+  std::string text = summary;
+  if (run.last_val_loss) {
+    char val[64];
+    std::snprintf(val, sizeof val, "; validation loss %.4f", *run.last_val_loss);
+    text += val;
+  }
+  log_info(text);
   return 0;
 }
 

@@ -348,11 +348,15 @@ Status parse_train(const json& full, TrainConfig& c) {
   c.steps = t.at("steps").get<int64_t>();
   c.seed = t.at("seed").get<int64_t>();
   c.log_every = t.at("log_every").get<int64_t>();
+  c.eval_every = t.at("eval_every").get<int64_t>();
+  c.eval_batches = t.at("eval_batches").get<int64_t>();
   STRATA_RETURN_IF_ERROR(check_positive("train.batch_size", c.batch_size));
   STRATA_RETURN_IF_ERROR(check_positive("train.seq_len", c.seq_len));
   STRATA_RETURN_IF_ERROR(check_positive("train.grad_accum", c.grad_accum));
   STRATA_RETURN_IF_ERROR(check_non_negative("train.steps", c.steps));
   STRATA_RETURN_IF_ERROR(check_positive("train.log_every", c.log_every));
+  STRATA_RETURN_IF_ERROR(check_non_negative("train.eval_every", c.eval_every));
+  STRATA_RETURN_IF_ERROR(check_positive("train.eval_batches", c.eval_batches));
   if (c.seq_len > c.model.context_length) {
     return invalid_argument("train.seq_len " + std::to_string(c.seq_len) +
                             " exceeds model.context_length " +
@@ -395,6 +399,11 @@ Status parse_data(const json& full, TrainConfig& c) {
   c.data_train = full.at("data").at("train").get<std::string>();
   if (c.data_train.empty()) {
     return invalid_argument("data.train must be \"embedded\" or a token file path, got \"\"");
+  }
+  c.data_val = full.at("data").at("val").get<std::string>();
+  if (c.eval_every > 0 && c.data_val.empty()) {
+    return invalid_argument("train.eval_every " + std::to_string(c.eval_every) +
+                            " needs data.val (\"embedded\" or a token file path)");
   }
   return read_enum(full, "data", "format", &c.data_format);
 }
@@ -507,6 +516,8 @@ json config_to_json(const TrainConfig& c) {
   t["steps"] = c.steps;
   t["seed"] = c.seed;
   t["log_every"] = c.log_every;
+  t["eval_every"] = c.eval_every;
+  t["eval_batches"] = c.eval_batches;
   t["schedule"] = enum_name(c.schedule);
   t["precision"] = enum_name(c.precision);
 
@@ -523,6 +534,7 @@ json config_to_json(const TrainConfig& c) {
 
   json& d = j["data"];
   d["train"] = c.data_train;
+  d["val"] = c.data_val;
   d["format"] = enum_name(c.data_format);
 
   json& io = j["io"];

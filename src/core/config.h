@@ -9,9 +9,10 @@
 // JSON layout:
 //   {"device": "cpu" | "cuda",
 //    "model": {vocab_size, context_length, n_layer, n_head, n_embd},
-//    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision},
+//    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision,
+//              eval_every, eval_batches},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
-//    "data":  {train, format},
+//    "data":  {train, val, format},
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
 //              faults, dirs, stripe_unit, checksums},
 //    "memory":  {device_bytes, host_bytes},
@@ -114,6 +115,13 @@ struct TrainConfig {
   int64_t seed = 1337;
   int64_t log_every = 10;
   std::string data_train = "embedded";  // "embedded" (generated corpus) or a token file path
+  // Validation (docs/design.md §10): "" (none), "embedded" (held-out generated text, another
+  // seed than the training corpus) or a token file path, read in data.format. Its loss over the
+  // first eval_batches (B, T) batches is taken every eval_every steps (0: never) and after the
+  // last step, with the weights of that step.
+  std::string data_val;
+  int64_t eval_every = 0;
+  int64_t eval_batches = 4;
   TokenFormat data_format = TokenFormat::auto_detect;  // "auto" | "llmc" | "raw_u16"
   Schedule schedule = Schedule::in_memory;             // "in_memory" | "horizontal" | "vertical"
   // "f32" (default: working weights are the f32 master) or "bf16" (working weights rounded to

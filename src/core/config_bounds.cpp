@@ -121,6 +121,18 @@ Status check_step_bounds(const TrainConfig& c) {
                             " (raise train.batch_size instead of train.grad_accum)");
   }
   STRATA_RETURN_IF_ERROR(check_in("train.steps", c.steps, 0, kMaxSteps));
+  STRATA_RETURN_IF_ERROR(check_in("train.eval_every", c.eval_every, 0, kMaxSteps));
+  STRATA_RETURN_IF_ERROR(check_in("train.eval_batches", c.eval_batches, 1, kMaxEvalBatches));
+  const auto eval_bytes = product({c.eval_batches, B, T, C, 4});
+  if (!eval_bytes || *eval_bytes > kMaxStepActivationBytes) {
+    return invalid_argument("the evaluation's residuals " +
+                            factors_text({{"train.eval_batches", c.eval_batches},
+                                          {"train.batch_size", B},
+                                          {"train.seq_len", T},
+                                          {"model.n_embd", C}}) +
+                            " x 4 bytes exceed the bound of " +
+                            power_text(kMaxStepActivationBytes) + " bytes");
+  }
   return check_in("optim.warmup_steps", c.optim.warmup_steps, 0, kMaxSteps);
 }
 

@@ -23,7 +23,9 @@
 //  - n_layer x grad_accum <= 2^18 for the offloaded schedules: the plans hold about 12 KB of
 //    tasks and slots per (block, micro-batch) pair (`strata train` peaked at 3.2 GB of RSS and
 //    took 8 s to start at 2^18 pairs, 64 tiny blocks x 4096 micro-batches, measured);
-//  - train.steps, optim.warmup_steps <= 2^53: exact in the LR schedule's doubles;
+//  - train.steps, optim.warmup_steps, train.eval_every <= 2^53: exact in the LR schedule's
+//    doubles; train.eval_batches <= 2^16: an evaluation keeps every batch's (B, T, C) residual
+//    between blocks (Trainer::evaluate), so its host memory grows with the count;
 //  - io.queue_depth <= 4096 and io.workers <= 64 (the engines' limits, io/block_engine.cpp; they
 //    are ints there), io.block_size and io.stripe_unit <= 1 GiB (a block fits an io_uring
 //    length), io.dirs at most 256 entries.
@@ -47,6 +49,7 @@ inline constexpr int64_t kMaxTokensPerStep = int64_t{1} << 28;
 inline constexpr int64_t kMaxStepActivationBytes = int64_t{1} << 60;
 inline constexpr int64_t kMaxPlanBlockMicroBatches = int64_t{1} << 18;
 inline constexpr int64_t kMaxSteps = int64_t{1} << 53;
+inline constexpr int64_t kMaxEvalBatches = int64_t{1} << 16;
 inline constexpr int64_t kMaxIoQueueDepth = 4096;
 inline constexpr int64_t kMaxIoWorkers = 64;
 inline constexpr int64_t kMaxIoBlockBytes = int64_t{1} << 30;

@@ -62,21 +62,35 @@ void InMemoryTrainer::zero_grads() {
   dev_.fill_zero(*stream_, grads_.data(), layout_.total_elems * 4);
 }
 
-double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* targets,
-                                         float dloss) {
+double InMemoryTrainer::forward_loss(const int32_t* inputs, const int32_t* targets) {
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   // The copies read the caller's arrays; the synchronize below, before we return, covers them.
   dev_.copy(*stream_, tokens_.i32(), inputs, BT * 4);
   dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
-  const int32_t* tok = tokens_.i32();
-  const int32_t* tgt = tokens_.i32() + BT;
-  gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tok, tgt);
+  gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tokens_.i32(), tokens_.i32() + BT);
   dev_.copy(*stream_, losses_host_.data(), acts_.losses, BT * 4);
-  gpt_backward(dev_, *stream_, acts_, layout_, params_.f32(), grads_.f32(), tok, tgt, dloss);
   stream_->synchronize();
   double sum = 0;  // fixed order: the same loss bits on every run
   for (int64_t i = 0; i < BT; i++) sum += losses_host_.f32()[i];
   return sum / static_cast<double>(BT);
+}
+
+double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* targets,
+                                         float dloss) {
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  const double loss = forward_loss(inputs, targets);
+  gpt_backward(dev_, *stream_, acts_, layout_, params_.f32(), grads_.f32(), tokens_.i32(),
+               tokens_.i32() + BT, dloss);
+  stream_->synchronize();
+  return loss;
+}
+
+Result<double> InMemoryTrainer::evaluate(const int32_t* inputs, const int32_t* targets,
+                                         int64_t batches) {
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  double total = 0;
+  for (int64_t b = 0; b < batches; ++b) total += forward_loss(inputs + b * BT, targets + b * BT);
+  return total / static_cast<double>(batches);
 }
 
 double InMemoryTrainer::global_grad_sum_squares() {

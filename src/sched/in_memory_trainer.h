@@ -29,6 +29,8 @@ class InMemoryTrainer final : public Trainer {
   // Trainer. One whole optimizer step per call; nothing is ever left pending.
   Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
   Status finish() override { return Status::ok_status(); }
+  // gpt_forward per batch through the step's activations, which the next step overwrites.
+  Result<double> evaluate(const int32_t* inputs, const int32_t* targets, int64_t batches) override;
   Status read_params(float* host) override;
   // Pieces of at most kPieceElems through host buffers, since the state is the device's.
   Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) override;
@@ -48,6 +50,8 @@ class InMemoryTrainer final : public Trainer {
   // accumulating gradients scaled by dloss; returns the micro-batch's mean loss.
   void zero_grads();
   double forward_backward(const int32_t* inputs, const int32_t* targets, float dloss);
+  // The forward alone: the micro-batch's mean loss, activations left for a backward.
+  double forward_loss(const int32_t* inputs, const int32_t* targets);
 
   // Host copies of device state, (layout.total_elems) floats each; logits (B, T, V).
   // write_params sets the master weights and derives the working params from them (bf16 mode:

@@ -67,6 +67,8 @@ class OffloadTrainer final : public Trainer {
   // tensor and the file. The vertical schedule leaves part-1 steps pending (finish applies them).
   Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) override;
   Status finish() override;
+  // Block by block over every batch, each block's working weights read once (offload_eval.cpp).
+  Result<double> evaluate(const int32_t* inputs, const int32_t* targets, int64_t batches) override;
   Status read_params(float* host) override;
   std::vector<std::string> scratch_files() const override { return store_files(); }
   // Pieces (Note [Slab pieces]): a block's optimizer parts, each in its host slot or read into

@@ -58,6 +58,14 @@ class Trainer {
   virtual Result<StepStats> train_step(const int32_t* inputs, const int32_t* targets) = 0;
   // Applies whatever the last step left pending. Idempotent.
   virtual Status finish() = 0;
+  // Validation: the mean loss over `batches` (B, T) batches (inputs, targets: (batches, B, T)
+  // host int32) under the working weights after the last step, by a forward pass alone. Pending
+  // steps are applied first (finish); no optimizer state, gradient or step counter changes, so
+  // a run that evaluates trains bit for bit as one that does not. A batch's loss is the mean
+  // over its positions, in order, and the result the mean of the batches', in order: the same
+  // bits whatever the schedule or placement (the same kernels on the same shapes).
+  virtual Result<double> evaluate(const int32_t* inputs, const int32_t* targets,
+                                  int64_t batches) = 0;
 
   // ---- state ----------------------------------------------------------------------------------
   // All working parameters, laid out as layout() (layout().total_elems floats), as f32 (bf16
