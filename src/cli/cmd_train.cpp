@@ -532,7 +532,7 @@ int cmd_train(const std::vector<std::string>& args) {
   std::vector<int32_t> inputs(static_cast<size_t>(BT * cfg.grad_accum));  // (M, B, T)
   std::vector<int32_t> targets(inputs.size());                            // (M, B, T)
   const double flops_per_step = gpt_train_flops(cfg.model, cfg.seq_len, trainer.tokens_per_step());
-  Progress progress(cfg.steps, cfg.log_every, run.quiet);
+  Progress progress(start_step, cfg.steps, cfg.log_every, run.quiet);
   double first_loss = 0, last_loss = 0;
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < cfg.steps; step++) {

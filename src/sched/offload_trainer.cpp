@@ -382,6 +382,8 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
   }
   s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
   s.grad_norm = std::sqrt(last_norm_sumsq_);
+  s.storage_read_bytes = bp.traffic.on(Resource::storage_read);
+  s.storage_write_bytes = bp.traffic.on(Resource::storage_write);
   s.lr = state_.lr;
   s.skipped = state_.skip;
   if (s.skipped) {

@@ -45,6 +45,8 @@ struct StepStats {
   float lr = 0;
   bool skipped = false;  // non-finite gradient: no update was applied
   double seconds = 0;    // wall time of the whole step
+  // Bytes the step read from and wrote to storage (0 when nothing is on storage).
+  int64_t storage_read_bytes = 0, storage_write_bytes = 0;
 };
 
 class Trainer {
