@@ -22,7 +22,7 @@ case $kind in
     tests=()
     for f in tests/test_*.cpp tests/*.sh; do
       name=$(basename "${f%.*}")
-      case $name in test_util | test_cuda_backend | parity_torch | export_torch | val_torch) continue ;; esac
+      case $name in test_util | test_cuda_backend | parity_torch | export_torch | val_torch | sample_torch) continue ;; esac
       tests+=("$name")
     done
     extra_targets=(strata)

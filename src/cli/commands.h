@@ -13,6 +13,7 @@ int cmd_bench_io(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
+int cmd_sample(const std::vector<std::string>& args);
 
 // Prints "strata: error: <message>" as one line and returns `code`.
 int fail(const std::string& message, int code);

@@ -22,7 +22,10 @@ const char* kUsage =
     "            --dir DIR | --file PATH  --size 1G --block 1M --qd 32 --op read|write\n"
     "            --pattern seq|rand --engine auto|uring|posix --workers N --buffered\n"
     "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
-    "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
+    "  sample    generate text from a checkpoint (blocks read from it one at a time)\n"
+    "            --checkpoint DIR  --prompt TEXT | --prompt-tokens \"1 2 3\"  --tokens N\n"
+    "            --temperature T (0: greedy)  --top-k K  --seed S  --print-tokens\n"
+  "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
     "            --checkpoint DIR (a step-* directory, or a root: its newest)\n"
     "            --out FILE.safetensors | DIR/ (DIR/model.safetensors)  [--shard-size 2GB]:\n"
     "            weights over the shard size go to BASE-00001-of-0000N.safetensors ... and\n"
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
   if (command == "prepare") return strata::cli::cmd_prepare(args);
   if (command == "bench-io") return strata::cli::cmd_bench_io(args);
   if (command == "export") return strata::cli::cmd_export(args);
+  if (command == "sample") return strata::cli::cmd_sample(args);
   if (command == "plan") return strata::cli::cmd_plan(args);
   if (command == "profile") return strata::cli::cmd_profile(args);
   return strata::cli::fail("unknown command '" + command + "' (try: strata help)", 2);

@@ -1,0 +1,168 @@
+// `strata sample`: text from a checkpoint's weights (Note [Sampling] in model/sample.h). The
+// checkpoint is verified first; its master weights are read tensor by tensor from
+// model.safetensors as each slab is needed, so a model larger than memory samples too.
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/file_util.h"
+#include "data/byte_tokenizer.h"
+#include "io/checkpoint.h"
+#include "io/hf_export.h"
+#include "model/hf_names.h"
+#include "model/layout.h"
+#include "model/sample.h"
+
+namespace strata::cli {
+
+namespace {
+
+// Slab `slab`'s master weights from a verified checkpoint's model.safetensors, converted from
+// Hugging Face's layout (padding between tensors zero).
+class CheckpointWeights {
+ public:
+  static Result<CheckpointWeights> open(const HfExportPlan& plan) {
+    STRATA_ASSIGN_OR_RETURN(ReadOnlyFile f,
+                            ReadOnlyFile::open(plan.weights_path, "checkpoint file"));
+    return CheckpointWeights(plan, std::move(f));
+  }
+  Status read(int64_t slab, float* dst) {
+    const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+    std::fill_n(dst, s.numel, 0.0f);
+    for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+      const ParamTensor& t = layout_.tensors[static_cast<size_t>(i)];
+      const StEntry& entry = plan_.tensors[static_cast<size_t>(i)];
+      float* out = dst + (t.offset - s.offset);  // (numel) Strata layout
+      if (!hf_tensor(layout_, i).transposed) {
+        STRATA_RETURN_IF_ERROR(file_.read_at(out, entry.bytes, entry.offset));
+        continue;
+      }
+      scratch_.resize(static_cast<size_t>(t.numel()));  // (numel) HF layout
+      STRATA_RETURN_IF_ERROR(file_.read_at(scratch_.data(), entry.bytes, entry.offset));
+      from_hf_layout(t, scratch_.data(), out);
+    }
+    return Status();
+  }
+
+ private:
+  CheckpointWeights(const HfExportPlan& plan, ReadOnlyFile f)
+      : plan_(plan), layout_(make_param_layout(plan.model)), file_(std::move(f)) {}
+  const HfExportPlan& plan_;
+  ParamLayout layout_;
+  ReadOnlyFile file_;
+  std::vector<float> scratch_;
+};
+
+// A flag's number, or a one-line error naming the flag.
+Result<double> number_flag(const ParsedArgs& a, const std::string& flag, double fallback, double lo,
+                           double hi) {
+  if (!a.has(flag)) return fallback;
+  const std::string text = a.get(flag);
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= lo && v <= hi)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+    return invalid_argument("--" + flag + " must be a number in " + range + ", got '" + text + "'");
+  }
+  return v;
+}
+
+// --prompt-tokens "1 2 3": token ids; anything else is refused naming the flag.
+Result<std::vector<int32_t>> parse_token_list(const std::string& text) {
+  std::vector<int32_t> out;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    char* end = nullptr;
+    const long v = std::strtol(word.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > 65535) {
+      return invalid_argument("--prompt-tokens takes token ids separated by spaces, got '" + word +
+                              "'");
+    }
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+int cmd_sample(const std::vector<std::string>& args) {
+  auto parsed = parse_args(args,
+                           {{"checkpoint", true, false},
+                            {"prompt", true, false},
+                            {"prompt-tokens", true, false},
+                            {"tokens", true, false},
+                            {"temperature", true, false},
+                            {"top-k", true, false},
+                            {"seed", true, false},
+                            {"print-tokens", false, false}},
+                           "sample");
+  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+  const ParsedArgs& a = *parsed;
+  if (!a.has("checkpoint")) return fail("strata sample: --checkpoint DIR is required", 2);
+  if (a.has("prompt") && a.has("prompt-tokens")) {
+    return fail("--prompt and --prompt-tokens are exclusive: give the text or its token ids", 2);
+  }
+  SampleOptions o;
+  auto tokens = number_flag(a, "tokens", 64, 0, 1 << 20);
+  auto temperature = number_flag(a, "temperature", 1.0, 0, 100);
+  auto top_k = number_flag(a, "top-k", 0, 0, 65536);
+  auto seed = number_flag(a, "seed", 1337, 0, 9007199254740992.0);
+  for (const auto* r : {&tokens, &temperature, &top_k, &seed}) {
+    if (!r->ok()) return fail(r->status().message(), 2);
+  }
+  o.new_tokens = static_cast<int64_t>(*tokens);
+  o.temperature = *temperature;
+  o.top_k = static_cast<int64_t>(*top_k);
+  o.seed = static_cast<uint64_t>(*seed);
+
+  auto dir = resolve_checkpoint(a.get("checkpoint"));
+  if (!dir.ok()) return fail(dir.status().message(), 2);
+  auto plan = plan_hf_export(*dir);  // verifies model.safetensors against the manifest
+  if (!plan.ok()) return fail(plan.status().message(), 2);
+  std::vector<int32_t> prompt;
+  if (a.has("prompt-tokens")) {
+    auto ids = parse_token_list(a.get("prompt-tokens"));
+    if (!ids.ok()) return fail(ids.status().message(), 2);
+    prompt = *ids;
+  } else {
+    if (plan->model.vocab_size < 256) {
+      return fail(
+          "--prompt is byte-level text, which needs a vocabulary of 256 tokens; this "
+          "model has " +
+              std::to_string(plan->model.vocab_size) + " (use --prompt-tokens)",
+          2);
+    }
+    for (uint16_t t : byte_tokenize(a.has("prompt") ? a.get("prompt") : std::string("\n"))) {
+      prompt.push_back(t);
+    }
+  }
+  auto weights = CheckpointWeights::open(*plan);
+  if (!weights.ok()) return fail(weights.status().message(), 2);
+  auto dev = create_cpu_device();
+  auto out = generate(
+      *dev, plan->model, [&](int64_t slab, float* dst) { return weights->read(slab, dst); }, prompt,
+      o);
+  if (!out.ok()) {
+    const bool input = out.status().code() == ErrorCode::invalid_argument;
+    return fail(out.status().message(), input ? 2 : 1);
+  }
+  if (a.has("print-tokens")) {
+    for (size_t i = 0; i < out->size(); ++i) std::printf(i == 0 ? "%d" : " %d", (*out)[i]);
+    std::printf("\n");
+    return 0;
+  }
+  std::vector<uint16_t> ids(out->begin(), out->end());
+  const std::string text = byte_detokenize(ids.data(), static_cast<int64_t>(ids.size()));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,40 @@
+#!/usr/bin/python3
+"""Greedy continuation in PyTorch of a `strata export`, for tests/sample_torch.sh.
+
+usage: torch_sample.py EXPORTED.safetensors "PROMPT TOKEN IDS" N
+
+Prints the prompt followed by N greedy tokens, space-separated, as `strata sample
+--temperature 0 --print-tokens` does: each step runs the model on the last context_length
+tokens and appends the argmax of the last position's logits (the lowest index among equal
+maxima, as torch.argmax).
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_export_check as tec  # noqa: E402
+import torch_gpt2 as tg  # noqa: E402
+
+
+def main():
+    exported, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(2)
+    cfg = tec.config_from_hf(os.path.join(os.path.dirname(os.path.abspath(exported)),
+                                          "config.json"))
+    model = tg.GPT2(cfg)
+    tg.load_params(model, tec.load_export(exported, cfg))
+    tokens = [int(t) for t in prompt.split()]
+    with torch.no_grad():
+        for _ in range(n):
+            window = torch.tensor([tokens[-cfg.context_length:]], dtype=torch.long)
+            logits, _ = model(window)
+            tokens.append(int(torch.argmax(logits[0, -1])))
+    print(" ".join(str(t) for t in tokens))
+
+
+if __name__ == "__main__":
+    main()
