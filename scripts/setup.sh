@@ -15,6 +15,7 @@ packages=(
   clang-format                                   # style
   clang libclang-rt-14-dev libomp-14-dev         # ASan+UBSan and libFuzzer builds (test.sh)
   llvm                                           # llvm-symbolizer: sanitizer reports with lines
+  chromium                                       # renders the run report in a browser test
 )
 # (gcc's TSan runtime, libtsan2, comes with build-essential.)
 

@@ -172,6 +172,9 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
       {"peak_device_bytes", device.memory_stats().device_peak},
       {"peak_host_bytes", device.memory_stats().host_peak},
   };
+  if (device.memory_stats().device_budget > 0) {
+    line["device_budget_bytes"] = device.memory_stats().device_budget;
+  }
   if (val_loss) line["val_loss"] = *val_loss;
   for (const CheckpointReport& c : checkpoints) {  // finished at this boundary
     line["checkpoints"].push_back(
@@ -190,7 +193,7 @@ struct TrainRun {
   std::unique_ptr<DataLoader> val_loader;  // its batches, from the start at every evaluation
   std::optional<double> last_val_loss;     // for the summary line
   std::ofstream metrics;
-  std::string metrics_path, trace_path;
+  std::string metrics_path, trace_path, report_path;
   CheckpointOptions ckpt;
   std::unique_ptr<IoEngine> ckpt_engine;
   std::optional<CheckpointDirLock> ckpt_lock;  // held while training (Note [Checkpoint lineage])
@@ -265,6 +268,10 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
         "--trace needs an offloaded schedule (train.schedule horizontal or vertical)"};
   }
   run.trace_path = a.get("trace");
+  if (a.has("report") && !a.has("metrics")) {
+    return SetupError{"--report needs --metrics FILE: the report is drawn from the metrics"};
+  }
+  run.report_path = a.get("report");
 
   auto device = create_configured_device(c);
   if (!device.ok()) return SetupError{device.status().message(), exit_code_for(device.status())};
@@ -503,7 +510,7 @@ const std::vector<FlagSpec> kTrainFlags = {
     {"metrics", true, false},        {"trace", true, false}, {"save-every", true, false},
     {"checkpoint-dir", true, false}, {"keep", true, false},  {"resume", true, false},
     {"quiet", false, false},         {"auto", false, false}, {"profile", true, false},
-    {"save-sync", false, false}};
+    {"save-sync", false, false},     {"report", true, false}};
 
 }  // namespace
 
@@ -570,6 +577,13 @@ int cmd_train(const std::vector<std::string>& args) {
   if (!run.trace_path.empty()) {
     Status traced = write_trace(trainer, run.trace_path);
     if (!traced.ok()) return fail(traced.message(), 1);
+  }
+  if (!run.report_path.empty()) {
+    run.metrics.close();
+    Status reported = write_run_report(run.metrics_path, run.trace_path, run.report_path,
+                                       "Strata run: " + run.metrics_path);
+    if (!reported.ok()) return fail(reported.message(), 1);
+    log_info("report written to " + run.report_path);
   }
   progress.finish();
   const double total_s =

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
 namespace strata::cli {
 
 int cmd_train(const std::vector<std::string>& args);
@@ -14,6 +16,10 @@ int cmd_export(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
 int cmd_sample(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
+// The run report of a metrics file (and a trace, when `trace_path` is not empty) to `out`.
+Status write_run_report(const std::string& metrics_path, const std::string& trace_path,
+                        const std::string& out, const std::string& title);
 
 // Prints "strata: error: <message>" as one line and returns `code`.
 int fail(const std::string& message, int code);

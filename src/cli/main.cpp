@@ -13,7 +13,7 @@ const char* kUsage =
     "commands:\n"
     "  train     train a model (bare: a tiny byte-level GPT on a built-in corpus, ~1 minute)\n"
     "            --config FILE  --set key=value ...  --device cpu|cuda  --metrics FILE\n"
-    "            --trace FILE  --quiet\n"
+    "            --trace FILE  --report FILE.html (needs --metrics)  --quiet\n"
     "            --save-every N --checkpoint-dir DIR [--keep K] [--save-sync]  --resume DIR\n"
     "            --auto --profile HW.json (the planner picks schedule, B x M, placement, alpha)\n"
     "  prepare   turn a text file into byte-level tokens (llm.c .bin format)\n"
@@ -22,6 +22,8 @@ const char* kUsage =
     "            --dir DIR | --file PATH  --size 1G --block 1M --qd 32 --op read|write\n"
     "            --pattern seq|rand --engine auto|uring|posix --workers N --buffered\n"
     "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
+    "  report    a run's metrics (and trace) as one HTML page of charts\n"
+    "            METRICS.jsonl  --trace TRACE.json  --out report.html\n"
     "  sample    generate text from a checkpoint (blocks read from it one at a time)\n"
     "            --checkpoint DIR  --prompt TEXT | --prompt-tokens \"1 2 3\"  --tokens N\n"
     "            --temperature T (0: greedy)  --top-k K  --seed S  --print-tokens\n"
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   if (command == "bench-io") return strata::cli::cmd_bench_io(args);
   if (command == "export") return strata::cli::cmd_export(args);
   if (command == "sample") return strata::cli::cmd_sample(args);
+  if (command == "report") return strata::cli::cmd_report(args);
   if (command == "plan") return strata::cli::cmd_plan(args);
   if (command == "profile") return strata::cli::cmd_profile(args);
   return strata::cli::fail("unknown command '" + command + "' (try: strata help)", 2);

@@ -1,0 +1,57 @@
+// `strata report METRICS.jsonl [--trace TRACE.json] --out report.html`: the run report
+// (report/run_report.h), one self-contained HTML page.
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
+#include "core/log.h"
+#include "report/run_report.h"
+
+namespace strata::cli {
+
+Status write_run_report(const std::string& metrics_path, const std::string& trace_path,
+                        const std::string& out, const std::string& title) {
+  STRATA_ASSIGN_OR_RETURN(report::MetricsFile metrics, report::read_metrics_file(metrics_path));
+  nlohmann::json trace;
+  const bool has_trace = !trace_path.empty();
+  if (has_trace) {
+    STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(trace_path, "trace file"));
+    STRATA_ASSIGN_OR_RETURN(trace, parse_json(text, "trace file " + trace_path));
+  }
+  if (!metrics.warning.empty()) log_warn(metrics.warning);
+  return write_file_atomically(
+      out, report::render_report(metrics, has_trace ? &trace : nullptr, title), "report");
+}
+
+int cmd_report(const std::vector<std::string>& args) {
+  // The metrics file may come first, bare: strata report run.jsonl --out report.html
+  std::vector<std::string> flags = args;
+  std::string metrics;
+  if (!flags.empty() && flags.front().rfind("--", 0) != 0) {
+    metrics = flags.front();
+    flags.erase(flags.begin());
+  }
+  auto parsed = parse_args(
+      flags, {{"metrics", true, false}, {"trace", true, false}, {"out", true, false}}, "report");
+  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+  if (parsed->has("metrics")) {
+    if (!metrics.empty()) return fail("strata report: the metrics file is given twice", 2);
+    metrics = parsed->get("metrics");
+  }
+  if (metrics.empty() || !parsed->has("out")) {
+    return fail("strata report: METRICS.jsonl and --out FILE.html are both required", 2);
+  }
+  const std::string out = parsed->get("out");
+  Status st = write_run_report(metrics, parsed->get("trace"), out, "Strata run: " + metrics);
+  if (!st.ok()) {
+    return fail(st.message(),
+                st.code() == ErrorCode::io_error || st.code() == ErrorCode::no_space ? 1 : 2);
+  }
+  log_info("report written to " + out);
+  return 0;
+}
+
+}  // namespace strata::cli
