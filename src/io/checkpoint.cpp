@@ -19,6 +19,7 @@
 #include "core/config_bounds.h"
 #include "core/file_util.h"
 #include "core/json_util.h"
+#include "core/slow_progress.h"
 #include "io/checkpoint_lineage.h"
 #include "io/checkpoint_tensors.h"
 #include "io/crc32c.h"
@@ -412,7 +413,10 @@ Result<std::set<std::string>> verify_files(const std::string& dir,
   std::vector<uint8_t> chunk(static_cast<size_t>(std::min(options.chunk_bytes, largest)));
   if (options.stats != nullptr) options.stats->note_buffers(static_cast<int64_t>(chunk.size()));
   std::set<std::string> verified;
+  SlowProgress progress("verifying checkpoint " + dir, static_cast<int64_t>(files.size()),
+                        "files");
   for (const ManifestFile& f : files) {
+    progress.update(static_cast<int64_t>(verified.size()));
     if (!wanted(f.name)) continue;
     STRATA_RETURN_IF_ERROR(verify_file(dir, f, chunk, options));
     verified.insert(f.name);
@@ -565,7 +569,10 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
   ReadStats* reads = options.stats != nullptr ? &options.stats->reads : nullptr;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateFileReader> reader,
                           StateFileReader::open(dir, layout, manifest.version, reads));
+  SlowProgress progress("loading checkpoint " + dir, static_cast<int64_t>(layout.slabs.size()),
+                        "slabs");
   for (int64_t si = 0; si < static_cast<int64_t>(layout.slabs.size()); ++si) {
+    progress.update(si);
     STRATA_RETURN_IF_ERROR(write(si, [&](const SlabPiece& p) { return reader->fill(si, p); }));
   }
   if (options.stats != nullptr) options.stats->note_buffers(reader->buffer_bytes());

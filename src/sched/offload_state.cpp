@@ -8,6 +8,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
+#include "core/slow_progress.h"
 #include "model/init.h"
 #include "sched/offload_internal.h"
 #include "sched/slot_names.h"
@@ -104,7 +105,10 @@ Status OffloadTrainer::initialize_state() {
     std::memset(bf16_stage_.data(), 0, static_cast<size_t>(bf16_stage_.bytes()));
   }
   float* slab = idle_block_stage();  // (n)
+  SlowProgress progress("initializing the parameters and optimizer state", cfg_.model.n_layer,
+                        "blocks");
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    progress.update(l);
     std::memset(slab, 0, static_cast<size_t>(n * 4));
     init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
     STRATA_RETURN_IF_ERROR(write_block_params(l, slab));
