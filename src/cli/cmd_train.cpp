@@ -16,6 +16,7 @@
 #include "cli/progress.h"
 #include "cli/stop_signals.h"
 #include "core/config.h"
+#include "core/dtype.h"
 #include "core/file_util.h"
 #include "core/format.h"
 #include "core/log.h"
@@ -27,6 +28,7 @@
 #include "io/checkpoint_lineage.h"
 #include "io/configured_engine.h"
 #include "model/gpt.h"
+#include "model/sample.h"
 #include "plan/planner.h"
 #include "sched/executor.h"
 #include "sched/trainer.h"
@@ -423,6 +425,43 @@ Result<double> validate(TrainRun& run) {
   return run.trainer->evaluate(inputs.data(), targets.data(), n);
 }
 
+// train.sample_every: text from the weights after `done` steps (Note [Sampling]): the working
+// weights slab by slab (the master, rounded in bf16 mode: what the model computes with), from a
+// newline (token 0 for a vocabulary too small for bytes), temperature 1, seed train.seed.
+Result<std::string> sample_now(TrainRun& run) {
+  const TrainConfig& c = run.cfg;
+  const bool bytes = c.model.vocab_size >= 256;
+  SampleOptions o;
+  o.new_tokens = c.sample_tokens;
+  o.temperature = 1.0;
+  o.seed = static_cast<uint64_t>(c.seed);
+  auto weights = [&](int64_t slab, float* dst) {
+    STRATA_RETURN_IF_ERROR(run.trainer->read_slab_pieces(slab, [&](const SlabPiece& p) {
+      std::copy_n(p.master, p.count, dst + p.begin);
+      return Status();
+    }));
+    if (c.precision == Precision::bf16) {
+      round_to_bf16(dst, dst, run.trainer->layout().slabs[static_cast<size_t>(slab)].numel);
+    }
+    return Status();
+  };
+  STRATA_ASSIGN_OR_RETURN(std::vector<int32_t> out,
+                          generate(*run.device, c.model, weights, {bytes ? '\n' : 0}, o));
+  std::string text;
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (!bytes) {
+      text += (i > 1 ? " " : "") + std::to_string(out[i]);
+    } else if (out[i] >= 32 && out[i] < 127) {
+      text += static_cast<char>(out[i]);
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, out[i] == '\n' ? "\\n" : "\\x%02x", out[i]);
+      text += esc;
+    }
+  }
+  return text;
+}
+
 // After a step: a checkpoint written behind training collected once it is done (or waited for
 // when the next is due: back-pressure), the checkpoint when one is due (behind training unless it
 // is the last step's or --save-sync), then the step's metrics line.
@@ -437,6 +476,10 @@ Status after_step(TrainRun& run, const StepStats& st, double tokens_per_s, doubl
     std::snprintf(line, sizeof line, "step %lld: validation loss %.4f",
                   static_cast<long long>(done), v);
     progress.note(line);
+  }
+  if (run.cfg.sample_every > 0 && done % run.cfg.sample_every == 0) {
+    STRATA_ASSIGN_OR_RETURN(const std::string text, sample_now(run));
+    progress.note("step " + std::to_string(done) + " sample: " + text);
   }
   const bool due = checkpoint_due(run, done);
   std::vector<CheckpointReport> finished;  // checkpoints finished at this boundary

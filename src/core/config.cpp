@@ -350,6 +350,8 @@ Status parse_train(const json& full, TrainConfig& c) {
   c.log_every = t.at("log_every").get<int64_t>();
   c.eval_every = t.at("eval_every").get<int64_t>();
   c.eval_batches = t.at("eval_batches").get<int64_t>();
+  c.sample_every = t.at("sample_every").get<int64_t>();
+  c.sample_tokens = t.at("sample_tokens").get<int64_t>();
   STRATA_RETURN_IF_ERROR(check_positive("train.batch_size", c.batch_size));
   STRATA_RETURN_IF_ERROR(check_positive("train.seq_len", c.seq_len));
   STRATA_RETURN_IF_ERROR(check_positive("train.grad_accum", c.grad_accum));
@@ -357,6 +359,8 @@ Status parse_train(const json& full, TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(check_positive("train.log_every", c.log_every));
   STRATA_RETURN_IF_ERROR(check_non_negative("train.eval_every", c.eval_every));
   STRATA_RETURN_IF_ERROR(check_positive("train.eval_batches", c.eval_batches));
+  STRATA_RETURN_IF_ERROR(check_non_negative("train.sample_every", c.sample_every));
+  STRATA_RETURN_IF_ERROR(check_positive("train.sample_tokens", c.sample_tokens));
   if (c.seq_len > c.model.context_length) {
     return invalid_argument("train.seq_len " + std::to_string(c.seq_len) +
                             " exceeds model.context_length " +
@@ -518,6 +522,8 @@ json config_to_json(const TrainConfig& c) {
   t["log_every"] = c.log_every;
   t["eval_every"] = c.eval_every;
   t["eval_batches"] = c.eval_batches;
+  t["sample_every"] = c.sample_every;
+  t["sample_tokens"] = c.sample_tokens;
   t["schedule"] = enum_name(c.schedule);
   t["precision"] = enum_name(c.precision);
 

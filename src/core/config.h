@@ -10,7 +10,7 @@
 //   {"device": "cpu" | "cuda",
 //    "model": {vocab_size, context_length, n_layer, n_head, n_embd},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision,
-//              eval_every, eval_batches},
+//              eval_every, eval_batches, sample_every, sample_tokens},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
 //    "data":  {train, val, format},
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
@@ -122,6 +122,11 @@ struct TrainConfig {
   std::string data_val;
   int64_t eval_every = 0;
   int64_t eval_batches = 4;
+  // Every sample_every steps (0: never) `strata train` logs sample_tokens tokens generated from a
+  // newline by the current weights (Note [Sampling] in model/sample.h; temperature 1, seed
+  // train.seed, so runs are comparable).
+  int64_t sample_every = 0;
+  int64_t sample_tokens = 64;
   TokenFormat data_format = TokenFormat::auto_detect;  // "auto" | "llmc" | "raw_u16"
   Schedule schedule = Schedule::in_memory;             // "in_memory" | "horizontal" | "vertical"
   // "f32" (default: working weights are the f32 master) or "bf16" (working weights rounded to

@@ -122,6 +122,8 @@ Status check_step_bounds(const TrainConfig& c) {
   }
   STRATA_RETURN_IF_ERROR(check_in("train.steps", c.steps, 0, kMaxSteps));
   STRATA_RETURN_IF_ERROR(check_in("train.eval_every", c.eval_every, 0, kMaxSteps));
+  STRATA_RETURN_IF_ERROR(check_in("train.sample_every", c.sample_every, 0, kMaxSteps));
+  STRATA_RETURN_IF_ERROR(check_in("train.sample_tokens", c.sample_tokens, 1, kMaxSampleTokens));
   STRATA_RETURN_IF_ERROR(check_in("train.eval_batches", c.eval_batches, 1, kMaxEvalBatches));
   const auto eval_bytes = product({c.eval_batches, B, T, C, 4});
   if (!eval_bytes || *eval_bytes > kMaxStepActivationBytes) {

@@ -26,6 +26,7 @@
 //  - train.steps, optim.warmup_steps, train.eval_every <= 2^53: exact in the LR schedule's
 //    doubles; train.eval_batches <= 2^16: an evaluation keeps every batch's (B, T, C) residual
 //    between blocks (Trainer::evaluate), so its host memory grows with the count;
+//    train.sample_tokens <= 2^16 (each one a forward over the window);
 //  - io.queue_depth <= 4096 and io.workers <= 64 (the engines' limits, io/block_engine.cpp; they
 //    are ints there), io.block_size and io.stripe_unit <= 1 GiB (a block fits an io_uring
 //    length), io.dirs at most 256 entries.
@@ -50,6 +51,7 @@ inline constexpr int64_t kMaxStepActivationBytes = int64_t{1} << 60;
 inline constexpr int64_t kMaxPlanBlockMicroBatches = int64_t{1} << 18;
 inline constexpr int64_t kMaxSteps = int64_t{1} << 53;
 inline constexpr int64_t kMaxEvalBatches = int64_t{1} << 16;
+inline constexpr int64_t kMaxSampleTokens = int64_t{1} << 16;
 inline constexpr int64_t kMaxIoQueueDepth = 4096;
 inline constexpr int64_t kMaxIoWorkers = 64;
 inline constexpr int64_t kMaxIoBlockBytes = int64_t{1} << 30;
