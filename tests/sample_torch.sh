@@ -4,6 +4,7 @@
 #  - Greedy (temperature 0) equals a PyTorch greedy loop on the exported weights token for token
 #    (tools/torch_sample.py), past the context length, so the sliding window is exercised too.
 #  - The same seed gives the same text; another seed other text; top-k 1 is greedy.
+#  - A model larger than the few blocks it holds samples in the memory of a few blocks.
 #  - Bad input exits 2 with one line: a missing checkpoint, a prompt token outside the
 #    vocabulary, a negative temperature.
 set -euo pipefail
@@ -36,6 +37,26 @@ c=$(sample --temperature 0.9 --top-k 40 --seed 8)
 [ "$(sample --top-k 1 --seed 5 --print-tokens)" = "$(sample --temperature 0 --print-tokens)" ] ||
   fail "top-k 1 is not greedy"
 echo "ok   seeded: the same seed repeats its text, another seed does not, top-k 1 is greedy"
+
+# Memory: a model of 8 blocks of 512 channels (25M parameters, 101 MB of weights) samples with
+# a peak RSS above the tiny model's by less than five of its blocks (12.6 MB each; the model is 8): blocks are
+# read one at a time, never the model.
+"$STRATA_BIN" train --set model.n_layer=8 --set model.n_embd=512 --set model.n_head=8 \
+  --set model.context_length=64 --set train.seq_len=64 --set train.batch_size=2 \
+  --set train.steps=1 --save-every 1 --checkpoint-dir "$work/big" --quiet 2>/dev/null
+/usr/bin/python3 - "$STRATA_BIN" "$work/ckpt" "$work/big" <<'PY' || fail "sampling held more than a few blocks"
+import resource, subprocess, sys
+def peak_mb(ckpt):
+    # ru_maxrss of the children is the largest so far, so the small run goes first.
+    subprocess.run([sys.argv[1], "sample", "--checkpoint", ckpt, "--tokens", "8",
+                    "--temperature", "0"], check=True, stdout=subprocess.DEVNULL)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+small, big = peak_mb(sys.argv[2]), peak_mb(sys.argv[3])
+block_mb = 12 * 512 * 512 * 4 / 2**20
+print(f"ok   memory: peak RSS {big:.1f} MB sampling 101 MB of weights, {small:.1f} MB for the "
+      f"tiny model; {big - small:.1f} MB more, the bound {5 * block_mb:.1f} MB (5 blocks)")
+sys.exit(0 if big - small < 5 * block_mb else 1)
+PY
 
 expect_refused() {  # NAME PATTERN ARGS...
   local name=$1 pattern=$2 err status=0
