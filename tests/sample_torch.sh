@@ -39,7 +39,7 @@ c=$(sample --temperature 0.9 --top-k 40 --seed 8)
 echo "ok   seeded: the same seed repeats its text, another seed does not, top-k 1 is greedy"
 
 # Memory: a model of 8 blocks of 512 channels (25M parameters, 101 MB of weights) samples with
-# a peak RSS above the tiny model's by less than five of its blocks (12.6 MB each; the model is 8): blocks are
+# a peak RSS above the tiny model's by less than five of its blocks (12.6 MB each): blocks are
 # read one at a time, never the model.
 "$STRATA_BIN" train --set model.n_layer=8 --set model.n_embd=512 --set model.n_head=8 \
   --set model.context_length=64 --set train.seq_len=64 --set train.batch_size=2 \
