@@ -32,8 +32,9 @@ TEST(Report, ChartsEscapeTextAndSayWhenThereIsNoData) {
 
 TEST(Report, AMetricsFileCutOffMidLineKeepsTheLinesBefore) {
   const std::string dir = test::make_temp_dir("report_metrics");
-  std::ofstream(dir + "/m.jsonl") << "{\"step\": 0, \"loss\": 5.5}\n\n{\"step\": 1, \"loss\": 5.0}\n"
-                                  << "{\"step\": 2, \"lo";
+  std::ofstream(dir + "/m.jsonl")
+      << "{\"step\": 0, \"loss\": 5.5}\n\n{\"step\": 1, \"loss\": 5.0}\n"
+      << "{\"step\": 2, \"lo";
   auto m = read_metrics_file(dir + "/m.jsonl");
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ(m->lines.size(), 2u);

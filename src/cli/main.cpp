@@ -27,7 +27,7 @@ const char* kUsage =
     "  sample    generate text from a checkpoint (blocks read from it one at a time)\n"
     "            --checkpoint DIR  --prompt TEXT | --prompt-tokens \"1 2 3\"  --tokens N\n"
     "            --temperature T (0: greedy)  --top-k K  --seed S  --print-tokens\n"
-  "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
+    "  export    write a checkpoint's weights as a Hugging Face GPT-2 model (+ config.json)\n"
     "            --checkpoint DIR (a step-* directory, or a root: its newest)\n"
     "            --out FILE.safetensors | DIR/ (DIR/model.safetensors)  [--shard-size 2GB]:\n"
     "            weights over the shard size go to BASE-00001-of-0000N.safetensors ... and\n"

@@ -413,8 +413,7 @@ Result<std::set<std::string>> verify_files(const std::string& dir,
   std::vector<uint8_t> chunk(static_cast<size_t>(std::min(options.chunk_bytes, largest)));
   if (options.stats != nullptr) options.stats->note_buffers(static_cast<int64_t>(chunk.size()));
   std::set<std::string> verified;
-  SlowProgress progress("verifying checkpoint " + dir, static_cast<int64_t>(files.size()),
-                        "files");
+  SlowProgress progress("verifying checkpoint " + dir, static_cast<int64_t>(files.size()), "files");
   for (const ManifestFile& f : files) {
     progress.update(static_cast<int64_t>(verified.size()));
     if (!wanted(f.name)) continue;
