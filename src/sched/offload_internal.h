@@ -24,6 +24,12 @@ struct OffloadTrainer::SlotMemory {
   int64_t bytes = 0;
   Buffer buf;         // device or host tier
   size_t extent = 0;  // storage tier: the store's extent
+  // Training state the slot holds (Note [Asynchronous checkpoints]): the slabs whose master and
+  // moments live in it (a block's optimizer part, or the embed group's state for the embedding
+  // and final slabs; none for other slots), and whether it is a block's part 1, which the
+  // vertical schedule's pending steps write.
+  std::vector<int64_t> state_slabs;
+  bool part1 = false;
 };
 
 struct OffloadTrainer::BoundPlan {

@@ -10,23 +10,13 @@ namespace strata {
 
 namespace names = slot_names;
 
-OffloadTrainer::StateSlot OffloadTrainer::state_slot(const std::string& slot) const {
-  if (slot == names::kEmbedOptim) return {{layout_.embed_slab(), layout_.final_slab()}, false};
-  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-    for (int32_t part : {-1, 0, 1}) {
-      if (slot == names::optim_store(l, part)) return {{layout_.block_slab(l)}, part == 1};
-    }
-  }
-  return {};
-}
-
 Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   if (snapshot_ && !snapshot_->finished()) {
     return internal_error("a snapshot was begun while the last one is still being captured");
   }
   bool on_storage = false;
   for (const auto& [name, memory] : memory_) {
-    if (state_slot(name).slabs.empty()) continue;
+    if (memory->state_slabs.empty()) continue;
     if (memory->tier == Tier::device) {
       return unavailable("optimizer state '" + name +
                          "' is on the device: its checkpoints are saved at a standstill");
@@ -44,9 +34,9 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   for (const Task& t : next.plan.tasks) {
     for (const SlotUse& u : t.uses) {
       if (!u.write) continue;
-      const StateSlot ss = state_slot(next.slots[static_cast<size_t>(u.slot)]->name);
-      if (pending_ && ss.part1) continue;
-      for (int64_t slab : ss.slabs) {
+      const SlotMemory& m = *next.slots[static_cast<size_t>(u.slot)];
+      if (pending_ && m.part1) continue;
+      for (int64_t slab : m.state_slabs) {
         if (std::find(order.begin(), order.end(), slab) == order.end()) order.push_back(slab);
       }
     }
@@ -78,9 +68,9 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
     std::vector<int64_t> finishes, waits;  // slabs this task makes ready / must wait for
     for (const SlotUse& u : bp.plan.tasks[i].uses) {
       if (!u.write) continue;
-      const StateSlot ss = state_slot(bp.slots[static_cast<size_t>(u.slot)]->name);
-      const bool pending_write = snapshot_pending_writes_ && ss.part1;
-      for (int64_t slab : ss.slabs) {
+      const SlotMemory& m = *bp.slots[static_cast<size_t>(u.slot)];
+      const bool pending_write = snapshot_pending_writes_ && m.part1;
+      for (int64_t slab : m.state_slabs) {
         (pending_write ? finishes : waits).push_back(slab);
         if (pending_write) pending_writes[static_cast<size_t>(slab)]++;
       }

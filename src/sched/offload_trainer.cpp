@@ -307,6 +307,16 @@ Status OffloadTrainer::allocate_slots() {
     }
   }
 
+  // The slots holding training state, for snapshots (Note [Asynchronous checkpoints]).
+  memory_.at(names::kEmbedOptim)->state_slabs = {layout_.embed_slab(), layout_.final_slab()};
+  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    for (const auto& [name, part] : optim_parts(l)) {
+      SlotMemory& m = *memory_.at(name);
+      m.state_slabs = {layout_.block_slab(l)};
+      m.part1 = part == 1;
+    }
+  }
+
   // The compute workspace is a slot too, so the device budget covers it.
   SlotMemory& ws = *memory_.at(names::kWorkspace);
   FloatCarver carver(ws.buf.f32());
