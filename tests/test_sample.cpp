@@ -47,13 +47,19 @@ TEST(PickToken, TopKKeepsTheLargestAndASeedFixesTheDraw) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_token(logits.data(), 6, o, c), 0);
 }
 
-TEST(Generate, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
+// A GPT of 2 blocks, 32 channels, an 8-token context and a 64-token vocabulary.
+ModelConfig tiny_model() {
   ModelConfig m;
   m.vocab_size = 64;
   m.context_length = 8;
   m.n_layer = 2;
   m.n_head = 2;
   m.n_embd = 32;
+  return m;
+}
+
+TEST(Generate, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
+  const ModelConfig m = tiny_model();
   const ParamLayout layout = make_param_layout(m);
   std::vector<float> params(static_cast<size_t>(layout.total_elems));
   init_gpt2_params(layout, params.data(), 11);
@@ -91,15 +97,9 @@ TEST(Generate, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
 }
 
 TEST(Generate, RefusesAPromptOutsideTheVocabulary) {
-  ModelConfig m;
-  m.vocab_size = 16;
-  m.context_length = 8;
-  m.n_layer = 1;
-  m.n_head = 1;
-  m.n_embd = 8;
   auto dev = create_cpu_device();
-  auto out = generate(*dev, m, [](int64_t, float*) { return Status(); }, {3, 16}, {});
-  test::expect_error(out.status(), ErrorCode::invalid_argument, {"16", "vocabulary"});
+  auto out = generate(*dev, tiny_model(), [](int64_t, float*) { return Status(); }, {3, 64}, {});
+  test::expect_error(out.status(), ErrorCode::invalid_argument, {"64", "vocabulary"});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `strata sample`: text from a checkpoint's weights (Note [Sampling] in model/sample.h). The
 // checkpoint is verified first; its master weights are read tensor by tensor from
 // model.safetensors as each slab is needed, so a model larger than memory samples too.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -13,8 +14,8 @@
 #include "core/file_util.h"
 #include "data/byte_tokenizer.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_tensors.h"
 #include "io/hf_export.h"
-#include "model/hf_names.h"
 #include "model/layout.h"
 #include "model/sample.h"
 
@@ -36,15 +37,9 @@ class CheckpointWeights {
     std::fill_n(dst, s.numel, 0.0f);
     for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
       const ParamTensor& t = layout_.tensors[static_cast<size_t>(i)];
-      const StEntry& entry = plan_.tensors[static_cast<size_t>(i)];
-      float* out = dst + (t.offset - s.offset);  // (numel) Strata layout
-      if (!hf_tensor(layout_, i).transposed) {
-        STRATA_RETURN_IF_ERROR(file_.read_at(out, entry.bytes, entry.offset));
-        continue;
-      }
-      scratch_.resize(static_cast<size_t>(t.numel()));  // (numel) HF layout
-      STRATA_RETURN_IF_ERROR(file_.read_at(scratch_.data(), entry.bytes, entry.offset));
-      from_hf_layout(t, scratch_.data(), out);
+      scratch_.resize(std::max(scratch_.size(), static_cast<size_t>(t.numel())));  // (numel)
+      STRATA_RETURN_IF_ERROR(read_hf_tensor(file_, plan_.tensors[static_cast<size_t>(i)], layout_,
+                                            i, dst + (t.offset - s.offset), scratch_.data()));
     }
     return Status();
   }

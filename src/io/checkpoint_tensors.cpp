@@ -145,6 +145,14 @@ Status StateFileWriter::append_tensor_range(StateStream k, int64_t i, const floa
 
 // ---- Reading ------------------------------------------------------------------------------------
 
+Status read_hf_tensor(const ReadOnlyFile& file, const StEntry& entry, const ParamLayout& layout,
+                      int64_t tensor, float* dst, float* scratch) {
+  if (!hf_tensor(layout, tensor).transposed) return file.read_at(dst, entry.bytes, entry.offset);
+  STRATA_RETURN_IF_ERROR(file.read_at(scratch, entry.bytes, entry.offset));
+  from_hf_layout(layout.tensors[static_cast<size_t>(tensor)], scratch, dst);
+  return Status();
+}
+
 Result<std::unique_ptr<StateFileReader>> StateFileReader::open(const std::string& dir,
                                                                const ParamLayout& layout,
                                                                int version, ReadStats* stats) {
@@ -204,12 +212,10 @@ Status StateFileReader::read_tensor_range(StateStream k, int64_t i, float* dst, 
   const auto [fi, entry] = entries_[static_cast<size_t>(k)][static_cast<size_t>(i)];
   const ReadOnlyFile& file = files_[fi]->file;
   const ParamTensor& t = layout_.tensors[static_cast<size_t>(i)];
-  if (!hf_tensor(layout_, i).transposed)
+  if (lo == 0 && hi == t.numel())
+    return read_hf_tensor(file, *entry, layout_, i, dst, staged_.data());
+  if (!hf_tensor(layout_, i).transposed) {
     return file.read_at(dst, (hi - lo) * 4, entry->offset + lo * 4);
-  if (lo == 0 && hi == t.numel()) {
-    STRATA_RETURN_IF_ERROR(file.read_at(staged_.data(), entry->bytes, entry->offset));
-    from_hf_layout(t, staged_.data(), dst);
-    return Status();
   }
   // A piece cuts this Conv1D weight: convert it once, keep it for the pieces that follow.
   std::vector<float>& conv = converted_[static_cast<size_t>(k)];
@@ -221,8 +227,7 @@ Status StateFileReader::read_tensor_range(StateStream k, int64_t i, float* dst, 
       for (const auto& c : converted_) bytes += static_cast<int64_t>(c.size());
       buffer_bytes_ = std::max(buffer_bytes_, bytes * 4);
     }
-    STRATA_RETURN_IF_ERROR(file.read_at(staged_.data(), entry->bytes, entry->offset));
-    from_hf_layout(t, staged_.data(), conv.data());
+    STRATA_RETURN_IF_ERROR(read_hf_tensor(file, *entry, layout_, i, conv.data(), staged_.data()));
     held = i;
   }
   std::memcpy(dst, conv.data() + lo, static_cast<size_t>((hi - lo) * 4));

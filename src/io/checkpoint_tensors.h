@@ -97,6 +97,13 @@ class StateFileReader {
   int64_t buffer_bytes_ = 0;
 };
 
+// Tensor `tensor` of `layout` into dst ((numel) f32, Strata's layout) from its entry in a file
+// that holds it in Hugging Face's layout: read straight in, or, for a Conv1D weight (HF holds it
+// transposed), read into `scratch` ((numel) f32) and converted. The checkpoint reader and
+// `strata sample` read tensors through it.
+Status read_hf_tensor(const ReadOnlyFile& file, const StEntry& entry, const ParamLayout& layout,
+                      int64_t tensor, float* dst, float* scratch);
+
 // The file names of the three streams, in StateStream order, for a checkpoint of `version`.
 std::array<std::string, kStateStreamCount> state_file_names(int version);
 

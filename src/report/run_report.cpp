@@ -86,16 +86,7 @@ std::vector<LineChart> charts(const MetricsFile& m) {
   std::vector<Series> busy = {over_steps(m, "step time", {"iter_s"}),
                               over_steps(m, "roofline", {"roofline_s"})};
   for (const std::string& r : resources(m)) {
-    Series s{r + " busy", {}, false};
-    for (const json& line : m.lines) {
-      const double step = field(line, {"step"});
-      const double v = line.contains("busy_s") && line["busy_s"].is_object() &&
-                               line["busy_s"].contains(r) && line["busy_s"][r].is_number()
-                           ? line["busy_s"][r].get<double>()
-                           : NAN;
-      if (std::isfinite(step) && std::isfinite(v)) s.points.emplace_back(step + 1, v);
-    }
-    busy.push_back(std::move(s));
+    busy.push_back(over_steps(m, r + " busy", {"busy_s", r.c_str()}));
   }
   out.push_back({"busy", "Busy time per resource against the roofline", "step", "seconds per step",
                  non_empty(std::move(busy))});

@@ -152,6 +152,19 @@ Status OffloadTrainer::do_block_forward(const BoundPlan& bp, const Task& t) {
   return Status::ok_status();
 }
 
+void OffloadTrainer::head_forward(const float* x, float* embed, const int32_t* targets) {
+  Stream& s = *compute_;
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len, C = cfg_.model.n_embd,
+                V = cfg_.model.vocab_size;
+  const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
+  const EmbedView e = embed_slab_view(layout_, embed);
+  const FinalView fin = final_slab_view(layout_, embed + ne);
+  // As gpt_forward's head (the same ops in the same order).
+  dev_.layernorm_forward(s, ws_.lnf, ws_.lnf_mean, ws_.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);
+  dev_.matmul(s, ws_.logits, ws_.lnf, e.wte, nullptr, BT, V, C, false, true, false);
+  dev_.softmax_cross_entropy_forward(s, ws_.losses, ws_.probs, ws_.logits, targets, BT, V);
+}
+
 Status OffloadTrainer::do_head_loss(const BoundPlan& bp, const Task& t) {
   Stream& s = *compute_;
   const int64_t BT = cfg_.batch_size * cfg_.seq_len, C = cfg_.model.n_embd,
@@ -166,10 +179,8 @@ Status OffloadTrainer::do_head_loss(const BoundPlan& bp, const Task& t) {
   const EmbedView e = embed_slab_view(layout_, embed), ge = embed_slab_view(layout_, gembed);
   const FinalView fin = final_slab_view(layout_, embed + ne),
                   gfin = final_slab_view(layout_, gembed + ne);
-  // As gpt_forward's head, then gpt_backward's (the same ops in the same order).
-  dev_.layernorm_forward(s, ws_.lnf, ws_.lnf_mean, ws_.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);
-  dev_.matmul(s, ws_.logits, ws_.lnf, e.wte, nullptr, BT, V, C, false, true, false);
-  dev_.softmax_cross_entropy_forward(s, ws_.losses, ws_.probs, ws_.logits, tgt, BT, V);
+  // The forward head, then gpt_backward's (the same ops in the same order).
+  head_forward(x, embed, tgt);
   dev_.copy(s, losses + t.micro_batch * BT, ws_.losses, BT * f);
   dev_.fill_zero(s, ws_.dlogits, BT * V * f);
   dev_.softmax_cross_entropy_backward(s, ws_.dlogits, ws_.probs, tgt, dloss_, BT, V);

@@ -15,8 +15,7 @@ Result<double> OffloadTrainer::evaluate(const int32_t* inputs, const int32_t* ta
                                         int64_t batches) {
   STRATA_RETURN_IF_ERROR(finish());  // the weights after the last step
   Stream& s = *compute_;
-  const int64_t B = cfg_.batch_size, T = cfg_.seq_len, BT = B * T, C = cfg_.model.n_embd,
-                V = cfg_.model.vocab_size;
+  const int64_t B = cfg_.batch_size, T = cfg_.seq_len, BT = B * T, C = cfg_.model.n_embd;
   // Device: the embed group's params; one block's f32 weights (the first params buffer, or in
   // bf16 mode the workspace's widened scratch); the block's input and output in the workspace's
   // backward buffers (idle in a forward); the tokens slot; the head's buffers.
@@ -49,16 +48,12 @@ Result<double> OffloadTrainer::evaluate(const int32_t* inputs, const int32_t* ta
     }
   }
   // The head, as a training step's (do_head_loss), forward only.
-  const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
-  const FinalView fin = final_slab_view(layout_, embed + ne);
   std::vector<float> losses(static_cast<size_t>(BT));  // (B, T)
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     dev_.copy(s, x, residual.data() + b * BT * C, BT * C * 4);
     dev_.copy(s, tokens + BT, targets + b * BT, BT * 4);
-    dev_.layernorm_forward(s, ws_.lnf, ws_.lnf_mean, ws_.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);
-    dev_.matmul(s, ws_.logits, ws_.lnf, e.wte, nullptr, BT, V, C, false, true, false);
-    dev_.softmax_cross_entropy_forward(s, ws_.losses, ws_.probs, ws_.logits, tokens + BT, BT, V);
+    head_forward(x, embed, tokens + BT);
     dev_.copy(s, losses.data(), ws_.losses, BT * 4);
     s.synchronize();
     double sum = 0;  // in position order, as a training step's loss

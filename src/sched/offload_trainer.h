@@ -132,6 +132,10 @@ class OffloadTrainer final : public Trainer {
   Status do_embed_forward(const BoundPlan& bp, const Task& t);
   Status do_block_forward(const BoundPlan& bp, const Task& t);
   Status do_head_loss(const BoundPlan& bp, const Task& t);
+  // The head's forward on the compute stream: final LayerNorm of x ((B, T, C), device), logits
+  // through the tied wte of `embed` (the embed group's params), per-position losses against
+  // `targets` ((B, T) device int32) into ws_.losses. Training's head and validation share it.
+  void head_forward(const float* x, float* embed, const int32_t* targets);
   Status do_block_backward(const BoundPlan& bp, const Task& t);
   Status do_embed_backward(const BoundPlan& bp, const Task& t);
   Status do_grad_accumulate(const BoundPlan& bp, const Task& t);
@@ -193,14 +197,6 @@ class OffloadTrainer final : public Trainer {
   // The actions of `bp` with the snapshot's gate around the tasks that write a slab's state
   // (Note [Asynchronous checkpoints]); bp.actions when no snapshot is being captured.
   std::vector<TaskAction> gated_actions(const BoundPlan& bp);
-  // The slabs whose state a slot holds (a block's optimizer part, or the embed group's state
-  // for the embedding and final slabs; none for other slots), and whether it is a part-1 slot
-  // (the vertical schedule's pending steps write those).
-  struct StateSlot {
-    std::vector<int64_t> slabs;
-    bool part1 = false;
-  };
-  StateSlot state_slot(const std::string& slot) const;
   // The store's files, "dir/strata.store" (or a later instance's name) per directory; none
   // without a store.
   std::vector<std::string> store_files() const;
