@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -471,6 +472,23 @@ TEST_P(TensorStoreTest, SecondStoreTakesTheNextFreeName) {
   auto fourth = TensorStore::create(*engine_, o, {{"a", 64 * kKiB}});
   ASSERT_TRUE(fourth.ok()) << fourth.status().to_string();
   EXPECT_EQ((*fourth)->file_name(), "strata.store");
+  for (size_t d = 0; d < 2; ++d) {  // the live second store's files are not stale
+    EXPECT_TRUE(std::filesystem::exists(o.dirs[d] + "/strata.1.store"));
+  }
+
+  // A killed run's later-instance files (here: files nobody holds) are removed by the next store
+  // that takes a name, once the first name is free again.
+  second->reset();
+  fourth->reset();
+  for (size_t d = 0; d < 2; ++d) {
+    std::ofstream(o.dirs[d] + "/strata.1.store") << "left by a killed run";
+  }
+  auto fifth = TensorStore::create(*engine_, o, {{"a", 64 * kKiB}});
+  ASSERT_TRUE(fifth.ok()) << fifth.status().to_string();
+  EXPECT_EQ((*fifth)->file_name(), "strata.store");
+  for (size_t d = 0; d < 2; ++d) {
+    EXPECT_FALSE(std::filesystem::exists(o.dirs[d] + "/strata.1.store")) << o.dirs[d];
+  }
 }
 
 TEST_P(TensorStoreTest, CreateRefusesBadOptions) {

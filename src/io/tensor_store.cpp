@@ -41,10 +41,41 @@ struct CreatedFiles {
 // there is none. The lock goes with the file descriptor, so a killed run releases it, and the
 // next run that finds the name free takes the file over (a stale file is reused, never leaked
 // one per crash). Only the holder removes its files, and it does so while still holding them.
+// A killed run that had taken a later name (the first was still held by a run that was exiting)
+// leaves that file, and with the first name free again no run would take it over: so a store
+// that takes a name also removes every other instance file that no live store holds, after
+// taking its lock (so it is the holder when it removes it). A store that locks a name checks that
+// the path still names the file it locked; when it does not (the file was just removed that
+// way), the name counts as busy.
 Result<bool> lock_exclusively(const IoFile& f) {
   if (::flock(f.fd, LOCK_EX | LOCK_NB) == 0) return true;
   if (errno == EWOULDBLOCK) return false;
   return io_error("storage file " + f.path + ": flock: " + std::strerror(errno));
+}
+
+// Whether `path` still names the file `f` has open (the same inode).
+bool names_file(const std::string& path, const IoFile& f) {
+  struct stat by_path {
+  }, by_fd{};
+  return ::stat(path.c_str(), &by_path) == 0 && ::fstat(f.fd, &by_fd) == 0 &&
+         by_path.st_dev == by_fd.st_dev && by_path.st_ino == by_fd.st_ino;
+}
+
+// Removes `name` in every directory where no live store holds it (Note [One run per store file]).
+// Best effort: a file that cannot be opened or locked is left as it is.
+void remove_stale_files(const std::vector<std::string>& dirs, const std::string& name) {
+  for (const std::string& dir : dirs) {
+    const std::string path = dir + "/" + name;
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    auto file = open_io_file(path, /*create=*/false, /*direct=*/false);
+    if (!file.ok()) continue;
+    auto locked = lock_exclusively(**file);
+    if (locked.ok() && *locked && names_file(path, **file)) {
+      ::unlink(path.c_str());
+      log_info("removed " + path + ", a store file left by a run that is gone");
+    }
+    close_io_file(**file);
+  }
 }
 
 // The k-th name a store may take in a directory (Note [One run per store file]): the configured
@@ -191,7 +222,12 @@ Result<std::unique_ptr<TensorStore>> TensorStore::create(IoEngine& engine,
     const std::string name = instance_file_name(options.file_name, k);
     bool busy = false;
     STRATA_RETURN_IF_ERROR(store->open_files(name, offset / su, &busy));
-    if (!busy) return store;
+    if (!busy) {
+      for (int32_t j = 0; j < instances; j++) {
+        if (j != k) remove_stale_files(options.dirs, instance_file_name(options.file_name, j));
+      }
+      return store;
+    }
   }
   return invalid_argument("storage file " + options.dirs.front() + "/" + options.file_name +
                           (instances > 1
@@ -222,7 +258,8 @@ Status TensorStore::open_files(const std::string& name, uint64_t stripes, bool* 
     }
     if (!existed) created.paths.push_back(path);
     STRATA_ASSIGN_OR_RETURN(const bool locked, lock_exclusively(**file));
-    if (!locked) {  // another live store's: leave it alone, and give back what we took
+    if (!locked || !names_file(path, **file)) {  // another live store's: leave it alone
+      std::erase(created.paths, path);  // whoever made the file now named so, it is not ours
       *busy = true;
       return Status::ok_status();
     }
