@@ -48,7 +48,7 @@ nlohmann::json bench_block(int reps) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t B = 1; B <= 4; B++) {
     const int64_t T = 1024, C = m.n_embd;
-    const BlockDims d = block_dims(*dev, B, T, C, m.n_head);
+    const BlockDims d = block_dims(*dev, m, B, T);
     Buffer params = dev->alloc(layout.total_elems * 4).value();
     Buffer grads = dev->alloc(layout.total_elems * 4).value();
     Buffer acts = dev->alloc(block_acts_floats(d) * 4).value();
@@ -57,7 +57,7 @@ nlohmann::json bench_block(int reps) {
     Buffer y = dev->alloc(B * T * C * 4).value();   // (B, T, C) block output
     Buffer dy = dev->alloc(B * T * C * 4).value();  // (B, T, C) output gradient
     Buffer dx = dev->alloc(B * T * C * 4).value();  // (B, T, C) input gradient
-    init_gpt2_slab(layout, layout.block_slab(0), params.f32() + slab.offset, 1);
+    init_param_slab(layout, layout.block_slab(0), params.f32() + slab.offset, 1);
     fill_normal(x.f32(), B * T * C, 2, 1.0);
     fill_normal(dy.f32(), B * T * C, 3, 1e-3);
     const BlockView w = block_view(layout, params.f32(), 0);

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# CTest `parity_torch`: Strata's in-memory GPT-2 against PyTorch (tests/parity/parity_check.cpp).
-# With Debian's python3-torch present, the fixture is regenerated from the weights Strata writes
-# now; without it, the committed fixture is used; with neither, the test fails.
+# CTest `parity_torch` (GPT-2) and `parity_torch_llama` (argument "llama"): Strata's in-memory
+# model against PyTorch (tests/parity/parity_check.cpp). With Debian's python3-torch present, the
+# fixture is regenerated from the weights Strata writes now; without it, GPT-2 uses the committed
+# fixture (Llama has none); with neither, the test fails.
 set -euo pipefail
 : "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
+arch=${1:-gpt2}
 committed="$STRATA_SOURCE_DIR/tests/fixtures/parity_tiny.safetensors"
-work="$STRATA_BINARY_DIR/test_tmp/parity_torch"
+[ "$arch" = gpt2 ] || committed=/nonexistent
+work="$STRATA_BINARY_DIR/test_tmp/parity_torch_$arch"
 mkdir -p "$work"
 
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  "$STRATA_BINARY_DIR/tests/parity_make_input" "$work/input.safetensors"
+  llama_arg=()
+  [ "$arch" = llama ] && llama_arg=(llama)
+  "$STRATA_BINARY_DIR/tests/parity_make_input" "$work/input.safetensors" "${llama_arg[@]}"
   /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_parity.py" "$work/input.safetensors" \
     "$work/expected.safetensors"
   fixture="$work/expected.safetensors"

@@ -69,15 +69,15 @@ TEST(Layout, Gpt2SmallHasTheKnownParameterCount) {
 TEST(Init, DeterministicPerSlabAndGpt2Statistics) {
   const ParamLayout l = make_param_layout(tiny_model());
   std::vector<float> a(static_cast<size_t>(l.total_elems)), b(a.size());
-  init_gpt2_params(l, a.data(), 42);
-  init_gpt2_params(l, b.data(), 42);
+  init_params(l, a.data(), 42);
+  init_params(l, b.data(), 42);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
   // One slab alone gives the same bits as the whole model's init.
   const Slab& s = l.slabs[static_cast<size_t>(l.block_slab(1))];
   std::vector<float> slab(static_cast<size_t>(s.numel));
-  init_gpt2_slab(l, l.block_slab(1), slab.data(), 42);
+  init_param_slab(l, l.block_slab(1), slab.data(), 42);
   EXPECT_EQ(std::memcmp(slab.data(), a.data() + s.offset, slab.size() * 4), 0);
-  init_gpt2_params(l, b.data(), 43);
+  init_params(l, b.data(), 43);
   EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 
   const BlockView w = block_view(l, a.data(), 0);
@@ -86,7 +86,7 @@ TEST(Init, DeterministicPerSlabAndGpt2Statistics) {
   // std of a big matrix near 0.02; of a residual projection near 0.02/sqrt(2L)
   const ParamLayout big = make_param_layout(ModelConfig{256, 64, 8, 4, 256});
   std::vector<float> p(static_cast<size_t>(big.total_elems));
-  init_gpt2_params(big, p.data(), 1);
+  init_params(big, p.data(), 1);
   auto stddev = [&](const std::string& name) {
     const ParamTensor& t = big.tensors[static_cast<size_t>(big.find(name))];
     double s2 = 0;

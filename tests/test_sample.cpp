@@ -62,7 +62,7 @@ TEST(Generate, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
   const ModelConfig m = tiny_model();
   const ParamLayout layout = make_param_layout(m);
   std::vector<float> params(static_cast<size_t>(layout.total_elems));
-  init_gpt2_params(layout, params.data(), 11);
+  init_params(layout, params.data(), 11);
   std::vector<int64_t> asked;
   auto weights = [&](int64_t slab, float* dst) {
     asked.push_back(slab);
@@ -84,7 +84,7 @@ TEST(Generate, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
                                 out->begin() + static_cast<int64_t>(n));
     std::vector<int32_t> targets(window.size(), 0);
     std::vector<float> acts_mem(static_cast<size_t>(gpt_acts_floats(*dev, m, 1, T)));
-    const GptActs acts = gpt_acts_at(*dev, acts_mem.data(), m, 1, T);
+    const GptActs acts = gpt_acts_at(*dev, acts_mem.data(), m, 1, T, nullptr);
     auto s = dev->create_stream("ref");
     gpt_forward(*dev, *s, acts, layout, params.data(), window.data(), targets.data());
     s->synchronize();

@@ -3,8 +3,8 @@
 
 usage: torch_parity.py INPUT OUTPUT
 
-INPUT (safetensors) holds the config and hyperparameters as string metadata, every GPT-2
-parameter (F32, Strata's names), `tokens` (I32, (steps, B, T+1)), `adamw.param0` (F32, (n,)) and
+INPUT (safetensors) holds the config and hyperparameters as string metadata (metadata "arch"
+picks tools/torch_gpt2.py or tools/torch_llama.py), every parameter (F32, Strata's names), `tokens` (I32, (steps, B, T+1)), `adamw.param0` (F32, (n,)) and
 `adamw.grads` (F32, (K, n)). OUTPUT holds everything in INPUT, metadata "generator", and:
   expected.logits (B, T, V), expected.loss (1,)  step-0 batch, initial weights
   expected.grad.<param>                          gradient of that loss (before clipping)
@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt2 as tg  # noqa: E402
+import torch_llama as tl  # noqa: E402
 
 INT_KEYS = ["n_layer", "n_head", "n_embd", "vocab_size", "context_length", "B", "T", "steps",
             "warmup_steps"]
@@ -47,6 +48,36 @@ def parse_metadata(meta):
             value = int(value)
         out[key] = value
     return out
+
+
+class Arch:
+    """The model module of one architecture: how to make it and its parameter table."""
+
+    def __init__(self, make, param_shapes, load_params):
+        self.make, self.param_shapes, self.load_params = make, param_shapes, load_params
+
+
+def model_config(meta, h):
+    """The model config and its Arch from the metadata (arch absent: gpt2)."""
+    arch = meta.get("arch", "gpt2")
+    if arch == "gpt2":
+        cfg = tg.GPT2Config(vocab_size=h["vocab_size"], context_length=h["context_length"],
+                            n_layer=h["n_layer"], n_head=h["n_head"], n_embd=h["n_embd"])
+        return cfg, Arch(tg.GPT2, tg.param_shapes, tg.load_params)
+    if arch != "llama":
+        raise ValueError(f"metadata 'arch' = {arch!r} is not gpt2 or llama")
+    scaling = {}
+    if meta["rope_scaling"] == "llama3":
+        scaling = {"factor": float(meta["rope_factor"]),
+                   "low_freq_factor": float(meta["rope_low_freq_factor"]),
+                   "high_freq_factor": float(meta["rope_high_freq_factor"]),
+                   "original_context_length": int(meta["rope_original_context_length"])}
+    cfg = tl.LlamaConfig(vocab_size=h["vocab_size"], context_length=h["context_length"],
+                         n_layer=h["n_layer"], n_head=h["n_head"], n_embd=h["n_embd"],
+                         n_kv_head=int(meta["n_kv_head"]), ffn_hidden=int(meta["ffn_hidden"]),
+                         rope_theta=float(meta["rope_theta"]), norm_eps=float(meta["norm_eps"]),
+                         tie_embeddings=meta["tie_embeddings"] == "1", rope_scaling=scaling)
+    return cfg, Arch(tl.Llama, tl.param_shapes, tl.load_params)
 
 
 def shape_of(tensors, name):
@@ -147,17 +178,16 @@ def run(input_path, output_path):
     torch.set_num_threads(2)
     raw, meta = tg.read_safetensors(input_path)
     h = parse_metadata(meta)
-    cfg = tg.GPT2Config(vocab_size=h["vocab_size"], context_length=h["context_length"],
-                        n_layer=h["n_layer"], n_head=h["n_head"], n_embd=h["n_embd"])
+    cfg, arch = model_config(meta, h)
     B, T, steps = h["B"], h["T"], h["steps"]
     if B < 1 or steps < 1 or not 1 <= T <= cfg.context_length:
         raise ValueError(f"bad B={B}, T={T} or steps={steps} (context_length "
                          f"{cfg.context_length})")
 
-    model = tg.GPT2(cfg)
+    model = arch.make(cfg)
     params = {name: tensor(raw, name, torch.float32, shape)
-              for name, shape in tg.param_shapes(cfg)}
-    tg.load_params(model, params)
+              for name, shape in arch.param_shapes(cfg)}
+    arch.load_params(model, params)
     tokens = tensor(raw, "tokens", torch.int32, (steps, B, T + 1))
     if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
         raise ValueError(f"tokens outside [0, {cfg.vocab_size})")
@@ -172,15 +202,15 @@ def run(input_path, output_path):
     batch0 = tokens[0].long()
     logits, loss, grads = reference_step0(model, batch0[:, :T], batch0[:, 1:])
     losses = train_losses(model, tokens, T, h)
-    model_bf16 = tg.GPT2(cfg)  # from the same initial weights: train_losses changed `model`
-    tg.load_params(model_bf16, params)
+    model_bf16 = arch.make(cfg)  # from the same initial weights: train_losses changed `model`
+    arch.load_params(model_bf16, params)
     losses_bf16 = train_losses_bf16(model_bf16, tokens, T, h)
     adam_params = adamw_trajectory(param0, adam_grads, h)
 
     out = dict(raw)  # the input, byte for byte, so OUTPUT alone is a complete fixture
     out["expected.logits"] = logits
     out["expected.loss"] = loss
-    for name, _ in tg.param_shapes(cfg):
+    for name, _ in arch.param_shapes(cfg):
         out[f"expected.grad.{name}"] = grads[name]
     out["expected.losses"] = losses
     out["expected.bf16.losses"] = losses_bf16

@@ -317,27 +317,95 @@ Status read_enum(const json& full, const char* section, const char* key, E* out)
   return Status::ok_status();
 }
 
+// A GPT-2 model leaves every Llama field at its default: the first one that differs, named.
+Status check_gpt2_fields(const ModelConfig& m) {
+  const ModelConfig d;
+  auto differs = [](const char* field, const std::string& got) {
+    return invalid_argument(std::string("model.") + field + " " + got +
+                            " is a Llama setting: model.arch gpt2 needs its default");
+  };
+  if (m.n_kv_head != 0 && m.n_kv_head != m.n_head) {
+    return differs("n_kv_head", std::to_string(m.n_kv_head));
+  }
+  if (m.ffn_hidden != 0 && m.ffn_hidden != 4 * m.n_embd) {
+    return differs("ffn_hidden", std::to_string(m.ffn_hidden));
+  }
+  if (m.rope_scaling.type != RopeScalingKind::none) {
+    return differs("rope_scaling.type", enum_name(m.rope_scaling.type));
+  }
+  if (m.norm_eps != d.norm_eps) return differs("norm_eps", double_text(m.norm_eps));
+  if (!m.tie_embeddings) return differs("tie_embeddings", "false");
+  return Status::ok_status();
+}
+
+Status check_llama_fields(const ModelConfig& m) {
+  if (m.n_head % m.kv_heads() != 0) {
+    return invalid_argument("model.n_head " + std::to_string(m.n_head) +
+                            " is not a multiple of model.n_kv_head " +
+                            std::to_string(m.kv_heads()));
+  }
+  if (m.head_size() % 2 != 0) {
+    return invalid_argument("model.n_embd / model.n_head = " + std::to_string(m.head_size()) +
+                            " is odd: rotary embeddings rotate pairs");
+  }
+  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta)) {
+    return invalid_argument("model.rope_theta must be positive, got " + double_text(m.rope_theta));
+  }
+  if (!(m.norm_eps > 0 && m.norm_eps < 1)) {
+    return invalid_argument("model.norm_eps must be in (0, 1), got " + double_text(m.norm_eps));
+  }
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type == RopeScalingKind::llama3) {
+    if (!(r.factor >= 1) || !std::isfinite(r.factor)) {
+      return invalid_argument("model.rope_scaling.factor must be >= 1, got " +
+                              double_text(r.factor));
+    }
+    if (!(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor) ||
+        !std::isfinite(r.high_freq_factor)) {
+      return invalid_argument(
+          "model.rope_scaling needs 0 < low_freq_factor < high_freq_factor, "
+          "got " +
+          double_text(r.low_freq_factor) + " and " + double_text(r.high_freq_factor));
+    }
+    STRATA_RETURN_IF_ERROR(
+        check_positive("model.rope_scaling.original_context_length", r.original_context_length));
+  }
+  return Status::ok_status();
+}
+
 Status parse_model(const json& full, ModelConfig& m) {
   const json& j = full.at("model");
+  STRATA_RETURN_IF_ERROR(read_enum(full, "model", "arch", &m.arch));
   m.vocab_size = j.at("vocab_size").get<int64_t>();
   m.context_length = j.at("context_length").get<int64_t>();
   m.n_layer = j.at("n_layer").get<int64_t>();
   m.n_head = j.at("n_head").get<int64_t>();
   m.n_embd = j.at("n_embd").get<int64_t>();
+  m.n_kv_head = j.at("n_kv_head").get<int64_t>();
+  m.ffn_hidden = j.at("ffn_hidden").get<int64_t>();
+  m.rope_theta = j.at("rope_theta").get<double>();
+  m.norm_eps = j.at("norm_eps").get<double>();
+  m.tie_embeddings = j.at("tie_embeddings").get<bool>();
+  const json& r = j.at("rope_scaling");
+  STRATA_ASSIGN_OR_RETURN(
+      m.rope_scaling.type,
+      parse_enum<RopeScalingKind>("model.rope_scaling.type", r.at("type").get<std::string>()));
+  m.rope_scaling.factor = r.at("factor").get<double>();
+  m.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
+  m.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
+  m.rope_scaling.original_context_length = r.at("original_context_length").get<int64_t>();
   STRATA_RETURN_IF_ERROR(check_positive("model.vocab_size", m.vocab_size));
   STRATA_RETURN_IF_ERROR(check_positive("model.context_length", m.context_length));
   STRATA_RETURN_IF_ERROR(check_positive("model.n_layer", m.n_layer));
   STRATA_RETURN_IF_ERROR(check_positive("model.n_head", m.n_head));
   STRATA_RETURN_IF_ERROR(check_positive("model.n_embd", m.n_embd));
-  if (m.vocab_size > 65536) {
-    return invalid_argument("model.vocab_size " + std::to_string(m.vocab_size) +
-                            " exceeds 65536 (tokens are stored as uint16)");
-  }
+  STRATA_RETURN_IF_ERROR(check_non_negative("model.n_kv_head", m.n_kv_head));
+  STRATA_RETURN_IF_ERROR(check_non_negative("model.ffn_hidden", m.ffn_hidden));
   if (m.n_embd % m.n_head != 0) {
     return invalid_argument("model.n_embd " + std::to_string(m.n_embd) +
                             " is not divisible by model.n_head " + std::to_string(m.n_head));
   }
-  return Status::ok_status();
+  return m.arch == ModelArch::gpt2 ? check_gpt2_fields(m) : check_llama_fields(m);
 }
 
 Status parse_train(const json& full, TrainConfig& c) {
@@ -507,11 +575,23 @@ json config_to_json(const TrainConfig& c) {
   json j = json::object();
   j["device"] = enum_name(c.device);
   json& m = j["model"];
+  m["arch"] = enum_name(c.model.arch);
   m["vocab_size"] = c.model.vocab_size;
   m["context_length"] = c.model.context_length;
   m["n_layer"] = c.model.n_layer;
   m["n_head"] = c.model.n_head;
   m["n_embd"] = c.model.n_embd;
+  m["n_kv_head"] = c.model.n_kv_head;
+  m["ffn_hidden"] = c.model.ffn_hidden;
+  m["rope_theta"] = c.model.rope_theta;
+  json& r = m["rope_scaling"];
+  r["type"] = enum_name(c.model.rope_scaling.type);
+  r["factor"] = c.model.rope_scaling.factor;
+  r["low_freq_factor"] = c.model.rope_scaling.low_freq_factor;
+  r["high_freq_factor"] = c.model.rope_scaling.high_freq_factor;
+  r["original_context_length"] = c.model.rope_scaling.original_context_length;
+  m["norm_eps"] = c.model.norm_eps;
+  m["tie_embeddings"] = c.model.tie_embeddings;
 
   json& t = j["train"];
   t["batch_size"] = c.batch_size;
@@ -572,6 +652,31 @@ json config_to_json(const TrainConfig& c) {
   off["grads_on_host"] = c.offload.grads_on_host;
   off["embed_optim_on_host"] = c.offload.embed_optim_on_host;
   return j;
+}
+
+namespace {
+void first_difference(const json& a, const json& b, const std::string& prefix,
+                      std::optional<FieldDifference>& out) {
+  for (const auto& [k, va] : a.items()) {
+    if (out) return;
+    const std::string key = prefix + "." + k;
+    const json& vb = b.at(k);
+    if (va.is_object()) {
+      first_difference(va, vb, key, out);
+    } else if (va != vb) {
+      out = FieldDifference{key, va.dump(), vb.dump()};
+    }
+  }
+}
+}  // namespace
+
+std::optional<FieldDifference> model_difference(const ModelConfig& a, const ModelConfig& b) {
+  TrainConfig ca, cb;
+  ca.model = a;
+  cb.model = b;
+  std::optional<FieldDifference> out;
+  first_difference(config_to_json(ca).at("model"), config_to_json(cb).at("model"), "model", out);
+  return out;
 }
 
 }  // namespace strata

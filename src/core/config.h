@@ -8,7 +8,9 @@
 //
 // JSON layout:
 //   {"device": "cpu" | "cuda",
-//    "model": {vocab_size, context_length, n_layer, n_head, n_embd},
+//    "model": {arch, vocab_size, context_length, n_layer, n_head, n_embd, n_kv_head, ffn_hidden,
+//              rope_theta, rope_scaling {type, factor, low_freq_factor, high_freq_factor,
+//              original_context_length}, norm_eps, tie_embeddings},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision,
 //              eval_every, eval_batches, sample_every, sample_tokens},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,12 +34,37 @@
 
 namespace strata {
 
+// Llama 3's rotary frequency scaling (HF rope_scaling with rope_type "llama3"); the only
+// scaling Strata supports (model/rope.h).
+struct RopeScaling {
+  RopeScalingKind type = RopeScalingKind::none;
+  double factor = 8;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int64_t original_context_length = 8192;
+};
+
+// The model's shape. `arch` picks the block (Note [Llama blocks] in model/block.h); the fields
+// after n_embd are Llama's and a GPT-2 model must leave them at their defaults (parse_config
+// names the first one that is not).
 struct ModelConfig {
-  int64_t vocab_size = 256;  // tokens are uint16 on disk, so at most 65536
+  ModelArch arch = ModelArch::gpt2;
+  int64_t vocab_size = 256;
   int64_t context_length = 128;
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
+  int64_t n_kv_head = 0;   // key/value heads (grouped-query attention); 0: n_head
+  int64_t ffn_hidden = 0;  // the MLP's hidden width; 0: 4 * n_embd
+  double rope_theta = 10000;
+  RopeScaling rope_scaling;
+  double norm_eps = 1e-5;      // RMSNorm's epsilon (GPT-2's LayerNorm: 1e-5, fixed)
+  bool tie_embeddings = true;  // the LM head is the token embedding (GPT-2: always)
+
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
+  int64_t head_size() const { return n_embd / n_head; }
+  int64_t kv_width() const { return kv_heads() * head_size(); }  // the k (or v) row: NKV * hs
 };
 
 struct OptimConfig {
@@ -164,6 +192,13 @@ Status apply_set(nlohmann::json& base, const std::string& assignment);
 // [Config bounds] (core/config_bounds.h). Errors are invalid_argument and name the field and
 // value at fault.
 Result<TrainConfig> parse_config(const nlohmann::json& j);
+
+// The first field in which two models differ, as (key "model.n_embd", value in a, value in b),
+// the values as JSON text; nullopt when they are the same model.
+struct FieldDifference {
+  std::string key, a, b;
+};
+std::optional<FieldDifference> model_difference(const ModelConfig& a, const ModelConfig& b);
 
 // The inverse of parse_config: parse_config(config_to_json(c)) gives c back exactly.
 nlohmann::json config_to_json(const TrainConfig& c);

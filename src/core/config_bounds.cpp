@@ -1,6 +1,7 @@
 // Note [Config bounds] in config_bounds.h.
 #include "core/config_bounds.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -51,10 +52,13 @@ std::optional<int64_t> times(std::optional<int64_t> a, std::optional<int64_t> b)
 // At least the elements make_param_layout lays out: each tensor is padded to 16 elements and
 // each slab to 2048 (model/layout.h), so padding adds at most 16 per tensor and 2048 per slab.
 std::optional<int64_t> param_elems_bound(const ModelConfig& m) {
-  const int64_t C = m.n_embd;
+  // Written for the wider of the two blocks (GPT-2's has biases; Llama's may have a wider MLP and
+  // an untied head), so one bound covers both architectures.
+  const int64_t C = m.n_embd, F = std::max<int64_t>(m.ffn_hidden, 4 * C);
   const auto embed = sum({product({m.vocab_size + m.context_length, C}), 2 * 16 + 2048});
-  const auto block = sum({product({12, C, C}), product({13, C}), 12 * 16 + 2048});
-  const auto final_ = sum({product({2, C}), 2 * 16 + 2048});
+  const auto block = sum(
+      {product({4, C, C}), product({3, C, F}), product({9, C}), product({2, F}), 12 * 16 + 2048});
+  const auto final_ = sum({product({m.vocab_size + 2, C}), 3 * 16 + 2048});
   return sum({embed, times(block, m.n_layer), final_});
 }
 
@@ -74,6 +78,8 @@ Status check_model_bounds(const ModelConfig& m) {
   STRATA_RETURN_IF_ERROR(check_in("model.n_embd", m.n_embd, 1, kMaxEmbd));
   STRATA_RETURN_IF_ERROR(check_in("model.n_head", m.n_head, 1, m.n_embd));
   STRATA_RETURN_IF_ERROR(check_in("model.n_layer", m.n_layer, 1, kMaxLayers));
+  STRATA_RETURN_IF_ERROR(check_in("model.n_kv_head", m.n_kv_head, 0, m.n_head));
+  STRATA_RETURN_IF_ERROR(check_in("model.ffn_hidden", m.ffn_hidden, 0, kMaxFfnHidden));
   const int64_t C = m.n_embd;
   const auto elems = param_elems_bound(m);
   if (!elems || *elems > kMaxParameterElems) {

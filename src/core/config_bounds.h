@@ -41,9 +41,10 @@
 
 namespace strata {
 
-inline constexpr int64_t kMaxVocabSize = 65536;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 20;  // Llama 3: 128256; tokens are int32
 inline constexpr int64_t kMaxContextLength = int64_t{1} << 16;
 inline constexpr int64_t kMaxEmbd = int64_t{1} << 16;
+inline constexpr int64_t kMaxFfnHidden = int64_t{1} << 20;
 inline constexpr int64_t kMaxLayers = 4096;
 inline constexpr int64_t kMaxParameterElems = int64_t{1} << 40;
 inline constexpr int64_t kMaxTokensPerStep = int64_t{1} << 28;

@@ -1,6 +1,7 @@
 // The choices a config makes by name (train.schedule, train.precision, activations.policy,
-// activations.tier, io.engine, data.format, device), parsed once into enums: everything past
-// parse_config switches on the enum, and the name of each value is written here only (enum_names).
+// activations.tier, io.engine, data.format, device, model.arch, model.rope_scaling.type), parsed
+// once into enums: everything past parse_config switches on the enum, and the name of each value is
+// written here only (enum_names).
 #pragma once
 
 #include <array>
@@ -25,6 +26,8 @@ enum class ActsTier : uint8_t { storage, host };                  // activations
 enum class IoEngineKind : uint8_t { automatic, uring, posix };    // io.engine
 enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };  // data.format
 enum class DeviceKind : uint8_t { cpu, cuda };                    // device
+enum class ModelArch : uint8_t { gpt2, llama };                   // model.arch
+enum class RopeScalingKind : uint8_t { none, llama3 };            // model.rope_scaling.type
 
 // Each value with its config name.
 template <typename E, size_t N>
@@ -58,6 +61,13 @@ constexpr EnumNames<TokenFormat, 3> enum_names(TokenFormat) {
 }
 constexpr EnumNames<DeviceKind, 2> enum_names(DeviceKind) {
   return {{{DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
+}
+
+constexpr EnumNames<ModelArch, 2> enum_names(ModelArch) {
+  return {{{ModelArch::gpt2, "gpt2"}, {ModelArch::llama, "llama"}}};
+}
+constexpr EnumNames<RopeScalingKind, 2> enum_names(RopeScalingKind) {
+  return {{{RopeScalingKind::none, "none"}, {RopeScalingKind::llama3, "llama3"}}};
 }
 
 // The config's name of a value ("in_memory", "auto", "raw_u16", ...).

@@ -463,19 +463,9 @@ Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
   if (!saved.ok()) {
     return bad_format("checkpoint config " + path + ": " + saved.status().message());
   }
-  const ModelConfig &a = saved->model, &b = cfg.model;
-  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
-      {"vocab_size", {a.vocab_size, b.vocab_size}},
-      {"context_length", {a.context_length, b.context_length}},
-      {"n_layer", {a.n_layer, b.n_layer}},
-      {"n_head", {a.n_head, b.n_head}},
-      {"n_embd", {a.n_embd, b.n_embd}}};
-  for (const auto& [name, v] : fields) {
-    if (v.first != v.second) {
-      return invalid_argument("checkpoint " + dir + " has model." + name + " " +
-                              std::to_string(v.first) + ", the config asks for " +
-                              std::to_string(v.second));
-    }
+  if (auto d = model_difference(saved->model, cfg.model)) {
+    return invalid_argument("checkpoint " + dir + " has " + d->key + " " + d->a +
+                            ", the config asks for " + d->b);
   }
   return Status();
 }

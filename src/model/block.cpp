@@ -1,98 +1,115 @@
 #include "model/block.h"
 
+#include "core/check.h"
+#include "model/block_arch.h"
+
 namespace strata {
 
-BlockDims block_dims(const Device& dev, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  return BlockDims{
-      B, T, C, NH, dev.attention_saved_floats(B, T, NH), dev.attention_scratch_floats(B, T, NH)};
+BlockDims block_dims(const Device& dev, const ModelConfig& m, int64_t B, int64_t T,
+                     const float* rope) {
+  BlockDims d;
+  d.arch = m.arch;
+  d.B = B;
+  d.T = T;
+  d.C = m.n_embd;
+  d.NH = m.n_head;
+  d.NKV = m.kv_heads();
+  d.F = m.ffn();
+  d.qkv_width = m.n_embd + 2 * m.kv_width();
+  d.norm_eps = static_cast<float>(m.norm_eps);
+  d.rope = rope;
+  d.att_saved = dev.attention_saved_floats(B, T, m.n_head);
+  d.att_scratch = dev.attention_scratch_floats(B, T, m.n_head);
+  return d;
 }
 
-BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
+namespace {
+bool is_llama(const BlockDims& d) {
+  return d.arch == ModelArch::llama;
+}
+// The MLP's first matmul's output width: 4C (GPT-2, F = 4C), gate|up (Llama).
+int64_t fc_width(const BlockDims& d) {
+  return is_llama(d) ? 2 * d.F : d.F;
+}
+
+void carve_saved(FloatCarver& c, const BlockDims& d, BlockActs& a) {
   const int64_t BT = d.B * d.T, C = d.C;
-  BlockActs a;
   a.ln1 = c.take(BT * C);
-  a.ln1_mean = c.take(BT);
+  a.ln1_mean = is_llama(d) ? nullptr : c.take(BT);
   a.ln1_rstd = c.take(BT);
-  a.qkv = c.take(BT * 3 * C);
+  a.qkv = c.take(BT * d.qkv_width);
   a.atty = c.take(BT * C);
   a.att = c.take(d.att_saved);
   a.res2 = c.take(BT * C);
   a.ln2 = c.take(BT * C);
-  a.ln2_mean = c.take(BT);
+  a.ln2_mean = is_llama(d) ? nullptr : c.take(BT);
   a.ln2_rstd = c.take(BT);
-  a.fch = c.take(BT * 4 * C);
-  a.fch_gelu = c.take(BT * 4 * C);
+  a.fch = c.take(BT * fc_width(d));
+  a.fch_gelu = c.take(BT * d.F);
+}
+}  // namespace
+
+BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
+  const int64_t BT = d.B * d.T, C = d.C;
+  BlockActs a{};
+  carve_saved(c, d, a);
   a.attproj = c.take(BT * C);  // Note [Saved activations]: forward-only tensors last
   a.fcproj = c.take(BT * C);
+  a.qkv_pre = is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
+  a.qkv_rep = is_llama(d) ? c.take(BT * 3 * C) : nullptr;
   return a;
+}
+
+int64_t block_saved_floats(const BlockDims& d) {
+  FloatCarver counter(nullptr);
+  BlockActs a{};
+  carve_saved(counter, d, a);
+  return counter.used();
 }
 
 BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   const int64_t BT = d.B * d.T, C = d.C;
-  BlockGradScratch g;
+  BlockGradScratch g{};
   g.dres2 = c.take(BT * C);
   g.datty = c.take(BT * C);
   g.dqkv = c.take(BT * 3 * C);
   g.dln = c.take(BT * C);
-  g.dfch = c.take(BT * 4 * C);
-  g.dfch_gelu = c.take(BT * 4 * C);
+  g.dfch = c.take(BT * fc_width(d));
+  g.dfch_gelu = c.take(BT * d.F);
   g.datt = c.take(d.att_scratch);
+  g.qkv_rep = is_llama(d) ? c.take(BT * 3 * C) : nullptr;
+  g.dqkv_rot = is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
+  g.dqkv_pre = is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
   return g;
 }
 
 void block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
                    const BlockView& w, const BlockDims& d) {
-  const int64_t BT = d.B * d.T, C = d.C;
-  dev.layernorm_forward(s, a.ln1, a.ln1_mean, a.ln1_rstd, inp, w.ln1_w, w.ln1_b, BT, C);
-  dev.matmul(s, a.qkv, a.ln1, w.qkv_w, w.qkv_b, BT, 3 * C, C, false, true, false);
-  dev.attention_forward(s, a.atty, a.att, a.qkv, d.B, d.T, C, d.NH);
-  dev.matmul(s, a.attproj, a.atty, w.proj_w, w.proj_b, BT, C, C, false, true, false);
-  dev.add(s, a.res2, inp, a.attproj, BT * C);
-  dev.layernorm_forward(s, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2_w, w.ln2_b, BT, C);
-  dev.matmul(s, a.fch, a.ln2, w.fc_w, w.fc_b, BT, 4 * C, C, false, true, false);
-  dev.gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
-  dev.matmul(s, a.fcproj, a.fch_gelu, w.fcproj_w, w.fcproj_b, BT, C, 4 * C, false, true, false);
-  dev.add(s, out, a.res2, a.fcproj, BT * C);
-}
-
-// A linear layer y = x @ W^T + b, backward:  dx += dy @ W;  dW += dy^T @ x;  db += colsum(dy).
-static void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db,
-                            const float* dy, const float* x, const float* W, int64_t rows,
-                            int64_t in_features, int64_t out_features) {
-  dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, false, false, true);
-  dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows, true, false, true);
-  dev.bias_backward(s, db, dy, rows, out_features);
+  if (is_llama(d)) {
+    STRATA_CHECK_MSG(d.rope != nullptr, "a Llama block's forward needs the rope table");
+    llama_block_forward(dev, s, out, a, inp, w, d);
+  } else {
+    gpt2_block_forward(dev, s, out, a, inp, w, d);
+  }
 }
 
 void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
                     const BlockGradScratch& g, const float* dout, const float* inp,
                     const BlockActs& a, const BlockView& w, const BlockDims& d) {
-  const int64_t BT = d.B * d.T, C = d.C;
-  const int64_t f = static_cast<int64_t>(sizeof(float));
-  // The scratch is shared by all blocks: zero what this block accumulates into.
-  dev.fill_zero(s, g.dfch_gelu, BT * 4 * C * f);
-  dev.fill_zero(s, g.dfch, BT * 4 * C * f);
-  dev.fill_zero(s, g.dln, BT * C * f);
-  dev.fill_zero(s, g.datty, BT * C * f);
-  dev.fill_zero(s, g.dqkv, BT * 3 * C * f);
+  if (is_llama(d)) {
+    STRATA_CHECK_MSG(d.rope != nullptr, "a Llama block's backward needs the rope table");
+    llama_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d);
+  } else {
+    gpt2_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d);
+  }
+}
 
-  // out = res2 + fcproj: both see dout.
-  dev.copy(s, g.dres2, dout, BT * C * f);
-  linear_backward(dev, s, g.dfch_gelu, gw.fcproj_w, gw.fcproj_b, dout, a.fch_gelu, w.fcproj_w, BT,
-                  4 * C, C);
-  dev.gelu_backward(s, g.dfch, a.fch, g.dfch_gelu, BT * 4 * C);
-  linear_backward(dev, s, g.dln, gw.fc_w, gw.fc_b, g.dfch, a.ln2, w.fc_w, BT, C, 4 * C);
-  dev.layernorm_backward(s, g.dres2, gw.ln2_w, gw.ln2_b, g.dln, a.res2, w.ln2_w, a.ln2_mean,
-                         a.ln2_rstd, BT, C);
-
-  // res2 = inp + attproj: both see dres2.
-  dev.scaled_add(s, dinp, g.dres2, 1.0f, BT * C);
-  linear_backward(dev, s, g.datty, gw.proj_w, gw.proj_b, g.dres2, a.atty, w.proj_w, BT, C, C);
-  dev.attention_backward(s, g.dqkv, g.datt, g.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
-  dev.fill_zero(s, g.dln, BT * C * f);
-  linear_backward(dev, s, g.dln, gw.qkv_w, gw.qkv_b, g.dqkv, a.ln1, w.qkv_w, BT, C, 3 * C);
-  dev.layernorm_backward(s, dinp, gw.ln1_w, gw.ln1_b, g.dln, inp, w.ln1_w, a.ln1_mean, a.ln1_rstd,
-                         BT, C);
+void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db, const float* dy,
+                     const float* x, const float* W, int64_t rows, int64_t in_features,
+                     int64_t out_features) {
+  dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, false, false, true);
+  dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows, true, false, true);
+  if (db != nullptr) dev.bias_backward(s, db, dy, rows, out_features);
 }
 
 }  // namespace strata

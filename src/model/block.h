@@ -1,7 +1,26 @@
-// One GPT-2 transformer block (pre-LN), forward and backward, written against Device ops only:
-//   res2 = inp + attn_proj(attention(ln1(inp)))
-//   out  = res2 + mlp_proj(gelu(mlp_fc(ln2(res2))))
+// One transformer block, forward and backward, written against Device ops only. Two
+// architectures (model.arch), one interface:
+//   GPT-2 (pre-LN):  res2 = inp + attn_proj(attention(ln1(inp)))
+//                    out  = res2 + mlp_proj(gelu(mlp_fc(ln2(res2))))
+//   Llama:           res2 = inp + o(attention(rope(qkv(rmsnorm1(inp)))))
+//                    out  = res2 + down(silu(gate(rmsnorm2(res2))) * up(rmsnorm2(res2)))
 // Everything here is enqueued on one stream (Note [Asynchronous by contract]).
+//
+// Note [Llama blocks]
+// A Llama block reuses the GPT-2 block's structure and buffers by role (BlockView, BlockActs):
+//  - q|k|v is one matmul with the packed (C + 2 Ckv, C) matrix (model/layout.h), rotary
+//    embeddings are applied to its q and k heads (rope_forward, HF's rotate-half convention,
+//    a cos/sin table from model/rope.h), and grouped-query attention runs on the multi-head
+//    attention op after repeat_kv_forward gives every query head its key/value head. The
+//    backward runs the same chain in reverse: attention_backward, repeat_kv_backward (sums the
+//    repeats in a fixed order), rope_backward, the matmul's.
+//  - gate|up is one matmul with the packed (2F, C) matrix; swiglu_forward makes the hidden
+//    (B, T, F).
+//  - norms are RMSNorm (model/norm.h, model.norm_eps), no biases anywhere.
+// The saved set (Note [Saved activations]) holds the rotated q|k|v, not the repeated one: the
+// backward repeats it again into scratch, which keeps a GQA block's saved bytes at its own
+// width. The forward-only tensors (the matmul's q|k|v before rotation, the repeated q|k|v) follow
+// the saved set as attproj and fcproj do.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +31,19 @@
 namespace strata {
 
 struct BlockDims {
-  int64_t B, T, C, NH;
-  int64_t att_saved;    // floats attention_forward saves (Device::attention_saved_floats)
-  int64_t att_scratch;  // floats of attention_backward's workspace
+  ModelArch arch = ModelArch::gpt2;
+  int64_t B = 0, T = 0, C = 0, NH = 0;
+  int64_t NKV = 0;              // key/value heads (GPT-2: NH)
+  int64_t F = 0;                // the MLP's hidden width (GPT-2: 4C)
+  int64_t qkv_width = 0;        // the q|k|v row: 3C (GPT-2), C + 2 Ckv (Llama)
+  float norm_eps = 1e-5f;       // Llama's RMSNorm epsilon
+  const float* rope = nullptr;  // Llama: the device's cos/sin table (model/rope.h)
+  int64_t att_saved = 0;        // floats attention_forward saves (Device::attention_saved_floats)
+  int64_t att_scratch = 0;      // floats of attention_backward's workspace
 };
-BlockDims block_dims(const Device& dev, int64_t B, int64_t T, int64_t C, int64_t NH);
+// rope may be null where only sizes are needed (a Llama forward then must not run).
+BlockDims block_dims(const Device& dev, const ModelConfig& model, int64_t B, int64_t T,
+                     const float* rope = nullptr);
 
 // Hands out consecutive float ranges of one buffer. With a null base it only counts, so one
 // function both sizes and lays out a set of activations (no second list to keep in step).
@@ -38,25 +65,28 @@ class FloatCarver {
 // What the forward saves for the backward. One set per block in the in-memory schedule.
 // Note [Saved activations]: the tensors block_backward reads come first, in one contiguous range
 // of block_saved_floats(d) floats (the "saved set" an offloaded schedule stores, each tensor once;
-// the block's input is not in it: it is the block checkpoint, stored once already); attproj and
-// fcproj, which only the forward uses, follow.
+// the block's input is not in it: it is the block checkpoint, stored once already); the
+// forward-only tensors follow. Shapes are GPT-2's, Llama's where they differ (Note [Llama
+// blocks]); a tensor an architecture does not have is null.
 struct BlockActs {
   // saved set
   float* ln1;       // (B, T, C)
-  float* ln1_mean;  // (B, T)
+  float* ln1_mean;  // (B, T)   GPT-2 only
   float* ln1_rstd;  // (B, T)
-  float* qkv;       // (B, T, 3C)
+  float* qkv;       // (B, T, qkv_width)   Llama: q and k rotated
   float* atty;      // (B, T, C)   attention output, heads side by side
   float* att;       // (att_saved) attention state for the backward (probabilities on CPU)
   float* res2;      // (B, T, C)   inp + attention branch
   float* ln2;       // (B, T, C)
-  float* ln2_mean;  // (B, T)
+  float* ln2_mean;  // (B, T)   GPT-2 only
   float* ln2_rstd;  // (B, T)
-  float* fch;       // (B, T, 4C)
-  float* fch_gelu;  // (B, T, 4C)
+  float* fch;       // (B, T, 4C)  Llama: gate|up (B, T, 2F)
+  float* fch_gelu;  // (B, T, 4C)  Llama: silu(gate) * up (B, T, F)
   // forward-only
   float* attproj;  // (B, T, C)
   float* fcproj;   // (B, T, C)
+  float* qkv_pre;  // (B, T, qkv_width)  Llama only: q|k|v before rotation
+  float* qkv_rep;  // (B, T, 3C)         Llama only: k and v heads repeated for attention
 };
 BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_acts_floats(const BlockDims& d) {
@@ -64,20 +94,21 @@ inline int64_t block_acts_floats(const BlockDims& d) {
   block_acts_carve(counter, d);
   return counter.used();
 }
-// The saved set's floats: block_acts_floats minus the forward-only tensors.
-inline int64_t block_saved_floats(const BlockDims& d) {
-  return block_acts_floats(d) - 2 * d.B * d.T * d.C;
-}
+// The saved set's floats: the prefix of block_acts_carve before the forward-only tensors.
+int64_t block_saved_floats(const BlockDims& d);
 
 // Gradient scratch for one block's backward, reused block after block.
 struct BlockGradScratch {
   float* dres2;      // (B, T, C)
   float* datty;      // (B, T, C)
-  float* dqkv;       // (B, T, 3C)
+  float* dqkv;       // (B, T, 3C)   gradient of the attention op's q|k|v
   float* dln;        // (B, T, C)   dln2, then dln1
-  float* dfch;       // (B, T, 4C)
-  float* dfch_gelu;  // (B, T, 4C)
+  float* dfch;       // (B, T, 4C)  Llama: (B, T, 2F)
+  float* dfch_gelu;  // (B, T, 4C)  Llama: (B, T, F)
   float* datt;       // (att_scratch) attention backward workspace
+  float* qkv_rep;    // (B, T, 3C)         Llama only: the saved q|k|v repeated again
+  float* dqkv_rot;   // (B, T, qkv_width)  Llama only: repeats summed, before un-rotating
+  float* dqkv_pre;   // (B, T, qkv_width)  Llama only: gradient of the q|k|v matmul's output
 };
 BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_grad_scratch_floats(const BlockDims& d) {

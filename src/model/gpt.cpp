@@ -1,13 +1,13 @@
 #include "model/gpt.h"
 
-namespace strata {
+#include "model/norm.h"
 
-namespace {}  // namespace
+namespace strata {
 
 namespace {
 GptActs gpt_acts_carve(const Device& dev, FloatCarver& c, const ModelConfig& cfg, int64_t B,
-                       int64_t T) {
-  const BlockDims d = block_dims(dev, B, T, cfg.n_embd, cfg.n_head);
+                       int64_t T, const float* rope) {
+  const BlockDims d = block_dims(dev, cfg, B, T, rope);
   const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
   GptActs a;
   a.B = B;
@@ -30,14 +30,15 @@ GptActs gpt_acts_carve(const Device& dev, FloatCarver& c, const ModelConfig& cfg
 }
 }  // namespace
 
-GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T) {
+GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T,
+                    const float* rope) {
   FloatCarver c(base);
-  return gpt_acts_carve(dev, c, cfg, B, T);
+  return gpt_acts_carve(dev, c, cfg, B, T, rope);
 }
 
 int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T) {
   FloatCarver counter(nullptr);
-  gpt_acts_carve(dev, counter, cfg, B, T);
+  gpt_acts_carve(dev, counter, cfg, B, T, nullptr);
   return counter.used();
 }
 
@@ -57,8 +58,9 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
                   d);
   }
   const float* x = a.residual + cfg.n_layer * BT * C;
-  dev.layernorm_forward(s, a.lnf, a.lnf_mean, a.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);
-  dev.matmul(s, a.logits, a.lnf, emb.wte, nullptr, BT, V, C, false, true, false);
+  norm_forward(dev, s, final_norm_spec(cfg), a.lnf, a.lnf_mean, a.lnf_rstd, x, fin.lnf_w, fin.lnf_b,
+               BT, C);
+  dev.matmul(s, a.logits, a.lnf, lm_head_of(emb, fin), nullptr, BT, V, C, false, true, false);
   dev.softmax_cross_entropy_forward(s, a.losses, a.probs, a.logits, targets, BT, V);
 }
 
@@ -72,18 +74,18 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
   const EmbedView emb = embed_view(layout, params), gemb = embed_view(layout, grads);
   const FinalView fin = final_view(layout, params), gfin = final_view(layout, grads);
 
-  // Loss and tied LM head: logits = lnf @ wte^T.
+  // Loss and LM head: logits = lnf @ head^T (the head tied to wte, or its own).
   dev.fill_zero(s, a.dlogits, BT * V * f);
   dev.softmax_cross_entropy_backward(s, a.dlogits, a.probs, targets, dloss, BT, V);
-  dev.matmul(s, gemb.wte, a.dlogits, a.lnf, nullptr, V, C, BT, true, false, true);
-  dev.matmul(s, a.dlnf, a.dlogits, emb.wte, nullptr, BT, C, V, false, false, false);
+  dev.matmul(s, lm_head_of(gemb, gfin), a.dlogits, a.lnf, nullptr, V, C, BT, true, false, true);
+  dev.matmul(s, a.dlnf, a.dlogits, lm_head_of(emb, fin), nullptr, BT, C, V, false, false, false);
 
   float* dout = a.dres_a;
   float* dinp = a.dres_b;
   dev.fill_zero(s, dout, BT * C * f);
   const float* x = a.residual + cfg.n_layer * BT * C;
-  dev.layernorm_backward(s, dout, gfin.lnf_w, gfin.lnf_b, a.dlnf, x, fin.lnf_w, a.lnf_mean,
-                         a.lnf_rstd, BT, C);
+  norm_backward(dev, s, final_norm_spec(cfg), dout, gfin.lnf_w, gfin.lnf_b, a.dlnf, x, fin.lnf_w,
+                a.lnf_mean, a.lnf_rstd, BT, C);
 
   for (int64_t l = cfg.n_layer - 1; l >= 0; l--) {
     dev.fill_zero(s, dinp, BT * C * f);
@@ -95,10 +97,23 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
   dev.embedding_backward(s, gemb.wte, gemb.wpe, dout, tokens, B, T, C);
 }
 
+NormSpec final_norm_spec(const ModelConfig& cfg) {
+  return NormSpec{cfg.arch, static_cast<float>(cfg.norm_eps)};
+}
+
+double block_matmul_params(const ModelConfig& cfg) {
+  const double C = static_cast<double>(cfg.n_embd), F = static_cast<double>(cfg.ffn());
+  const double qkv = static_cast<double>(cfg.n_embd + 2 * cfg.kv_width());
+  // q|k|v, the attention's output projection, and the MLP's (gate|up or fc, and down or proj).
+  const double mlp_in = cfg.arch == ModelArch::llama ? 2 * F : F;
+  return qkv * C + C * C + mlp_in * C + F * C;
+}
+
 double gpt_train_flops(const ModelConfig& cfg, int64_t T, int64_t tokens) {
   const double C = static_cast<double>(cfg.n_embd), L = static_cast<double>(cfg.n_layer);
-  // Matmul parameters touched per token: 12 C^2 per block plus the V x C head.
-  const double matmul_params = 12.0 * C * C * L + static_cast<double>(cfg.vocab_size) * C;
+  // Matmul parameters touched per token: the blocks' plus the V x C head.
+  const double matmul_params =
+      block_matmul_params(cfg) * L + static_cast<double>(cfg.vocab_size) * C;
   // Attention scores and weighted sum: 2 matmuls of T x T x C per block forward, counted full
   // (as the common 6N + 12 L T C estimate does).
   const double per_token = 6.0 * matmul_params + 12.0 * L * static_cast<double>(T) * C;

@@ -1,6 +1,7 @@
-// The whole GPT-2: embeddings -> L blocks -> final LayerNorm -> tied LM head -> softmax
-// cross-entropy, forward and backward, for the in-memory schedule (every block's activations
-// kept). Offloaded schedules drive block_forward/block_backward themselves.
+// The whole model (GPT-2 or Llama, model.arch): embeddings -> L blocks -> final norm -> LM head
+// (tied to the embedding, or its own) -> softmax cross-entropy, forward and backward, for the
+// in-memory schedule (every block's activations kept). Offloaded schedules drive
+// block_forward/block_backward themselves.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "backend/backend.h"
 #include "model/block.h"
 #include "model/layout.h"
+#include "model/norm.h"
 
 namespace strata {
 
@@ -19,7 +21,7 @@ struct GptActs {
   float* residual = nullptr;      // (L+1, B, T, C) input of block l at l; model output at L
   std::vector<BlockActs> blocks;  // L
   float* lnf = nullptr;           // (B, T, C)
-  float* lnf_mean = nullptr;      // (B, T)
+  float* lnf_mean = nullptr;      // (B, T)   LayerNorm (GPT-2) only reads it
   float* lnf_rstd = nullptr;      // (B, T)
   float* logits = nullptr;        // (B, T, V)
   float* probs = nullptr;         // (B, T, V)
@@ -32,8 +34,10 @@ struct GptActs {
   BlockGradScratch scratch;
 };
 
-// Lays the activations out in `base` (gpt_acts_floats floats); a null base only counts.
-GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T);
+// Lays the activations out in `base` (gpt_acts_floats floats); a null base only counts. rope:
+// a Llama model's cos/sin table on the device (model/rope.h); null for GPT-2.
+GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T,
+                    const float* rope);
 int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T);
 
 // tokens, targets (B, T) int32 on the device; params laid out by `layout`.
@@ -45,6 +49,11 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout&
 void gpt_backward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
                   float dloss);
+
+// The model's final norm (LayerNorm or RMSNorm).
+NormSpec final_norm_spec(const ModelConfig& cfg);
+// Matmul weights of one block, for FLOP counts: q|k|v, the output projection and the MLP's.
+double block_matmul_params(const ModelConfig& cfg);
 
 // Model FLOPs of one forward+backward over `tokens` tokens (6N per token plus attention),
 // for the model FLOP/s figure.

@@ -1,5 +1,8 @@
-// Hugging Face GPT-2 names and layouts for Strata's parameters, so checkpoints and exports load in
-// other tools (transformers' GPT2Model state dict, without the "transformer." prefix).
+// Hugging Face names and layouts for Strata's parameters, so checkpoints and exports load in
+// other tools: GPT-2 as transformers' GPT2Model state dict (without the "transformer." prefix),
+// Llama as LlamaForCausalLM's ("model.layers.{l}.self_attn.q_proj.weight", ..., "lm_head.weight"
+// when untied; HF's Linear is (out, in) like Strata's, so nothing is transposed). The names are
+// set where the layout is made (model/layout.cpp), beside each tensor.
 //
 // Note [Hugging Face GPT-2 layout]
 // HF's GPT-2 uses Conv1D for its four matrices per block, stored (in_features, out_features):

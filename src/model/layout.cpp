@@ -38,13 +38,20 @@ struct SlabBuilder {
     slab.offset = l.total_elems;
     slab.first_tensor = static_cast<int64_t>(l.tensors.size());
   }
-  void add(std::string name, Shape shape, bool decay) {
-    cursor = round_up(cursor, kTensorAlignElems);
+  // packed: no alignment before this tensor, so it continues the one before in memory (the
+  // rows of a fused matrix, Note [Llama blocks]).
+  void add(std::string name, Shape shape, ParamInit init, std::string hf_name,
+           bool hf_transposed = false, bool packed = false) {
+    if (!packed) cursor = round_up(cursor, kTensorAlignElems);
     ParamTensor t;
     t.name = std::move(name);
     t.offset = slab.offset + cursor;
     t.slab = static_cast<int64_t>(layout.slabs.size());
-    t.decay = decay;
+    // Matrices and embeddings decay; biases and norm gains do not.
+    t.decay = shape.rank() == 2;
+    t.init = init;
+    t.hf_name = std::move(hf_name);
+    t.hf_transposed = hf_transposed;
     t.shape = std::move(shape);
     const int64_t n = shape_elems(t.shape);
     cursor = add_elems(cursor, n);
@@ -61,39 +68,89 @@ struct SlabBuilder {
 
 }  // namespace
 
-ParamLayout make_param_layout(const ModelConfig& cfg) {
-  const int64_t C = cfg.n_embd;
-  ParamLayout layout;
-  layout.config = cfg;
+namespace {
 
+// Note [Hugging Face GPT-2 layout] in model/hf_names.h: Conv1D weights are stored transposed.
+void add_gpt2_slabs(ParamLayout& layout, const ModelConfig& cfg) {
+  const int64_t C = cfg.n_embd;
+  using I = ParamInit;
   SlabBuilder embed(layout, "embed");
-  embed.add("wte.weight", {cfg.vocab_size, C}, true);
-  embed.add("wpe.weight", {cfg.context_length, C}, true);
+  embed.add("wte.weight", {cfg.vocab_size, C}, I::normal, "wte.weight");
+  embed.add("wpe.weight", {cfg.context_length, C}, I::normal, "wpe.weight");
   embed.finish();
 
   for (int64_t l = 0; l < cfg.n_layer; l++) {
-    const std::string p = "blk." + std::to_string(l) + ".";
+    const std::string p = "blk." + std::to_string(l) + ".", h = "h." + std::to_string(l) + ".";
     SlabBuilder blk(layout, "blk." + std::to_string(l));
     // Order must match enum BlockTensor.
-    blk.add(p + "ln1.weight", {C}, false);
-    blk.add(p + "ln1.bias", {C}, false);
-    blk.add(p + "attn_qkv.weight", {3 * C, C}, true);
-    blk.add(p + "attn_qkv.bias", {3 * C}, false);
-    blk.add(p + "attn_proj.weight", {C, C}, true);
-    blk.add(p + "attn_proj.bias", {C}, false);
-    blk.add(p + "ln2.weight", {C}, false);
-    blk.add(p + "ln2.bias", {C}, false);
-    blk.add(p + "mlp_fc.weight", {4 * C, C}, true);
-    blk.add(p + "mlp_fc.bias", {4 * C}, false);
-    blk.add(p + "mlp_proj.weight", {C, 4 * C}, true);
-    blk.add(p + "mlp_proj.bias", {C}, false);
+    blk.add(p + "ln1.weight", {C}, I::ones, h + "ln_1.weight");
+    blk.add(p + "ln1.bias", {C}, I::zeros, h + "ln_1.bias");
+    blk.add(p + "attn_qkv.weight", {3 * C, C}, I::normal, h + "attn.c_attn.weight", true);
+    blk.add(p + "attn_qkv.bias", {3 * C}, I::zeros, h + "attn.c_attn.bias");
+    blk.add(p + "attn_proj.weight", {C, C}, I::residual_normal, h + "attn.c_proj.weight", true);
+    blk.add(p + "attn_proj.bias", {C}, I::zeros, h + "attn.c_proj.bias");
+    blk.add(p + "ln2.weight", {C}, I::ones, h + "ln_2.weight");
+    blk.add(p + "ln2.bias", {C}, I::zeros, h + "ln_2.bias");
+    blk.add(p + "mlp_fc.weight", {4 * C, C}, I::normal, h + "mlp.c_fc.weight", true);
+    blk.add(p + "mlp_fc.bias", {4 * C}, I::zeros, h + "mlp.c_fc.bias");
+    blk.add(p + "mlp_proj.weight", {C, 4 * C}, I::residual_normal, h + "mlp.c_proj.weight", true);
+    blk.add(p + "mlp_proj.bias", {C}, I::zeros, h + "mlp.c_proj.bias");
     blk.finish();
   }
 
   SlabBuilder fin(layout, "final");
-  fin.add("lnf.weight", {C}, false);
-  fin.add("lnf.bias", {C}, false);
+  fin.add("lnf.weight", {C}, I::ones, "ln_f.weight");
+  fin.add("lnf.bias", {C}, I::zeros, "ln_f.bias");
   fin.finish();
+}
+
+// Hugging Face's LlamaForCausalLM names; its Linear weights are (out, in) as Strata's.
+// Initialisation as HF's: every matrix N(0, 0.02), norm gains 1.
+void add_llama_slabs(ParamLayout& layout, const ModelConfig& cfg) {
+  const int64_t C = cfg.n_embd, Ckv = cfg.kv_width(), F = cfg.ffn();
+  using I = ParamInit;
+  SlabBuilder embed(layout, "embed");
+  embed.add("wte.weight", {cfg.vocab_size, C}, I::normal, "model.embed_tokens.weight");
+  embed.finish();
+
+  for (int64_t l = 0; l < cfg.n_layer; l++) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    SlabBuilder blk(layout, "blk." + std::to_string(l));
+    // Order must match enum LlamaBlockTensor.
+    blk.add(p + "attn_norm.weight", {C}, I::ones, h + "input_layernorm.weight");
+    blk.add(p + "attn_q.weight", {C, C}, I::normal, h + "self_attn.q_proj.weight");
+    blk.add(p + "attn_k.weight", {Ckv, C}, I::normal, h + "self_attn.k_proj.weight", false, true);
+    blk.add(p + "attn_v.weight", {Ckv, C}, I::normal, h + "self_attn.v_proj.weight", false, true);
+    blk.add(p + "attn_out.weight", {C, C}, I::normal, h + "self_attn.o_proj.weight");
+    blk.add(p + "mlp_norm.weight", {C}, I::ones, h + "post_attention_layernorm.weight");
+    blk.add(p + "mlp_gate.weight", {F, C}, I::normal, h + "mlp.gate_proj.weight");
+    blk.add(p + "mlp_up.weight", {F, C}, I::normal, h + "mlp.up_proj.weight", false, true);
+    blk.add(p + "mlp_down.weight", {C, F}, I::normal, h + "mlp.down_proj.weight");
+    blk.finish();
+  }
+
+  SlabBuilder fin(layout, "final");
+  fin.add("norm.weight", {C}, I::ones, "model.norm.weight");
+  if (!cfg.tie_embeddings) {
+    fin.add("lm_head.weight", {cfg.vocab_size, C}, I::normal, "lm_head.weight");
+  }
+  fin.finish();
+}
+
+}  // namespace
+
+ParamLayout make_param_layout(const ModelConfig& cfg) {
+  ParamLayout layout;
+  layout.config = cfg;
+  switch (cfg.arch) {
+    case ModelArch::gpt2:
+      add_gpt2_slabs(layout, cfg);
+      break;
+    case ModelArch::llama:
+      add_llama_slabs(layout, cfg);
+      break;
+  }
   return layout;
 }
 
@@ -113,24 +170,49 @@ const ParamTensor* slab_tensors(const ParamLayout& layout, int64_t slab) {
 }
 
 EmbedView embed_view_from(const ParamLayout& layout, float* base, int64_t origin) {
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.embed_slab())];
   const ParamTensor* t = slab_tensors(layout, layout.embed_slab());
-  return EmbedView{base + (t[0].offset - origin), base + (t[1].offset - origin)};
+  return EmbedView{base + (t[0].offset - origin),
+                   s.tensor_count > 1 ? base + (t[1].offset - origin) : nullptr};
 }
 
-BlockView block_view_from(const ParamLayout& layout, float* base, int64_t layer, int64_t origin) {
-  STRATA_CHECK(layer >= 0 && layer < layout.config.n_layer);
-  const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(layer))];
-  STRATA_CHECK(s.tensor_count == kBlockTensorCount);
-  const ParamTensor* t = slab_tensors(layout, layout.block_slab(layer));
+BlockView gpt2_block_view(const ParamTensor* t, float* base, int64_t origin) {
   auto at = [&](BlockTensor k) { return base + (t[k].offset - origin); };
   return BlockView{at(kLn1Weight),      at(kLn1Bias),      at(kAttnQkvWeight), at(kAttnQkvBias),
                    at(kAttnProjWeight), at(kAttnProjBias), at(kLn2Weight),     at(kLn2Bias),
                    at(kMlpFcWeight),    at(kMlpFcBias),    at(kMlpProjWeight), at(kMlpProjBias)};
 }
 
+BlockView llama_block_view(const ParamTensor* t, float* base, int64_t origin) {
+  auto at = [&](LlamaBlockTensor k) { return base + (t[k].offset - origin); };
+  return BlockView{at(kAttnNormWeight), nullptr, at(kAttnQWeight),   nullptr,
+                   at(kAttnOutWeight),  nullptr, at(kMlpNormWeight), nullptr,
+                   at(kMlpGateWeight),  nullptr, at(kMlpDownWeight), nullptr};
+}
+
+BlockView block_view_from(const ParamLayout& layout, float* base, int64_t layer, int64_t origin) {
+  STRATA_CHECK(layer >= 0 && layer < layout.config.n_layer);
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(layer))];
+  const ParamTensor* t = slab_tensors(layout, layout.block_slab(layer));
+  switch (layout.config.arch) {
+    case ModelArch::gpt2:
+      STRATA_CHECK(s.tensor_count == kBlockTensorCount);
+      return gpt2_block_view(t, base, origin);
+    case ModelArch::llama:
+      STRATA_CHECK(s.tensor_count == kLlamaBlockTensorCount);
+      return llama_block_view(t, base, origin);
+  }
+  STRATA_CHECK_MSG(false, "unknown model.arch");
+  return {};
+}
+
+// GPT-2: lnf.weight, lnf.bias. Llama: norm.weight [, lm_head.weight].
 FinalView final_view_from(const ParamLayout& layout, float* base, int64_t origin) {
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.final_slab())];
   const ParamTensor* t = slab_tensors(layout, layout.final_slab());
-  return FinalView{base + (t[0].offset - origin), base + (t[1].offset - origin)};
+  auto at = [&](int64_t k) { return base + (t[k].offset - origin); };
+  if (layout.config.arch == ModelArch::gpt2) return FinalView{at(0), at(1), nullptr};
+  return FinalView{at(0), nullptr, s.tensor_count > 1 ? at(1) : nullptr};
 }
 
 int64_t slab_origin(const ParamLayout& layout, int64_t slab) {

@@ -1,6 +1,6 @@
 // The layer-major parameter layout (docs/design.md §2): one contiguous slab per unit of offload
-// (embeddings, each transformer block, the final norm), each slab starting on a 4 KiB boundary
-// in both f32 and bf16, so "block l" is a single extent on any tier.
+// (embeddings, each transformer block, the final norm and an untied LM head), each slab starting on
+// a 4 KiB boundary in both f32 and bf16, so "block l" is a single extent on any tier.
 //
 // The same layout (in elements) serves params, gradients and AdamW m and v; only the element
 // size differs. Padding between tensors and at slab ends is zero and never updated.
@@ -20,7 +20,7 @@ inline constexpr int64_t kSlabAlignElems = 2048;
 // Tensor starts inside a slab: 64 bytes in f32, so SIMD loads of a tensor's start are aligned.
 inline constexpr int64_t kTensorAlignElems = 16;
 
-// The tensors of one transformer block, in slab order.
+// The tensors of one GPT-2 block, in slab order.
 enum BlockTensor : int {
   kLn1Weight,       // (C)
   kLn1Bias,         // (C)
@@ -37,12 +37,37 @@ enum BlockTensor : int {
   kBlockTensorCount
 };
 
+// The tensors of one Llama block, in slab order (Note [Llama blocks] in model/block.h). Ckv =
+// n_kv_head * head size, F = ffn_hidden. q, k, v follow one another with no padding, and so do
+// gate and up, so each group is one matrix for one matmul: (C + 2 Ckv, C) and (2F, C).
+enum LlamaBlockTensor : int {
+  kAttnNormWeight,  // (C)
+  kAttnQWeight,     // (C, C)
+  kAttnKWeight,     // (Ckv, C)   packed after q
+  kAttnVWeight,     // (Ckv, C)   packed after k
+  kAttnOutWeight,   // (C, C)
+  kMlpNormWeight,   // (C)
+  kMlpGateWeight,   // (F, C)
+  kMlpUpWeight,     // (F, C)     packed after gate
+  kMlpDownWeight,   // (C, F)
+  kLlamaBlockTensorCount
+};
+
+// How a tensor is initialised from the seed (model/init.h): zeros (biases), ones (norm gains),
+// N(0, 0.02), or N(0, 0.02 / sqrt(2 L)) (GPT-2's residual projections).
+enum class ParamInit : uint8_t { zeros, ones, normal, residual_normal };
+
 struct ParamTensor {
   std::string name;  // "blk.3.attn_qkv.weight", "wte.weight", ...
   Shape shape;
   int64_t offset = 0;  // elements from the start of the whole parameter space
   int64_t slab = 0;    // index into ParamLayout::slabs
   bool decay = false;  // AdamW weight decay applies (matrices and embeddings, not biases/norms)
+  ParamInit init = ParamInit::zeros;
+  // Its Hugging Face name ("h.3.attn.c_attn.weight", "model.layers.3.self_attn.q_proj.weight")
+  // and whether HF stores it transposed (GPT-2's Conv1D); see model/hf_names.h.
+  std::string hf_name;
+  bool hf_transposed = false;
   int64_t numel() const { return shape.numel(); }
 };
 
@@ -71,29 +96,39 @@ struct ParamLayout {
 ParamLayout make_param_layout(const ModelConfig& config);
 
 // Typed views of one slab's tensors inside a flat f32 buffer laid out by ParamLayout (params,
-// gradients, or optimizer state alike).
+// gradients, or optimizer state alike). The two architectures share them by role; a tensor an
+// architecture lacks is null.
 struct EmbedView {
-  float* wte;  // (V, C), also the tied LM head
-  float* wpe;  // (context_length, C)
+  float* wte;  // (V, C), also the LM head when tied
+  float* wpe;  // (context_length, C); null for Llama (rotary positions)
 };
+// GPT-2: LayerNorms with biases, qkv (3C, C), fc (4C, C), fcproj (C, 4C), every bias.
+// Llama: RMSNorm gains only (ln1_b, ln2_b null); qkv_w is q|k|v (C + 2 Ckv, C); proj_w is o;
+// fc_w is gate|up (2F, C); fcproj_w is down (C, F); no biases (all *_b null).
 struct BlockView {
   float* ln1_w;     // (C)
   float* ln1_b;     // (C)
-  float* qkv_w;     // (3C, C)
+  float* qkv_w;     // (3C, C)            Llama: (C + 2 Ckv, C)
   float* qkv_b;     // (3C)
   float* proj_w;    // (C, C)
   float* proj_b;    // (C)
   float* ln2_w;     // (C)
   float* ln2_b;     // (C)
-  float* fc_w;      // (4C, C)
+  float* fc_w;      // (4C, C)            Llama: (2F, C)
   float* fc_b;      // (4C)
-  float* fcproj_w;  // (C, 4C)
+  float* fcproj_w;  // (C, 4C)            Llama: (C, F)
   float* fcproj_b;  // (C)
 };
 struct FinalView {
-  float* lnf_w;  // (C)
-  float* lnf_b;  // (C)
+  float* lnf_w;    // (C)
+  float* lnf_b;    // (C); null for Llama (RMSNorm)
+  float* lm_head;  // (V, C) an untied head; null when tied (the head is EmbedView::wte)
 };
+
+// The LM head's (V, C) weight: the untied head, or the token embedding.
+inline float* lm_head_of(const EmbedView& e, const FinalView& f) {
+  return f.lm_head != nullptr ? f.lm_head : e.wte;
+}
 
 EmbedView embed_view(const ParamLayout& layout, float* base);
 BlockView block_view(const ParamLayout& layout, float* base, int64_t layer);

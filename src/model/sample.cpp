@@ -6,7 +6,10 @@
 #include <numeric>
 
 #include "model/block.h"
+#include "model/gpt.h"
 #include "model/layout.h"
+#include "model/norm.h"
+#include "model/rope.h"
 
 namespace strata {
 
@@ -53,7 +56,7 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
   const Slab& es = layout.slabs[static_cast<size_t>(layout.embed_slab())];
   const Slab& fs = layout.slabs[static_cast<size_t>(layout.final_slab())];
   const Slab& bs = layout.slabs[static_cast<size_t>(layout.block_slab(0))];
-  const BlockDims widest = block_dims(dev, 1, Tmax, C, model.n_head);
+  const BlockDims widest = block_dims(dev, model, 1, Tmax);
   std::unique_ptr<Stream> s = dev.create_stream("sample");
   // Device memory, and host staging for the weights (a device's copies come from host).
   STRATA_ASSIGN_OR_RETURN(Buffer embed, dev.alloc(es.numel * 4));    // (embed slab)
@@ -63,8 +66,9 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
   STRATA_ASSIGN_OR_RETURN(Buffer y, dev.alloc(Tmax * C * 4));        // (1, T, C)
   STRATA_ASSIGN_OR_RETURN(Buffer acts, dev.alloc(block_acts_floats(widest) * 4));
   STRATA_ASSIGN_OR_RETURN(Buffer head,
-                          dev.alloc((2 * Tmax + C + V) * 4));   // mean, rstd, lnf, logits
-  STRATA_ASSIGN_OR_RETURN(Buffer tokens, dev.alloc(Tmax * 4));  // (1, T) int32
+                          dev.alloc((2 * Tmax + C + V) * 4));           // mean, rstd, lnf, logits
+  STRATA_ASSIGN_OR_RETURN(Buffer tokens, dev.alloc(Tmax * 4));          // (1, T) int32
+  STRATA_ASSIGN_OR_RETURN(Buffer rope, upload_rope_table(dev, model));  // Llama's, or empty
   std::vector<float> staged(static_cast<size_t>(std::max({es.numel, fs.numel, bs.numel})));
   auto fetch = [&](int64_t slab, Buffer& dst) -> Status {
     STRATA_RETURN_IF_ERROR(weights(slab, staged.data()));
@@ -90,7 +94,7 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
     dev.copy(*s, tokens.data(), window, T * 4);
     dev.embedding_forward(*s, x.f32(), tokens.i32(), e.wte, e.wpe, 1, T, C);
     FloatCarver carve(acts.f32());
-    const BlockDims d = block_dims(dev, 1, T, C, model.n_head);
+    const BlockDims d = block_dims(dev, model, 1, T, rope.f32());
     const BlockActs a = block_acts_carve(carve, d);
     for (int64_t l = 0; l < model.n_layer; ++l) {
       s->synchronize();  // the block buffer is about to be refilled
@@ -98,10 +102,12 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
       block_forward(dev, *s, y.f32(), a, x.f32(), block_slab_view(layout, block.f32(), l), d);
       std::swap(x, y);
     }
-    // The head for the last position: LayerNorm over the window (per position), then its row.
-    dev.layernorm_forward(*s, y.f32(), mean, rstd, x.f32(), fin.lnf_w, fin.lnf_b, T, C);
+    // The head for the last position: the final norm over the window (per position), then its
+    // row.
+    norm_forward(dev, *s, final_norm_spec(model), y.f32(), mean, rstd, x.f32(), fin.lnf_w,
+                 fin.lnf_b, T, C);
     dev.copy(*s, lnf, y.f32() + (T - 1) * C, C * 4);
-    dev.matmul(*s, logits, lnf, e.wte, nullptr, 1, V, C, false, true, false);
+    dev.matmul(*s, logits, lnf, lm_head_of(e, fin), nullptr, 1, V, C, false, true, false);
     dev.copy(*s, host_logits.data(), logits, V * 4);
     s->synchronize();
     out.push_back(pick_token(host_logits.data(), V, o, rng));

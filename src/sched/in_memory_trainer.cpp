@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/log.h"
 #include "model/init.h"
+#include "model/rope.h"
 #include "optim/adamw_layout.h"
 #include "optim/grad_clip.h"
 
@@ -45,12 +46,13 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
   STRATA_ASSIGN_OR_RETURN(t->slab_sumsq_,
                           dev.alloc(static_cast<int64_t>(t->layout_.slabs.size()) * 8));
   STRATA_ASSIGN_OR_RETURN(t->losses_host_, dev.alloc_host(B * T * f));
-  t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T);
+  STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
+  t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T, t->rope_.f32());
   t->stream_ = dev.create_stream("compute");
 
   // Initialise on the host, then copy in, as a GPU run would.
   std::vector<float> host(static_cast<size_t>(n));
-  init_gpt2_params(t->layout_, host.data(), static_cast<uint64_t>(cfg.seed));
+  init_params(t->layout_, host.data(), static_cast<uint64_t>(cfg.seed));
   t->write_params(host.data());
   dev.fill_zero(*t->stream_, t->adam_m_.data(), n * f);
   dev.fill_zero(*t->stream_, t->adam_v_.data(), n * f);

@@ -84,6 +84,7 @@ class InMemoryTrainer final : public Trainer {
   Buffer tokens_;       // (2, B, T) int32: inputs then targets
   Buffer slab_sumsq_;   // (n_slabs) f64
   Buffer losses_host_;  // (B, T) f32
+  Buffer rope_;         // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
   GptActs acts_;
   int64_t steps_done_ = 0;
   int64_t adam_steps_ = 0;  // updates applied; skipped steps do not advance bias correction

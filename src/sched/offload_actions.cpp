@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "model/gpt.h"
+#include "model/norm.h"
 #include "optim/adamw_layout.h"
 #include "optim/grad_clip.h"
 #include "sched/offload_internal.h"
@@ -160,8 +162,9 @@ void OffloadTrainer::head_forward(const float* x, float* embed, const int32_t* t
   const EmbedView e = embed_slab_view(layout_, embed);
   const FinalView fin = final_slab_view(layout_, embed + ne);
   // As gpt_forward's head (the same ops in the same order).
-  dev_.layernorm_forward(s, ws_.lnf, ws_.lnf_mean, ws_.lnf_rstd, x, fin.lnf_w, fin.lnf_b, BT, C);
-  dev_.matmul(s, ws_.logits, ws_.lnf, e.wte, nullptr, BT, V, C, false, true, false);
+  norm_forward(dev_, s, final_norm_spec(cfg_.model), ws_.lnf, ws_.lnf_mean, ws_.lnf_rstd, x,
+               fin.lnf_w, fin.lnf_b, BT, C);
+  dev_.matmul(s, ws_.logits, ws_.lnf, lm_head_of(e, fin), nullptr, BT, V, C, false, true, false);
   dev_.softmax_cross_entropy_forward(s, ws_.losses, ws_.probs, ws_.logits, targets, BT, V);
 }
 
@@ -184,11 +187,11 @@ Status OffloadTrainer::do_head_loss(const BoundPlan& bp, const Task& t) {
   dev_.copy(s, losses + t.micro_batch * BT, ws_.losses, BT * f);
   dev_.fill_zero(s, ws_.dlogits, BT * V * f);
   dev_.softmax_cross_entropy_backward(s, ws_.dlogits, ws_.probs, tgt, dloss_, BT, V);
-  dev_.matmul(s, ge.wte, ws_.dlogits, ws_.lnf, nullptr, V, C, BT, true, false, true);
-  dev_.matmul(s, ws_.dlnf, ws_.dlogits, e.wte, nullptr, BT, C, V, false, false, false);
+  dev_.matmul(s, lm_head_of(ge, gfin), ws_.dlogits, ws_.lnf, nullptr, V, C, BT, true, false, true);
+  dev_.matmul(s, ws_.dlnf, ws_.dlogits, lm_head_of(e, fin), nullptr, BT, C, V, false, false, false);
   dev_.fill_zero(s, dact, BT * C * f);
-  dev_.layernorm_backward(s, dact, gfin.lnf_w, gfin.lnf_b, ws_.dlnf, x, fin.lnf_w, ws_.lnf_mean,
-                          ws_.lnf_rstd, BT, C);
+  norm_backward(dev_, s, final_norm_spec(cfg_.model), dact, gfin.lnf_w, gfin.lnf_b, ws_.dlnf, x,
+                fin.lnf_w, ws_.lnf_mean, ws_.lnf_rstd, BT, C);
   s.synchronize();
   return Status::ok_status();
 }
@@ -232,6 +235,8 @@ BlockActs OffloadTrainer::saved_view(float* saved) const {
   BlockActs a = block_acts_carve(c, dims_);
   a.attproj = ws_.acts.attproj;
   a.fcproj = ws_.acts.fcproj;
+  a.qkv_pre = ws_.acts.qkv_pre;
+  a.qkv_rep = ws_.acts.qkv_rep;
   return a;
 }
 

@@ -110,7 +110,7 @@ Status OffloadTrainer::initialize_state() {
   for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
     progress.update(l);
     std::memset(slab, 0, static_cast<size_t>(n * 4));
-    init_gpt2_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
+    init_param_slab(layout_, layout_.block_slab(l), slab, static_cast<uint64_t>(cfg_.seed));
     STRATA_RETURN_IF_ERROR(write_block_params(l, slab));
     for (const auto& [name, part] : optim_parts(l)) {
       SlotMemory& sm = *memory_.at(name);
@@ -130,8 +130,8 @@ Status OffloadTrainer::initialize_state() {
   const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
   float* group = memory_.at(names::kEmbedParamsHost)->buf.f32();  // (E)
   std::memset(group, 0, static_cast<size_t>(E * 4));
-  init_gpt2_slab(layout_, layout_.embed_slab(), group, static_cast<uint64_t>(cfg_.seed));
-  init_gpt2_slab(layout_, layout_.final_slab(), group + ne, static_cast<uint64_t>(cfg_.seed));
+  init_param_slab(layout_, layout_.embed_slab(), group, static_cast<uint64_t>(cfg_.seed));
+  init_param_slab(layout_, layout_.final_slab(), group + ne, static_cast<uint64_t>(cfg_.seed));
   STRATA_RETURN_IF_ERROR(embed_state_io(IoOp::write, 0, group, E));
   if (bf16_) {
     round_to_bf16(group, group, E);  // f32 on the device

@@ -11,7 +11,9 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "io/configured_engine.h"
+#include "model/gpt.h"
 #include "model/init.h"
+#include "model/rope.h"
 #include "sched/offload_internal.h"
 #include "sched/plan_checker.h"
 #include "sched/schedule_horizontal.h"
@@ -68,13 +70,14 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.embed_chunk_elems = n;
   s.tokens_bytes = M * 2 * BT * 4;
   s.losses_bytes = M * BT * 4;
-  const BlockDims d = block_dims(dev, B, T, C, cfg.model.n_head);
+  const BlockDims d = block_dims(dev, cfg.model, B, T);
   FloatCarver counter(nullptr);
   carve_offload_workspace(counter, d, V, bf16 ? n : 0);
   s.workspace_bytes = counter.used() * 4;
   // Matmul FLOPs (2 per multiply-add) and the causal half of attention's two T x T products.
   const double bt = static_cast<double>(BT), c = static_cast<double>(C);
-  s.block_fwd_flops = 2.0 * bt * 12.0 * c * c + 2.0 * bt * static_cast<double>(T) * c;
+  s.block_fwd_flops =
+      2.0 * bt * block_matmul_params(cfg.model) + 2.0 * bt * static_cast<double>(T) * c;
   s.block_bwd_flops = 2.0 * s.block_fwd_flops;
   s.head_flops = 6.0 * bt * static_cast<double>(V) * c;
   s.params_at = placement_by_fraction(s.blocks, cfg.offload.params_on_host);
@@ -104,7 +107,7 @@ Plan make_offload_plan(const ScheduleSpec& spec, Schedule schedule) {
 OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
     : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
-  dims_ = block_dims(dev, cfg.batch_size, cfg.seq_len, cfg.model.n_embd, cfg.model.n_head);
+  dims_ = block_dims(dev, cfg.model, cfg.batch_size, cfg.seq_len);  // rope: set by create
   vertical_ = cfg.schedule == Schedule::vertical;
   bf16_ = cfg.precision == Precision::bf16;
   block_elems_ = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
@@ -140,6 +143,8 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
     return unavailable("the offloaded schedules run on the CPU device only for now");
   }
   std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg));
+  STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
+  t->dims_.rope = t->rope_.f32();
   STRATA_RETURN_IF_ERROR(t->decide_activation_policy());
   // Vertical: the first iteration, the steady one (part-1 steps pending from the previous), and
   // the flush. Horizontal: one plan.
@@ -176,7 +181,7 @@ double OffloadTrainer::measure_block_forward_s() {
   auto acts = dev_.alloc(counter.used() * 4);
   if (!params.ok() || !io.ok() || !acts.ok()) return 0;  // no room to measure: decided by memory
   std::vector<float> host(static_cast<size_t>(n), 0.0f);
-  init_gpt2_slab(layout_, layout_.block_slab(0), host.data(), static_cast<uint64_t>(cfg_.seed));
+  init_param_slab(layout_, layout_.block_slab(0), host.data(), static_cast<uint64_t>(cfg_.seed));
   auto s = dev_.create_stream("measure");
   dev_.copy(*s, params->data(), host.data(), n * 4);
   dev_.fill_zero(*s, io->data(), 2 * BT * C * 4);

@@ -238,6 +238,9 @@ class OffloadTrainer final : public Trainer {
   std::shared_ptr<SnapshotGate> snapshot_;
   bool snapshot_pending_writes_ = false;
   Buffer snapshot_stage_;
+  // (context_length, hs/2, 2) Llama's rotary cos/sin table on the device, outside the plan's
+  // slots (a constant of the model, a few KiB to MiB); empty for GPT-2.
+  Buffer rope_;
 
   std::vector<double> slab_sumsq_;  // per slab (embed, blocks, final), written by sumsq tasks
   StepState state_;                 // of the last norm: what pending and post-norm steps apply

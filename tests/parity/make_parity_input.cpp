@@ -26,8 +26,9 @@ std::string num(double x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors\n");
+  const bool llama = argc == 3 && std::string(argv[2]) == "llama";
+  if (argc != 2 && !llama) {
+    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors [llama]\n");
     return 2;
   }
   ModelConfig m;
@@ -36,10 +37,37 @@ int main(int argc, char** argv) {
   m.n_layer = 2;
   m.n_head = 4;
   m.n_embd = 64;
+  if (llama) {
+    // Every Llama feature at once: grouped-query attention, an MLP width that is not 4C, an
+    // untied head, a non-default norm epsilon and theta, and llama3 frequency scaling whose
+    // original context (32) splits the 8 frequencies of a 16-wide head into all three bands.
+    m.arch = ModelArch::llama;
+    m.n_kv_head = 2;
+    m.ffn_hidden = 96;
+    m.rope_theta = 5000;
+    m.norm_eps = 1e-6;
+    m.tie_embeddings = false;
+    m.rope_scaling.type = RopeScalingKind::llama3;
+    m.rope_scaling.factor = 4;
+    m.rope_scaling.low_freq_factor = 1;
+    m.rope_scaling.high_freq_factor = 4;
+    m.rope_scaling.original_context_length = 32;
+  }
   const int64_t B = 4, T = 64, steps = 10;
 
   SafeTensors st;
   st.metadata = {
+      {"arch", enum_name(m.arch)},
+      {"n_kv_head", num(m.kv_heads())},
+      {"ffn_hidden", num(m.ffn())},
+      {"rope_theta", num(m.rope_theta)},
+      {"norm_eps", num(m.norm_eps)},
+      {"tie_embeddings", m.tie_embeddings ? "1" : "0"},
+      {"rope_scaling", m.rope_scaling.type == RopeScalingKind::llama3 ? "llama3" : "none"},
+      {"rope_factor", num(m.rope_scaling.factor)},
+      {"rope_low_freq_factor", num(m.rope_scaling.low_freq_factor)},
+      {"rope_high_freq_factor", num(m.rope_scaling.high_freq_factor)},
+      {"rope_original_context_length", num(m.rope_scaling.original_context_length)},
       {"n_layer", num(m.n_layer)},
       {"n_head", num(m.n_head)},
       {"n_embd", num(m.n_embd)},
@@ -65,7 +93,7 @@ int main(int argc, char** argv) {
 
   const ParamLayout layout = make_param_layout(m);
   std::vector<float> params(static_cast<size_t>(layout.total_elems));
-  init_gpt2_params(layout, params.data(), 1337);
+  init_params(layout, params.data(), 1337);
   for (const ParamTensor& t : layout.tensors) {
     st.add_f32(t.name, t.shape.dims, params.data() + t.offset);
   }

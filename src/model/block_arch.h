@@ -1,0 +1,26 @@
+// The two architectures' block forward and backward behind block_forward / block_backward
+// (model/block.h), which pick one by BlockDims::arch. Internal to src/model.
+#pragma once
+
+#include "model/block.h"
+
+namespace strata {
+
+void gpt2_block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
+                        const BlockView& w, const BlockDims& d);
+void gpt2_block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
+                         const BlockGradScratch& g, const float* dout, const float* inp,
+                         const BlockActs& a, const BlockView& w, const BlockDims& d);
+void llama_block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
+                         const BlockView& w, const BlockDims& d);
+void llama_block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
+                          const BlockGradScratch& g, const float* dout, const float* inp,
+                          const BlockActs& a, const BlockView& w, const BlockDims& d);
+
+// A linear layer y = x @ W^T (+ b), backward: dx += dy @ W; dW += dy^T @ x; db += colsum(dy)
+// when db is not null.
+void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db, const float* dy,
+                     const float* x, const float* W, int64_t rows, int64_t in_features,
+                     int64_t out_features);
+
+}  // namespace strata
