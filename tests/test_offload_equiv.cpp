@@ -41,13 +41,21 @@ namespace {
 
 constexpr int kSteps = 10;
 
-TrainConfig small_config() {
+// arch "llama": grouped-query attention (2 query heads on 1 key/value head), an MLP of 3C/2,
+// an untied head: every part of a Llama block and of its embedding group.
+TrainConfig small_config(const std::string& arch = "gpt2") {
   TrainConfig c;
   c.model.vocab_size = 256;
   c.model.context_length = 32;
   c.model.n_layer = 3;
   c.model.n_head = 2;
   c.model.n_embd = 32;
+  if (arch == "llama") {
+    c.model.arch = ModelArch::llama;
+    c.model.n_kv_head = 1;
+    c.model.ffn_hidden = 48;
+    c.model.tie_embeddings = false;
+  }
   c.batch_size = 2;
   c.seq_len = 32;
   c.grad_accum = 4;
@@ -153,33 +161,39 @@ void expect_close_to_reference(const RunResult& r, const RunResult& ref, const s
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1);
 }
 
-class EquivAcrossPlacements : public ::testing::TestWithParam<std::string> {};
+// (schedule, arch)
+class EquivAcrossPlacements
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(EquivAcrossPlacements, BitIdenticalOnHostStorageMixedAndRateLimited) {
-  const std::string schedule = GetParam();
-  const std::string dir = test::make_temp_dir("equiv_" + schedule);
-  const TrainConfig base = small_config();
+  const auto& [schedule, arch] = GetParam();
+  const std::string what = schedule + " " + arch;
+  const std::string dir = test::make_temp_dir("equiv_" + schedule + "_" + arch);
+  const TrainConfig base = small_config(arch);
   const RunResult host = run(placed(base, schedule, 1.0, dir));
   const RunResult storage = run(placed(base, schedule, 0.0, dir));
   const RunResult mixed = run(placed(base, schedule, 0.5, dir));
   // 64 MB/s each way: slow enough that the limiter paces every transfer.
   const RunResult limited = run(placed(base, schedule, 0.0, dir, 64 << 20));
-  expect_bit_identical(storage, host, schedule + " storage vs host");
-  expect_bit_identical(mixed, host, schedule + " mixed vs host");
-  expect_bit_identical(limited, host, schedule + " rate-limited vs host");
+  expect_bit_identical(storage, host, what + " storage vs host");
+  expect_bit_identical(mixed, host, what + " mixed vs host");
+  expect_bit_identical(limited, host, what + " rate-limited vs host");
 
   const RunResult ref = run_in_memory(base);
-  expect_close_to_reference(storage, ref, schedule + " vs in-memory");
+  expect_close_to_reference(storage, ref, what + " vs in-memory");
 }
 
 INSTANTIATE_TEST_SUITE_P(equiv_offload, EquivAcrossPlacements,
-                         ::testing::Values("horizontal", "vertical"));
+                         ::testing::Combine(::testing::Values("horizontal", "vertical"),
+                                            ::testing::Values("gpt2", "llama")));
 
 // The alpha split runs part of each step in backward and the rest in the next forward; AdamW is
 // elementwise, so every split gives the same bits (clipping off, which a split requires).
-TEST(equiv_offload, VerticalAlphaSplitIsExact) {
-  const std::string dir = test::make_temp_dir("equiv_alpha");
-  TrainConfig base = small_config();
+class EquivArch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EquivArch, VerticalAlphaSplitIsExact) {
+  const std::string dir = test::make_temp_dir("equiv_alpha_" + GetParam());
+  TrainConfig base = small_config(GetParam());
   base.optim.grad_clip = 0;
   std::vector<RunResult> runs;
   for (double alpha : {1.0, 0.5, 0.0}) {
@@ -194,9 +208,9 @@ TEST(equiv_offload, VerticalAlphaSplitIsExact) {
 
 // Saved activations (docs/design.md §6): whatever the policy, the backward sees the very values a
 // recomputation would produce, so losses and parameters are bit-identical to recompute's.
-TEST(equiv_offload, ActivationPoliciesMatchRecompute) {
-  const std::string dir = test::make_temp_dir("equiv_acts");
-  const TrainConfig base = placed(small_config(), "vertical", 0.0, dir);
+TEST_P(EquivArch, ActivationPoliciesMatchRecompute) {
+  const std::string dir = test::make_temp_dir("equiv_acts_" + GetParam());
+  const TrainConfig base = placed(small_config(GetParam()), "vertical", 0.0, dir);
   const RunResult recompute = run(base);
   for (const auto& [policy, tier] : std::vector<std::pair<std::string, std::string>>{
            {"keep", "storage"}, {"offload", "host"}, {"offload", "storage"}, {"auto", "storage"}}) {
@@ -219,6 +233,8 @@ TEST(equiv_offload, ActivationPoliciesMatchRecompute) {
   a.io.write_bytes_per_s = 64 << 20;  // a 137 KiB set takes ~2 ms against ~0.1 ms of forward
   expect_bit_identical(run(a), recompute, "activations auto, keep 1 + recompute");
 }
+
+INSTANTIATE_TEST_SUITE_P(equiv_offload, EquivArch, ::testing::Values("gpt2", "llama"));
 
 // Clipping must actually engage in the comparisons above (a max norm of 1 at these sizes), or
 // "exact clipping" would go untested.
@@ -335,28 +351,32 @@ TEST(equiv_bf16, InMemoryWorkingWeightsAreTheRoundedMaster) {
   EXPECT_NE(b.r.losses.back(), f32.losses.back());
 }
 
-class EquivBf16AcrossPlacements : public ::testing::TestWithParam<std::string> {};
+// (schedule, arch)
+class EquivBf16AcrossPlacements
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(EquivBf16AcrossPlacements, BitIdenticalOnHostStorageAndMixed) {
-  const std::string schedule = GetParam();
-  const std::string dir = test::make_temp_dir("equiv_bf16_" + schedule);
-  const TrainConfig base = bf16(small_config());
+  const auto& [schedule, arch] = GetParam();
+  const std::string what = schedule + " " + arch + " bf16";
+  const std::string dir = test::make_temp_dir("equiv_bf16_" + schedule + "_" + arch);
+  const TrainConfig base = bf16(small_config(arch));
   const Bf16Run host = run_bf16(placed(base, schedule, 1.0, dir));
   const Bf16Run storage = run_bf16(placed(base, schedule, 0.0, dir));
   const Bf16Run mixed = run_bf16(placed(base, schedule, 0.5, dir));
-  expect_bit_identical(storage.r, host.r, schedule + " bf16 storage vs host");
-  expect_bit_identical(mixed.r, host.r, schedule + " bf16 mixed vs host");
+  expect_bit_identical(storage.r, host.r, what + " storage vs host");
+  expect_bit_identical(mixed.r, host.r, what + " mixed vs host");
   EXPECT_EQ(std::memcmp(storage.master.data(), host.master.data(), host.master.size() * 4), 0)
-      << schedule << " bf16: masters differ between storage and host";
-  expect_working_is_rounded_master(storage, schedule + " bf16");
+      << what << ": masters differ between storage and host";
+  expect_working_is_rounded_master(storage, what);
 
   TrainConfig in_memory = base;
   in_memory.schedule = Schedule::in_memory;
-  expect_bf16_close_to_reference(storage, run_bf16(in_memory), schedule + " bf16 vs in-memory");
+  expect_bf16_close_to_reference(storage, run_bf16(in_memory), what + " vs in-memory");
 }
 
 INSTANTIATE_TEST_SUITE_P(equiv_bf16, EquivBf16AcrossPlacements,
-                         ::testing::Values("horizontal", "vertical"));
+                         ::testing::Combine(::testing::Values("horizontal", "vertical"),
+                                            ::testing::Values("gpt2", "llama")));
 
 // The alpha split with bf16 working weights: part 1's params range starts on a whole direct-I/O
 // block of bf16 (2048 elements), and both parts write their bf16 range; the same bits as α = 1.
