@@ -81,7 +81,7 @@ nlohmann::json bench_block(int reps) {
 
 nlohmann::json bench_step(int reps) {
   TrainConfig cfg;
-  cfg.model = ModelConfig{50257, 1024, 12, 12, 768};
+  cfg.model = ModelConfig{ModelArch::gpt2, 50257, 1024, 12, 12, 768};
   cfg.batch_size = 1;
   cfg.seq_len = 1024;
   cfg.steps = reps + 1;

@@ -3,9 +3,12 @@
 // finite-difference check of the full backward).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/init.h"
@@ -62,8 +65,74 @@ TEST(Layout, SlabsAreAlignedContiguousAndLayerMajor) {
 }
 
 TEST(Layout, Gpt2SmallHasTheKnownParameterCount) {
-  const ParamLayout l = make_param_layout(ModelConfig{50257, 1024, 12, 12, 768});
+  const ParamLayout l = make_param_layout(ModelConfig{ModelArch::gpt2, 50257, 1024, 12, 12, 768});
   EXPECT_EQ(l.parameter_count, 124439808);  // GPT-2 124M with tied embeddings
+}
+
+ModelConfig llama3_8b() {
+  ModelConfig m;
+  m.arch = ModelArch::llama;
+  m.vocab_size = 128256;
+  m.context_length = 8192;
+  m.n_layer = 32;
+  m.n_head = 32;
+  m.n_embd = 4096;
+  m.n_kv_head = 8;
+  m.ffn_hidden = 14336;
+  m.rope_theta = 500000;
+  m.tie_embeddings = false;
+  return m;
+}
+
+TEST(Layout, LlamaHasTheKnownParameterCountsAndPacksItsMatrices) {
+  EXPECT_EQ(make_param_layout(llama3_8b()).parameter_count, 8030261248);  // Llama 3 8B
+  ModelConfig m32 = llama3_8b();  // Llama 3.2 1B: 16 x 2048, 32 heads on 8, tied
+  m32.n_layer = 16;
+  m32.n_embd = 2048;
+  m32.ffn_hidden = 8192;
+  m32.tie_embeddings = true;
+  EXPECT_EQ(make_param_layout(m32).parameter_count, 1235814400);
+
+  ModelConfig m = llama3_8b();  // small, with shapes that are not multiples of 16
+  m.vocab_size = 50;
+  m.n_layer = 2;
+  m.n_embd = 20;
+  m.n_head = 2;
+  m.n_kv_head = 1;
+  m.ffn_hidden = 30;
+  const ParamLayout l = make_param_layout(m);
+  auto at = [&](const std::string& name) {
+    const int64_t i = l.find(name);
+    EXPECT_GE(i, 0) << name;
+    return l.tensors[static_cast<size_t>(std::max<int64_t>(i, 0))];
+  };
+  // q|k|v and gate|up are one matrix each: no padding between them.
+  EXPECT_EQ(at("blk.1.attn_k.weight").offset, at("blk.1.attn_q.weight").offset + 20 * 20);
+  EXPECT_EQ(at("blk.1.attn_v.weight").offset, at("blk.1.attn_k.weight").offset + 10 * 20);
+  EXPECT_EQ(at("blk.1.mlp_up.weight").offset, at("blk.1.mlp_gate.weight").offset + 30 * 20);
+  EXPECT_EQ(at("blk.1.attn_out.weight").offset % kTensorAlignElems, 0);
+  EXPECT_EQ(at("blk.1.attn_v.weight").hf_name, "model.layers.1.self_attn.v_proj.weight");
+  EXPECT_EQ(at("lm_head.weight").slab, l.final_slab());
+  EXPECT_EQ(l.find("wpe.weight"), -1);
+  // The views by role: biases null, q|k|v at q, the head untied.
+  std::vector<float> p(static_cast<size_t>(l.total_elems));
+  const BlockView w = block_view(l, p.data(), 1);
+  EXPECT_EQ(w.qkv_w, p.data() + at("blk.1.attn_q.weight").offset);
+  EXPECT_EQ(w.fc_w, p.data() + at("blk.1.mlp_gate.weight").offset);
+  EXPECT_EQ(w.ln1_b, nullptr);
+  EXPECT_EQ(w.fcproj_b, nullptr);
+  EXPECT_EQ(embed_view(l, p.data()).wpe, nullptr);
+  const FinalView f = final_view(l, p.data());
+  EXPECT_EQ(f.lm_head, p.data() + at("lm_head.weight").offset);
+  EXPECT_EQ(lm_head_of(embed_view(l, p.data()), f), f.lm_head);
+  // Norm gains start at 1, matrices at N(0, 0.02).
+  init_params(l, p.data(), 5);
+  EXPECT_EQ(p[static_cast<size_t>(at("blk.0.mlp_norm.weight").offset)], 1.0f);
+  const ParamTensor& down = at("blk.0.mlp_down.weight");
+  double ss = 0;
+  for (int64_t i = 0; i < down.numel(); i++)
+    ss += p[static_cast<size_t>(down.offset + i)] * p[static_cast<size_t>(down.offset + i)];
+  EXPECT_NEAR(std::sqrt(ss / static_cast<double>(down.numel())), 0.02, 0.004);
 }
 
 TEST(Init, DeterministicPerSlabAndGpt2Statistics) {
@@ -84,7 +153,7 @@ TEST(Init, DeterministicPerSlabAndGpt2Statistics) {
   EXPECT_EQ(w.ln1_w[0], 1.0f);
   EXPECT_EQ(w.qkv_b[5], 0.0f);
   // std of a big matrix near 0.02; of a residual projection near 0.02/sqrt(2L)
-  const ParamLayout big = make_param_layout(ModelConfig{256, 64, 8, 4, 256});
+  const ParamLayout big = make_param_layout(ModelConfig{ModelArch::gpt2, 256, 64, 8, 4, 256});
   std::vector<float> p(static_cast<size_t>(big.total_elems));
   init_params(big, p.data(), 1);
   auto stddev = [&](const std::string& name) {
