@@ -24,6 +24,17 @@ ModelConfig shape(int64_t layers, int64_t embd, int64_t heads, int64_t vocab, in
   return m;
 }
 
+ModelConfig llama_shape(int64_t layers, int64_t embd, int64_t heads, int64_t kv_heads, int64_t ffn,
+                        int64_t vocab, int64_t ctx, double theta) {
+  ModelConfig m = shape(layers, embd, heads, vocab, ctx);
+  m.arch = ModelArch::llama;
+  m.n_kv_head = kv_heads;
+  m.ffn_hidden = ffn;
+  m.rope_theta = theta;
+  m.tie_embeddings = false;
+  return m;
+}
+
 // offload_schedule_spec asks the device only for attention scratch sizes; the CPU device's
 // answer is the materialized-attention one.
 const Device& sizing_device() {
@@ -46,6 +57,12 @@ const std::vector<ModelPreset>& model_presets() {
        "12 L C^2 = 64.4B in blocks + 0.4B embeddings"},
       {"gpt-175b", shape(96, 12288, 96, 50257, 2048), 2048,
        "175B class: GPT-3 175B (Brown et al. 2020, Table 2.1: 96 x 12288, 96 heads, T 2048)"},
+      {"llama3-8b", llama_shape(32, 4096, 32, 8, 14336, 128256, 8192, 500000), 8192,
+       "Llama 3 8B (Meta's config.json: 32 x 4096, 32 heads on 8 key/value heads, MLP 14336, "
+       "vocabulary 128256, untied): 8.03B"},
+      {"llama-65b", llama_shape(80, 8192, 64, 64, 22016, 32000, 2048, 10000), 2048,
+       "LLaMA-65B itself (Touvron et al. 2023: 80 x 8192, 64 heads, MLP 22016, vocabulary "
+       "32000, T 2048): 65.3B"},
   };
   return presets;
 }
