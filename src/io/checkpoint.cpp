@@ -125,6 +125,10 @@ Status write_state_files(IoEngine& engine, const std::string& dir, const ParamLa
   // [Checkpoint tensor streams]); per stream and slab the CRC32C of its bytes.
   std::vector<std::array<uint32_t, kStateStreamCount>> slab_crc(static_cast<size_t>(n_slabs));
   StateFileWriter writer(layout, {&files[0], &files[1], &files[2]});
+  // A save of tens of GB takes minutes (at a standstill or behind training): a line every few
+  // seconds says how far it is.
+  SlowProgress progress("writing checkpoint " + dir, n_slabs, "slabs");
+  int64_t written = 0;
   for (;;) {
     STRATA_ASSIGN_OR_RETURN(const int64_t si, snapshot.gate->next_ready());
     if (si < 0) break;
@@ -140,6 +144,7 @@ Status write_state_files(IoEngine& engine, const std::string& dir, const ParamLa
           files[static_cast<size_t>(k)].crc();
     }
     snapshot.gate->captured(si);
+    progress.update(++written);
   }
   stats->buffer_bytes = writer.buffer_bytes();
   for (int k = 0; k < kStateStreamCount; ++k) {
