@@ -117,6 +117,12 @@ class CudaBackendTest : public ::testing::Test {
     return test::nmse(g.data(), t.cpu.f32(), n);
   }
 
+  // Whether the CUDA result has the CPU one's bits, over the first n floats.
+  bool same_bits(const Twin& t, int64_t n) {
+    const std::vector<float> g = download(t.gpu.data(), n);
+    return std::memcmp(g.data(), t.cpu.data(), static_cast<size_t>(n) * sizeof(float)) == 0;
+  }
+
   static inline Device* cuda_ = nullptr;
   static inline std::string* skip_reason_ = nullptr;
   std::unique_ptr<Device> cpu_;
@@ -446,6 +452,20 @@ TEST_F(CudaBackendTest, EmbeddingForwardAndBackward) {
   EXPECT_LE(nmse(out, B * T * C), kF32Nmse);
   EXPECT_LE(nmse(dwte, V * C), kF32Nmse);
   EXPECT_LE(nmse(dwpe, maxT * C), kF32Nmse);
+}
+
+// Llama: no position table; a copy and token-order sums on both sides, so the same bits.
+TEST_F(CudaBackendTest, EmbeddingWithoutPositionsIsBitExact) {
+  const int64_t V = 50, B = 3, T = 40, C = 96;
+  Twin tokens = twin_i32(random_ints(B * T, 27, 0, V));
+  Twin wte = twin(random_floats(V * C, 28)), out = zeros(B * T * C);
+  Twin dout = twin(random_floats(B * T * C, 30)), dwte = twin(random_floats(V * C, 31));
+  both([&](Device& d, Stream& s, bool g) {
+    d.embedding_forward(s, out.f32(g), tokens.i32(g), wte.f32(g), nullptr, B, T, C);
+    d.embedding_backward(s, dwte.f32(g), nullptr, dout.f32(g), tokens.i32(g), B, T, C);
+  });
+  EXPECT_TRUE(same_bits(out, B * T * C)) << "out";
+  EXPECT_TRUE(same_bits(dwte, V * C)) << "dwte";
 }
 
 TEST_F(CudaBackendTest, ResidualAndScaledAdd) {

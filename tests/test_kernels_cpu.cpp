@@ -301,6 +301,30 @@ TEST(KernelsCpu, EmbeddingMatchesRef) {
   expect_close(dwpe, dwpe_r, "dwpe");
 }
 
+// Llama: no position table. out = wte[tokens] exactly, and the backward updates dwte only, as it
+// does with a table.
+TEST(KernelsCpu, EmbeddingWithoutPositionsMatchesRef) {
+  const int64_t B = 3, T = 5, C = 133, V = 11, maxT = 7;
+  const std::vector<int32_t> tokens = test::random_ints(B * T, 56, 0, static_cast<int32_t>(V));
+  const Floats wte = random_floats(V * C, 57);
+  for (bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast" : "ref");
+    Floats out(B * T * C, kNaN);
+    (fast ? cpu::embedding_forward : ref::embedding_forward)(out.data(), tokens.data(), wte.data(),
+                                                             nullptr, B, T, C);
+    for (int64_t bt = 0; bt < B * T; bt++) {
+      EXPECT_EQ(std::memcmp(&out[bt * C], &wte[tokens[bt] * C], C * sizeof(float)), 0) << bt;
+    }
+    const Floats dout = random_floats(B * T * C, 58);
+    const Floats dwte0 = random_floats(V * C, 59), dwpe0 = random_floats(maxT * C, 60);
+    Floats dwte = dwte0, with_pos = dwte0, dwpe = dwpe0;
+    auto backward = fast ? cpu::embedding_backward : ref::embedding_backward;
+    backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    backward(with_pos.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    EXPECT_EQ(std::memcmp(dwte.data(), with_pos.data(), dwte.size() * sizeof(float)), 0);
+  }
+}
+
 // ---- elementwise --------------------------------------------------------------------------------
 
 TEST(KernelsCpu, AddAndScaledAddMatchRef) {

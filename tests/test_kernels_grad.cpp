@@ -257,6 +257,24 @@ TEST_P(KernelGrad, Embedding) {
   expect_matches_fd("dwpe", wpe, added(dwpe, dwpe0), loss, kTolLinear);
 }
 
+// Llama has no learned positions: wpe and dwpe null, only dwte receives gradients.
+TEST_P(KernelGrad, EmbeddingWithoutPositions) {
+  const Kernels& k = *GetParam();
+  const int64_t B = 2, T = 4, C = 5, V = 6;
+  const std::vector<int32_t> tokens = {3, 1, 3, 0, 5, 3, 1, 1};
+  Floats wte = random_floats(V * C, 55);
+  const Floats w = random_floats(B * T * C, 56);
+  auto loss = [&] {
+    Floats out(B * T * C);
+    k.embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    return weighted_sum(out, w);
+  };
+  const Floats dwte0 = random_floats(V * C, 57);
+  Floats dwte = dwte0;
+  k.embedding_backward(dwte.data(), nullptr, w.data(), tokens.data(), B, T, C);
+  expect_matches_fd("dwte", wte, added(dwte, dwte0), loss, kTolLinear);
+}
+
 INSTANTIATE_TEST_SUITE_P(Impl, KernelGrad, ::testing::Values(&kFast, &kRef),
                          [](const ::testing::TestParamInfo<const Kernels*>& info) {
                            return std::string(info.param->name);

@@ -210,10 +210,11 @@ class Device {
   virtual void softmax_cross_entropy_backward(Stream& s, float* dlogits, const float* probs,
                                               const int32_t* targets, float dloss, int64_t N,
                                               int64_t V) = 0;
-  // out (B,T,C) = wte[tokens] (V,C) + wpe[t] (maxT,C)
+  // out (B,T,C) = wte[tokens] (V,C) + wpe[t] (maxT,C). wpe may be null (Llama: no learned
+  // positions): then out = wte[tokens] exactly.
   virtual void embedding_forward(Stream& s, float* out, const int32_t* tokens, const float* wte,
                                  const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
-  // dwte (V,C) +=, dwpe (maxT,C) += from dout (B,T,C)
+  // dwte (V,C) +=, dwpe (maxT,C) += from dout (B,T,C). dwpe may be null: only dwte is updated.
   virtual void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout,
                                   const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
   // out (n) = a + b   (residual)

@@ -125,10 +125,10 @@ void softmax_cross_entropy_backward(float* dlogits,          // (N,V) +=
 void embedding_forward(float* out,             // (B,T,C)
                        const int32_t* tokens,  // (B,T)  in [0, V)
                        const float* wte,       // (V,C)
-                       const float* wpe,       // (maxT,C), maxT >= T
+                       const float* wpe,       // (maxT,C), maxT >= T; or null: out = wte[tokens]
                        int64_t B, int64_t T, int64_t C);
 void embedding_backward(float* dwte,            // (V,C) +=
-                        float* dwpe,            // (maxT,C) +=
+                        float* dwpe,            // (maxT,C) +=; or null: skipped
                         const float* dout,      // (B,T,C)
                         const int32_t* tokens,  // (B,T)
                         int64_t B, int64_t T, int64_t C);

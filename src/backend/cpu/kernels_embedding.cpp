@@ -1,5 +1,6 @@
-// Fast token + position embedding. The backward scatters into rows chosen by the tokens, and
-// repeated tokens hit the same row, so it splits the work by columns, not by tokens.
+// Fast token + position embedding (position table optional: null wpe / dwpe, as in Llama). The
+// backward scatters into rows chosen by the tokens, and repeated tokens hit the same row, so it
+// splits the work by columns, not by tokens.
 #include <algorithm>
 
 #include "backend/cpu/kernels.h"
@@ -16,8 +17,12 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 #pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; bt++) {
     const float* e = wte + static_cast<int64_t>(tokens[bt]) * C;
-    const float* p = wpe + (bt % T) * C;
     float* o = out + bt * C;
+    if (wpe == nullptr) {  // no learned positions (Llama)
+      std::copy(e, e + C, o);
+      continue;
+    }
+    const float* p = wpe + (bt % T) * C;
     for (int64_t c = 0; c < C; c++) o[c] = e[c] + p[c];
   }
 }
@@ -35,6 +40,10 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     for (int64_t bt = 0; bt < B * T; bt++) {
       const float* d = dout + bt * C;
       float* e = dwte + static_cast<int64_t>(tokens[bt]) * C;
+      if (dwpe == nullptr) {  // no learned positions (Llama)
+        for (int64_t c = c0; c < c1; c++) e[c] += d[c];
+        continue;
+      }
       float* p = dwpe + (bt % T) * C;
       for (int64_t c = c0; c < c1; c++) {
         e[c] += d[c];

@@ -223,7 +223,10 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   for (int64_t b = 0; b < B; b++) {
     for (int64_t t = 0; t < T; t++) {
       const int64_t tok = tokens[b * T + t];
-      for (int64_t c = 0; c < C; c++) out[(b * T + t) * C + c] = wte[tok * C + c] + wpe[t * C + c];
+      for (int64_t c = 0; c < C; c++) {
+        out[(b * T + t) * C + c] =
+            wpe != nullptr ? wte[tok * C + c] + wpe[t * C + c] : wte[tok * C + c];
+      }
     }
   }
 }
@@ -235,7 +238,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
       const int64_t tok = tokens[b * T + t];
       for (int64_t c = 0; c < C; c++) {
         dwte[tok * C + c] += dout[(b * T + t) * C + c];
-        dwpe[t * C + c] += dout[(b * T + t) * C + c];
+        if (dwpe != nullptr) dwpe[t * C + c] += dout[(b * T + t) * C + c];
       }
     }
   }

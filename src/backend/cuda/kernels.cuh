@@ -136,11 +136,11 @@ void cuda_embedding_forward(cudaStream_t stream,
                             float* out,             // (B,T,C)
                             const int32_t* tokens,  // (B,T)  in [0, V)
                             const float* wte,       // (V,C)
-                            const float* wpe,       // (maxT,C), maxT >= T
+                            const float* wpe,       // (maxT,C), maxT >= T; or null
                             int64_t B, int64_t T, int64_t C);
 void cuda_embedding_backward(cudaStream_t stream,
                              float* dwte,            // (V,C) +=
-                             float* dwpe,            // (maxT,C) +=
+                             float* dwpe,            // (maxT,C) +=; or null: skipped
                              const float* dout,      // (B,T,C)
                              const int32_t* tokens,  // (B,T)
                              int64_t B, int64_t T, int64_t C);

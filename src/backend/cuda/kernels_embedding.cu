@@ -1,7 +1,8 @@
-// Token + position embedding. The forward is a gather; the backward scatters rows chosen by the
-// tokens, and repeated tokens hit the same dwte row, so it is organized to need no atomics and to
-// add each element's contributions in token order, exactly as the CPU reference does: both
-// results are bit-identical to cpu::ref.
+// Token + position embedding; the position table may be null (Llama: wte only, and the backward
+// skips dwpe). The forward is a gather; the backward scatters rows chosen by the tokens, and
+// repeated tokens hit the same dwte row, so it is organized to need no atomics and to add each
+// element's contributions in token order, exactly as the CPU reference does: both results are
+// bit-identical to cpu::ref.
 //
 // Tokens must lie in [0, V) (V is not an argument, as on the CPU): the forward would read and
 // the backward write outside wte/dwte otherwise. The backward skips negative tokens.
@@ -29,12 +30,16 @@ constexpr uint32_t kBuckets = 128;
 __global__ void embedding_forward_kernel(float* __restrict__ out,             // (B,T,C)
                                          const int32_t* __restrict__ tokens,  // (B,T)
                                          const float* __restrict__ wte,       // (V,C)
-                                         const float* __restrict__ wpe,       // (maxT,C)
+                                         const float* __restrict__ wpe,       // (maxT,C) or null
                                          int64_t T, int64_t C) {
   const int64_t bt = blockIdx.x;  // one block per token
   const float* e = wte + static_cast<int64_t>(tokens[bt]) * C;
-  const float* p = wpe + (bt % T) * C;
   float* o = out + bt * C;
+  if (wpe == nullptr) {  // no learned positions (Llama)
+    for (int64_t c = threadIdx.x; c < C; c += kThreads) o[c] = e[c];
+    return;
+  }
+  const float* p = wpe + (bt % T) * C;
   for (int64_t c = threadIdx.x; c < C; c += kThreads) o[c] = e[c] + p[c];
 }
 
@@ -88,6 +93,7 @@ void cuda_embedding_backward(cudaStream_t stream, float* dwte, float* dwpe, cons
   const dim3 wte_grid(kBuckets, static_cast<unsigned>((C + kThreads - 1) / kThreads));
   embedding_backward_wte_kernel<<<wte_grid, kThreads, 0, stream>>>(dwte, dout, tokens, B * T, C);
   STRATA_CUDA_LAUNCH_CHECK();
+  if (dwpe == nullptr) return;  // no learned positions (Llama)
   embedding_backward_wpe_kernel<<<kernels_detail::elementwise_blocks(T * C),
                                   kernels_detail::kElementwiseThreads, 0, stream>>>(dwpe, dout, B,
                                                                                     T, C);
