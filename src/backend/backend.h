@@ -1,7 +1,7 @@
 // The device interface every backend implements: device, buffer, stream, event, and the op
-// entry points the GPT forward and backward need. A few slots are optional, each marked
-// "(optional, Capability::...)" where it is declared; a caller asks supports() before relying on
-// one (Note [Optional device capabilities]).
+// entry points the GPT-2 and Llama forward and backward need. A few slots are optional, each
+// marked "(optional, Capability::...)" where it is declared; a caller asks supports() before
+// relying on one (Note [Optional device capabilities]).
 //
 // Note [Asynchronous by contract]
 // Every op and copy is *enqueued* on a Stream and may run later, on another thread (CPU backend)
@@ -225,6 +225,54 @@ class Device {
   virtual void convert_bf16_to_f32(Stream& s, float* out, const bf16_t* inp, int64_t n) = 0;
   // out[0] = sum of x[i]^2, accumulated in double in a fixed order
   virtual void sum_squares(Stream& s, double* out, const float* x, int64_t n) = 0;
+
+  // ---- Llama blocks: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention ---------------
+  // RMSNorm (Llama): rstd (N) = 1 / sqrt(mean over C of inp^2 + eps); out (N,C) = inp * rstd *
+  // weight. As PyTorch's f32 `x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight`:
+  // each square rounded to f32, the squares summed in f32 in index order c = 0, 1, ..., C-1 (the
+  // CPU; a backend may sum in another fixed order, CUDA does), the sum divided by C, then
+  // 1.0f / sqrtf (IEEE, as PyTorch's CPU rsqrt) and (inp * rstd) * weight, each rounded.
+  virtual void rmsnorm_forward(Stream& s, float* out, float* rstd, const float* inp,
+                               const float* weight, int64_t N, int64_t C, float eps) = 0;
+  // dinp (N,C) +=, dweight (C) +=  (dweight summed over rows in a fixed order)
+  virtual void rmsnorm_backward(Stream& s, float* dinp, float* dweight, const float* dout,
+                                const float* inp, const float* weight, const float* rstd, int64_t N,
+                                int64_t C) = 0;
+  // Rotary position embedding, Hugging Face Llama's rotate-half convention. inp and out are
+  // (B, T, row); in each row the first n_rot_heads heads of hs floats are rotated, the rest of
+  // the row is copied unchanged. For head vector x, i < hs/2, position t:
+  //   c = rope[(t * hs/2 + i) * 2], s = rope[(t * hs/2 + i) * 2 + 1]
+  //   out[i] = x[i] * c - x[i + hs/2] * s;   out[i + hs/2] = x[i + hs/2] * c + x[i] * s
+  // rope: (>= T, hs/2, 2) cos/sin table on the device (built by the caller). hs is even,
+  // n_rot_heads * hs <= row. Products and sums each rounded (no fused multiply-add), so every
+  // backend gives the same bits. out may be inp (rotated in place).
+  virtual void rope_forward(Stream& s, float* out, const float* inp, const float* rope, int64_t B,
+                            int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) = 0;
+  // dinp (B,T,row) += the transpose rotation of dout on the rotated heads, += dout elsewhere:
+  //   dinp[i] += dout[i] * c + dout[i + hs/2] * s
+  //   dinp[i + hs/2] += dout[i + hs/2] * c - dout[i] * s
+  virtual void rope_backward(Stream& s, float* dinp, const float* dout, const float* rope,
+                             int64_t B, int64_t T, int64_t row, int64_t n_rot_heads,
+                             int64_t hs) = 0;
+  // SwiGLU: gu (N, 2F) holds gate | up per row; out (N,F) = silu(gate) * up,
+  // silu(x) = x / (1 + exp(-x)) (each step rounded; exp within a few ulp, backend's own exp).
+  virtual void swiglu_forward(Stream& s, float* out, const float* gu, int64_t N, int64_t F) = 0;
+  // dgu (N, 2F) += (d gate | d up) from dout (N,F):
+  //   d gate = dout * up * silu'(gate),  silu'(x) = sig * (1 + x * (1 - sig)), sig = 1/(1+e^-x)
+  //   d up   = dout * silu(gate)
+  virtual void swiglu_backward(Stream& s, float* dgu, const float* gu, const float* dout, int64_t N,
+                               int64_t F) = 0;
+  // Grouped-query attention through the multi-head kernel: inp (B,T,(NH + 2*NKV)*hs) holds
+  // q | k | v per token (NH query heads, NKV key/value heads); out (B,T,3*NH*hs) holds q | k' | v'
+  // where k' and v' repeat each kv head NH/NKV times: query head h reads kv head h / (NH/NKV)
+  // (Hugging Face's repeat_kv / repeat_interleave order). NH % NKV == 0.
+  virtual void repeat_kv_forward(Stream& s, float* out, const float* inp, int64_t B, int64_t T,
+                                 int64_t NH, int64_t NKV, int64_t hs) = 0;
+  // dinp (B,T,(NH+2NKV)*hs) += dout's q part, and for k and v the sum of the NH/NKV repeats in
+  // repeat order (fixed order: deterministic): sum = 0, sum += repeat 0, 1, ...; dinp += sum.
+  // Every backend gives the same bits.
+  virtual void repeat_kv_backward(Stream& s, float* dinp, const float* dout, int64_t B, int64_t T,
+                                  int64_t NH, int64_t NKV, int64_t hs) = 0;
 
   // ---- optimizer ------------------------------------------------------------------------------
   // (optional, Capability::device_adamw) AdamW on device-resident state, bit-identical to

@@ -166,6 +166,37 @@ class CpuDevice final : public Device {
   void sum_squares(Stream& s, double* out, const float* x, int64_t n) override {
     enqueue(s, [=] { cpu::sum_squares(out, x, n); });
   }
+  void rmsnorm_forward(Stream& s, float* out, float* rstd, const float* inp, const float* weight,
+                       int64_t N, int64_t C, float eps) override {
+    enqueue(s, [=] { cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+  }
+  void rmsnorm_backward(Stream& s, float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int64_t N, int64_t C) override {
+    enqueue(s, [=] { cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+  }
+  void rope_forward(Stream& s, float* out, const float* inp, const float* rope, int64_t B,
+                    int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) override {
+    enqueue(s, [=] { cpu::rope_forward(out, inp, rope, B, T, row, n_rot_heads, hs); });
+  }
+  void rope_backward(Stream& s, float* dinp, const float* dout, const float* rope, int64_t B,
+                     int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) override {
+    enqueue(s, [=] { cpu::rope_backward(dinp, dout, rope, B, T, row, n_rot_heads, hs); });
+  }
+  void swiglu_forward(Stream& s, float* out, const float* gu, int64_t N, int64_t F) override {
+    enqueue(s, [=] { cpu::swiglu_forward(out, gu, N, F); });
+  }
+  void swiglu_backward(Stream& s, float* dgu, const float* gu, const float* dout, int64_t N,
+                       int64_t F) override {
+    enqueue(s, [=] { cpu::swiglu_backward(dgu, gu, dout, N, F); });
+  }
+  void repeat_kv_forward(Stream& s, float* out, const float* inp, int64_t B, int64_t T, int64_t NH,
+                         int64_t NKV, int64_t hs) override {
+    enqueue(s, [=] { cpu::repeat_kv_forward(out, inp, B, T, NH, NKV, hs); });
+  }
+  void repeat_kv_backward(Stream& s, float* dinp, const float* dout, int64_t B, int64_t T,
+                          int64_t NH, int64_t NKV, int64_t hs) override {
+    enqueue(s, [=] { cpu::repeat_kv_backward(dinp, dout, B, T, NH, NKV, hs); });
+  }
 
  private:
   static void enqueue(Stream& s, std::function<void()> task) {

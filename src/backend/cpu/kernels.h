@@ -5,10 +5,10 @@
 //                     Note [Backward accumulates]).
 //
 // Note [Deterministic reductions]
-// A reduction over rows (layernorm dweight/dbias, bias_backward, sum_squares) is split into
-// fixed-size chunks whose size does not depend on the thread count; each chunk's partial is
-// computed in row order, and partials are combined in chunk order by one thread. The result is
-// therefore bit-identical for any OMP_NUM_THREADS. No atomics.
+// A reduction over rows (layernorm dweight/dbias, rmsnorm dweight, bias_backward, sum_squares)
+// is split into fixed-size chunks whose size does not depend on the thread count; each chunk's
+// partial is computed in row order, and partials are combined in chunk order by one thread. The
+// result is therefore bit-identical for any OMP_NUM_THREADS. No atomics.
 //
 // embedding_backward, which scatters rows by token, instead gives each task a fixed block of
 // columns and walks all tokens in order; every output element is then summed in token order,
@@ -133,6 +133,44 @@ void embedding_backward(float* dwte,            // (V,C) +=
                         const int32_t* tokens,  // (B,T)
                         int64_t B, int64_t T, int64_t C);
 
+// kernels_llama.cpp: the ops of a Llama block (backend.h states the formulas). rmsnorm sums
+// each row in index order in both versions, so forward and dinp equal the reference bit for bit;
+// dweight sums rows in chunks (Note [Deterministic reductions]). rope and repeat_kv are
+// bit-identical to the reference; swiglu uses exp_fast where the reference uses std::exp.
+void rmsnorm_forward(float* out,           // (N,C)
+                     float* rstd,          // (N)  1/sqrt(mean(inp^2) + eps)
+                     const float* inp,     // (N,C)
+                     const float* weight,  // (C)
+                     int64_t N, int64_t C, float eps);
+void rmsnorm_backward(float* dinp,          // (N,C) +=
+                      float* dweight,       // (C) +=
+                      const float* dout,    // (N,C)
+                      const float* inp,     // (N,C)
+                      const float* weight,  // (C)
+                      const float* rstd,    // (N)  from rmsnorm_forward
+                      int64_t N, int64_t C);
+void rope_forward(float* out,         // (B,T,row); may be inp
+                  const float* inp,   // (B,T,row)  heads 0..n_rot_heads-1 of hs floats rotated
+                  const float* rope,  // (>=T, hs/2, 2)  cos, sin
+                  int64_t B, int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs);
+void rope_backward(float* dinp,        // (B,T,row) +=
+                   const float* dout,  // (B,T,row)
+                   const float* rope,  // (>=T, hs/2, 2)  cos, sin
+                   int64_t B, int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs);
+void swiglu_forward(float* out,       // (N,F)  silu(gate) * up
+                    const float* gu,  // (N,2F)  gate | up per row
+                    int64_t N, int64_t F);
+void swiglu_backward(float* dgu,         // (N,2F) +=  d gate | d up
+                     const float* gu,    // (N,2F)
+                     const float* dout,  // (N,F)
+                     int64_t N, int64_t F);
+void repeat_kv_forward(float* out,        // (B,T,3*NH*hs)  q | k' | v'
+                       const float* inp,  // (B,T,(NH+2*NKV)*hs)  q | k | v
+                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs);
+void repeat_kv_backward(float* dinp,        // (B,T,(NH+2*NKV)*hs) +=
+                        const float* dout,  // (B,T,3*NH*hs)
+                        int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs);
+
 // ---- references (kernels_ref.cpp): same arguments as above ------------------------------------
 
 namespace ref {
@@ -163,6 +201,20 @@ void scaled_add(float* y, const float* x, float alpha, int64_t n);
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n);
 void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n);
 void sum_squares(double* out, const float* x, int64_t n);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C);
+void rope_forward(float* out, const float* inp, const float* rope, int64_t B, int64_t T,
+                  int64_t row, int64_t n_rot_heads, int64_t hs);
+void rope_backward(float* dinp, const float* dout, const float* rope, int64_t B, int64_t T,
+                   int64_t row, int64_t n_rot_heads, int64_t hs);
+void swiglu_forward(float* out, const float* gu, int64_t N, int64_t F);
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int64_t N, int64_t F);
+void repeat_kv_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                       int64_t hs);
+void repeat_kv_backward(float* dinp, const float* dout, int64_t B, int64_t T, int64_t NH,
+                        int64_t NKV, int64_t hs);
 }  // namespace ref
 
 // ---- helpers shared by the fast kernels -------------------------------------------------------

@@ -268,4 +268,158 @@ void sum_squares(double* out, const float* x, int64_t n) {
   out[0] = sum;
 }
 
+// ---- Llama: RMSNorm, RoPE, SwiGLU, repeat_kv (formulas in backend.h) ---------------------------
+
+// The squares summed in f32 in index order; 1 / sqrt, each rounded (as PyTorch's CPU rsqrt).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps) {
+  for (int64_t i = 0; i < N; i++) {
+    const float* x = inp + i * C;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < C; c++) sum += x[c] * x[c];
+    float s = 1.0f / std::sqrt(sum / static_cast<float>(C) + eps);
+    for (int64_t c = 0; c < C; c++) out[i * C + c] = x[c] * s * weight[c];
+    rstd[i] = s;
+  }
+}
+
+// With norm = x * rstd, y = norm * w, rstd = (mean(x^2) + eps)^(-1/2):
+//   d rstd / d x_j = -rstd^3 x_j / C, so with dnorm = dout * w,
+//   dx = rstd * (dnorm - norm * mean(dnorm * norm)),   dw += norm * dout
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; i++) {
+    const float* x = inp + i * C;
+    const float* dy = dout + i * C;
+    float dot = 0.0f;
+    for (int64_t c = 0; c < C; c++) dot += (weight[c] * dy[c]) * (x[c] * rstd[i]);
+    const float dot_mean = dot / static_cast<float>(C);
+    for (int64_t c = 0; c < C; c++) {
+      float norm = x[c] * rstd[i];
+      float dnorm = weight[c] * dy[c];
+      dinp[i * C + c] += rstd[i] * (dnorm - norm * dot_mean);
+      dweight[c] += norm * dy[c];
+    }
+  }
+}
+
+void rope_forward(float* out, const float* inp, const float* rope, int64_t B, int64_t T,
+                  int64_t row, int64_t n_rot_heads, int64_t hs) {
+  STRATA_CHECK(hs > 0 && hs % 2 == 0 && n_rot_heads >= 0 && n_rot_heads * hs <= row);
+  const int64_t half = hs / 2;
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t t = 0; t < T; t++) {
+      const float* x = inp + (b * T + t) * row;
+      float* y = out + (b * T + t) * row;
+      for (int64_t h = 0; h < n_rot_heads; h++) {
+        for (int64_t i = 0; i < half; i++) {
+          float c = rope[(t * half + i) * 2];
+          float s = rope[(t * half + i) * 2 + 1];
+          float x1 = x[h * hs + i];
+          float x2 = x[h * hs + i + half];
+          y[h * hs + i] = x1 * c - x2 * s;
+          y[h * hs + i + half] = x2 * c + x1 * s;
+        }
+      }
+      for (int64_t j = n_rot_heads * hs; j < row; j++) y[j] = x[j];
+    }
+  }
+}
+
+void rope_backward(float* dinp, const float* dout, const float* rope, int64_t B, int64_t T,
+                   int64_t row, int64_t n_rot_heads, int64_t hs) {
+  STRATA_CHECK(hs > 0 && hs % 2 == 0 && n_rot_heads >= 0 && n_rot_heads * hs <= row);
+  const int64_t half = hs / 2;
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t t = 0; t < T; t++) {
+      const float* dy = dout + (b * T + t) * row;
+      float* dx = dinp + (b * T + t) * row;
+      for (int64_t h = 0; h < n_rot_heads; h++) {
+        for (int64_t i = 0; i < half; i++) {
+          float c = rope[(t * half + i) * 2];
+          float s = rope[(t * half + i) * 2 + 1];
+          float d1 = dy[h * hs + i];
+          float d2 = dy[h * hs + i + half];
+          dx[h * hs + i] += d1 * c + d2 * s;
+          dx[h * hs + i + half] += d2 * c - d1 * s;
+        }
+      }
+      for (int64_t j = n_rot_heads * hs; j < row; j++) dx[j] += dy[j];
+    }
+  }
+}
+
+// silu(g) = g / (1 + exp(-g)); silu'(g) = sig * (1 + g * (1 - sig)), sig = 1 / (1 + exp(-g)),
+// as PyTorch's silu backward. std::exp(float) is glibc's expf.
+void swiglu_forward(float* out, const float* gu, int64_t N, int64_t F) {
+  for (int64_t i = 0; i < N; i++) {
+    for (int64_t j = 0; j < F; j++) {
+      float g = gu[i * 2 * F + j];
+      float u = gu[i * 2 * F + F + j];
+      float silu = g / (1.0f + std::exp(-g));
+      out[i * F + j] = silu * u;
+    }
+  }
+}
+
+void swiglu_backward(float* dgu, const float* gu, const float* dout, int64_t N, int64_t F) {
+  for (int64_t i = 0; i < N; i++) {
+    for (int64_t j = 0; j < F; j++) {
+      float g = gu[i * 2 * F + j];
+      float u = gu[i * 2 * F + F + j];
+      float e = std::exp(-g);
+      float sig = 1.0f / (1.0f + e);
+      float silu = g / (1.0f + e);
+      float dsilu = sig * (1.0f + g * (1.0f - sig));
+      float dy = dout[i * F + j];
+      dgu[i * 2 * F + j] += dy * u * dsilu;
+      dgu[i * 2 * F + F + j] += dy * silu;
+    }
+  }
+}
+
+// Query head h reads kv head h / (NH/NKV).
+void repeat_kv_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                       int64_t hs) {
+  STRATA_CHECK(NKV > 0 && NH % NKV == 0);
+  const int64_t rep = NH / NKV;
+  const int64_t in_row = (NH + 2 * NKV) * hs, out_row = 3 * NH * hs;
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const float* x = inp + bt * in_row;
+    float* y = out + bt * out_row;
+    for (int64_t h = 0; h < NH; h++) {
+      const int64_t kv = h / rep;
+      for (int64_t i = 0; i < hs; i++) {
+        y[h * hs + i] = x[h * hs + i];
+        y[(NH + h) * hs + i] = x[(NH + kv) * hs + i];
+        y[(2 * NH + h) * hs + i] = x[(NH + NKV + kv) * hs + i];
+      }
+    }
+  }
+}
+
+// dk[kv] += (0 + dk'[kv*rep] + dk'[kv*rep + 1] + ...), in repeat order; the same for v.
+void repeat_kv_backward(float* dinp, const float* dout, int64_t B, int64_t T, int64_t NH,
+                        int64_t NKV, int64_t hs) {
+  STRATA_CHECK(NKV > 0 && NH % NKV == 0);
+  const int64_t rep = NH / NKV;
+  const int64_t in_row = (NH + 2 * NKV) * hs, out_row = 3 * NH * hs;
+  for (int64_t bt = 0; bt < B * T; bt++) {
+    const float* dy = dout + bt * out_row;
+    float* dx = dinp + bt * in_row;
+    for (int64_t i = 0; i < NH * hs; i++) dx[i] += dy[i];
+    for (int64_t kv = 0; kv < NKV; kv++) {
+      for (int64_t i = 0; i < hs; i++) {
+        float dk = 0.0f, dv = 0.0f;
+        for (int64_t r = 0; r < rep; r++) {
+          dk += dy[(NH + kv * rep + r) * hs + i];
+          dv += dy[(2 * NH + kv * rep + r) * hs + i];
+        }
+        dx[(NH + kv) * hs + i] += dk;
+        dx[(NH + NKV + kv) * hs + i] += dv;
+      }
+    }
+  }
+}
+
 }  // namespace strata::cpu::ref

@@ -246,6 +246,37 @@ class CudaDevice final : public Device {
   void sum_squares(Stream& s, double* out, const float* x, int64_t n) override {
     cuda_sum_squares(stream(s), out, x, n);
   }
+  void rmsnorm_forward(Stream& s, float* out, float* rstd, const float* inp, const float* weight,
+                       int64_t N, int64_t C, float eps) override {
+    cuda_rmsnorm_forward(stream(s), out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(Stream& s, float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int64_t N, int64_t C) override {
+    cuda_rmsnorm_backward(stream(s), dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_forward(Stream& s, float* out, const float* inp, const float* rope, int64_t B,
+                    int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) override {
+    cuda_rope_forward(stream(s), out, inp, rope, B, T, row, n_rot_heads, hs);
+  }
+  void rope_backward(Stream& s, float* dinp, const float* dout, const float* rope, int64_t B,
+                     int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) override {
+    cuda_rope_backward(stream(s), dinp, dout, rope, B, T, row, n_rot_heads, hs);
+  }
+  void swiglu_forward(Stream& s, float* out, const float* gu, int64_t N, int64_t F) override {
+    cuda_swiglu_forward(stream(s), out, gu, N, F);
+  }
+  void swiglu_backward(Stream& s, float* dgu, const float* gu, const float* dout, int64_t N,
+                       int64_t F) override {
+    cuda_swiglu_backward(stream(s), dgu, gu, dout, N, F);
+  }
+  void repeat_kv_forward(Stream& s, float* out, const float* inp, int64_t B, int64_t T, int64_t NH,
+                         int64_t NKV, int64_t hs) override {
+    cuda_repeat_kv_forward(stream(s), out, inp, B, T, NH, NKV, hs);
+  }
+  void repeat_kv_backward(Stream& s, float* dinp, const float* dout, int64_t B, int64_t T,
+                          int64_t NH, int64_t NKV, int64_t hs) override {
+    cuda_repeat_kv_backward(stream(s), dinp, dout, B, T, NH, NKV, hs);
+  }
 
   Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                     const float* grad, int64_t n, const AdamWHyper& h) override {

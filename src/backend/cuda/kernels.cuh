@@ -20,8 +20,9 @@
 // same bits on every run and on every GPU of one architecture, whatever its SM count (sm_80 and
 // sm_90 run different machine code, whose fused multiply-adds may differ). Where the summation
 // order differs from the CPU's (layernorm, bias and sum_squares reductions, the softmaxes,
-// attention, GELU's tanhf), CPU and CUDA agree to rounding; add, scaled_add, the conversions,
-// embedding forward/backward and the cross-entropy backward reproduce cpu::ref bit for bit.
+// attention, GELU's tanhf, rmsnorm, SwiGLU's expf), CPU and CUDA agree to rounding; add,
+// scaled_add, the conversions, embedding forward/backward, the cross-entropy backward, rope and
+// repeat_kv reproduce cpu::ref bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -144,5 +145,48 @@ void cuda_embedding_backward(cudaStream_t stream,
                              const float* dout,      // (B,T,C)
                              const int32_t* tokens,  // (B,T)
                              int64_t B, int64_t T, int64_t C);
+
+// ---- kernels_llama.cu ---------------------------------------------------------------------------
+void cuda_rmsnorm_forward(cudaStream_t stream,
+                          float* out,           // (N,C)
+                          float* rstd,          // (N)  1/sqrt(mean(inp^2) + eps)
+                          const float* inp,     // (N,C)
+                          const float* weight,  // (C)
+                          int64_t N, int64_t C, float eps);
+void cuda_rmsnorm_backward(cudaStream_t stream,
+                           float* dinp,          // (N,C) +=
+                           float* dweight,       // (C) +=
+                           const float* dout,    // (N,C)
+                           const float* inp,     // (N,C)
+                           const float* weight,  // (C)
+                           const float* rstd,    // (N)  from rmsnorm_forward
+                           int64_t N, int64_t C);
+void cuda_rope_forward(cudaStream_t stream,
+                       float* out,         // (B,T,row); may be inp
+                       const float* inp,   // (B,T,row)
+                       const float* rope,  // (>=T, hs/2, 2)  cos, sin
+                       int64_t B, int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs);
+void cuda_rope_backward(cudaStream_t stream,
+                        float* dinp,        // (B,T,row) +=
+                        const float* dout,  // (B,T,row)
+                        const float* rope,  // (>=T, hs/2, 2)  cos, sin
+                        int64_t B, int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs);
+void cuda_swiglu_forward(cudaStream_t stream,
+                         float* out,       // (N,F)
+                         const float* gu,  // (N,2F)  gate | up
+                         int64_t N, int64_t F);
+void cuda_swiglu_backward(cudaStream_t stream,
+                          float* dgu,         // (N,2F) +=
+                          const float* gu,    // (N,2F)
+                          const float* dout,  // (N,F)
+                          int64_t N, int64_t F);
+void cuda_repeat_kv_forward(cudaStream_t stream,
+                            float* out,        // (B,T,3*NH*hs)  q | k' | v'
+                            const float* inp,  // (B,T,(NH+2*NKV)*hs)  q | k | v
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs);
+void cuda_repeat_kv_backward(cudaStream_t stream,
+                             float* dinp,        // (B,T,(NH+2*NKV)*hs) +=
+                             const float* dout,  // (B,T,3*NH*hs)
+                             int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs);
 
 }  // namespace strata
