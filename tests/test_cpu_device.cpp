@@ -158,6 +158,83 @@ TEST(CpuDevice, OpsThroughStreamsMatchDirectKernelCalls) {
   EXPECT_EQ(std::memcmp(ln.data(), ln_dev.data(), ln.size() * 4), 0);
 }
 
+// The Llama ops and the embedding without positions through the device: the arguments reach
+// the kernels in the order the interface gives them.
+TEST(CpuDevice, LlamaOpsThroughStreamsMatchDirectKernelCalls) {
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("compute");
+  const int64_t B = 2, T = 5, NH = 4, NKV = 2, hs = 6, BT = B * T, F = 11, V = 9;
+  const int64_t C = NH * hs, row = (NH + 2 * NKV) * hs, wide = 3 * NH * hs;
+  using test::random_floats;
+  const auto x = random_floats(BT * C, 1), w = random_floats(C, 2, 0.5f, 1.5f);
+  const auto qkv = random_floats(BT * row, 3), table = random_floats(T * hs, 4);
+  const auto gu = random_floats(BT * 2 * F, 5, -4.0f, 4.0f), d_c = random_floats(BT * C, 6);
+  const auto d_row = random_floats(BT * row, 7), d_f = random_floats(BT * F, 8);
+  const auto d_wide = random_floats(BT * wide, 9), wte = random_floats(V * C, 10);
+  const auto tokens = test::random_ints(BT, 11, 0, static_cast<int32_t>(V));
+  using Floats = std::vector<float>;
+  struct Outputs {
+    Floats norm, rstd, dx, dw, roped, droped, act, dgu, rep, drep, emb, dwte;
+  };
+  auto prefilled = [](int64_t n, uint64_t seed) { return test::random_floats(n, seed); };
+  // Outputs written fresh, gradients prefilled (the backward ops accumulate).
+  auto fresh = [&] {
+    return Outputs{.norm = Floats(BT * C),
+                   .rstd = Floats(BT),
+                   .dx = prefilled(BT * C, 20),
+                   .dw = prefilled(C, 21),
+                   .roped = Floats(BT * row),
+                   .droped = prefilled(BT * row, 22),
+                   .act = Floats(BT * F),
+                   .dgu = prefilled(BT * 2 * F, 23),
+                   .rep = Floats(BT * wide),
+                   .drep = prefilled(BT * row, 24),
+                   .emb = Floats(BT * C),
+                   .dwte = prefilled(V * C, 25)};
+  };
+  Outputs got = fresh(), want = fresh();
+  dev->rmsnorm_forward(*s, got.norm.data(), got.rstd.data(), x.data(), w.data(), BT, C, 1e-6f);
+  dev->rmsnorm_backward(*s, got.dx.data(), got.dw.data(), d_c.data(), x.data(), w.data(),
+                        got.rstd.data(), BT, C);
+  dev->rope_forward(*s, got.roped.data(), qkv.data(), table.data(), B, T, row, NH + NKV, hs);
+  dev->rope_backward(*s, got.droped.data(), d_row.data(), table.data(), B, T, row, NH + NKV, hs);
+  dev->swiglu_forward(*s, got.act.data(), gu.data(), BT, F);
+  dev->swiglu_backward(*s, got.dgu.data(), gu.data(), d_f.data(), BT, F);
+  dev->repeat_kv_forward(*s, got.rep.data(), qkv.data(), B, T, NH, NKV, hs);
+  dev->repeat_kv_backward(*s, got.drep.data(), d_wide.data(), B, T, NH, NKV, hs);
+  dev->embedding_forward(*s, got.emb.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+  dev->embedding_backward(*s, got.dwte.data(), nullptr, d_c.data(), tokens.data(), B, T, C);
+  s->synchronize();
+
+  cpu::rmsnorm_forward(want.norm.data(), want.rstd.data(), x.data(), w.data(), BT, C, 1e-6f);
+  cpu::rmsnorm_backward(want.dx.data(), want.dw.data(), d_c.data(), x.data(), w.data(),
+                        want.rstd.data(), BT, C);
+  cpu::rope_forward(want.roped.data(), qkv.data(), table.data(), B, T, row, NH + NKV, hs);
+  cpu::rope_backward(want.droped.data(), d_row.data(), table.data(), B, T, row, NH + NKV, hs);
+  cpu::swiglu_forward(want.act.data(), gu.data(), BT, F);
+  cpu::swiglu_backward(want.dgu.data(), gu.data(), d_f.data(), BT, F);
+  cpu::repeat_kv_forward(want.rep.data(), qkv.data(), B, T, NH, NKV, hs);
+  cpu::repeat_kv_backward(want.drep.data(), d_wide.data(), B, T, NH, NKV, hs);
+  cpu::embedding_forward(want.emb.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+  cpu::embedding_backward(want.dwte.data(), nullptr, d_c.data(), tokens.data(), B, T, C);
+
+  auto same = [](const Floats& a, const Floats& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  };
+  EXPECT_TRUE(same(got.norm, want.norm)) << "rmsnorm out";
+  EXPECT_TRUE(same(got.rstd, want.rstd)) << "rmsnorm rstd";
+  EXPECT_TRUE(same(got.dx, want.dx)) << "rmsnorm dinp";
+  EXPECT_TRUE(same(got.dw, want.dw)) << "rmsnorm dweight";
+  EXPECT_TRUE(same(got.roped, want.roped)) << "rope out";
+  EXPECT_TRUE(same(got.droped, want.droped)) << "rope dinp";
+  EXPECT_TRUE(same(got.act, want.act)) << "swiglu out";
+  EXPECT_TRUE(same(got.dgu, want.dgu)) << "swiglu dgu";
+  EXPECT_TRUE(same(got.rep, want.rep)) << "repeat_kv out";
+  EXPECT_TRUE(same(got.drep, want.drep)) << "repeat_kv dinp";
+  EXPECT_TRUE(same(got.emb, want.emb)) << "embedding out";
+  EXPECT_TRUE(same(got.dwte, want.dwte)) << "embedding dwte";
+}
+
 // ---- optional slots (Note [Optional device capabilities])
 // ----------------------------------------
 

@@ -1,7 +1,9 @@
 // The CUDA device against the CPU device, op by op, on the same inputs (ggml's test-backend-ops
-// idea): every op and its gradients within NMSE 1e-5 in f32, the bf16 GEMM within the bound
-// stated at its test, AdamW bit for bit against adamw_step_ref, plus streams, events, host memory,
-// the memory pool, and the optional slots (Note [Optional device capabilities]).
+// idea): every op and its gradients within NMSE 1e-5 in f32 (bit for bit where both sides do the
+// same operations in the same order: rope, repeat_kv, conversions, embedding without positions),
+// the bf16 GEMM within the bound stated at its test, AdamW bit for bit against adamw_step_ref, plus
+// streams, events, host memory, the memory pool, and the optional slots (Note [Optional device
+// capabilities]).
 //
 // Written against backend.h only, so it builds with and without the CUDA backend. Where
 // create_cuda_device fails (built without CUDA, no GPU, driver too old) every test skips and
@@ -466,6 +468,96 @@ TEST_F(CudaBackendTest, EmbeddingWithoutPositionsIsBitExact) {
   });
   EXPECT_TRUE(same_bits(out, B * T * C)) << "out";
   EXPECT_TRUE(same_bits(dwte, V * C)) << "dwte";
+}
+
+// ---- Llama ops ----------------------------------------------------------------------------------
+
+// Sums in another order than the CPU's index order (a warp per row, a column-tile reduction for
+// dweight): within NMSE 1e-5 like layernorm. C = 4096 as Llama 7B, and an odd C.
+TEST_F(CudaBackendTest, RmsNormForwardAndBackward) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{130, 4096}, {37, 1001}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
+    Twin inp = twin(random_floats(N * C, 40, -2, 2)), w = twin(random_floats(C, 41, 0.5f, 1.5f));
+    Twin out = zeros(N * C), rstd = zeros(N);
+    both([&](Device& d, Stream& s, bool g) {
+      d.rmsnorm_forward(s, out.f32(g), rstd.f32(g), inp.f32(g), w.f32(g), N, C, 1e-5f);
+    });
+    EXPECT_LE(nmse(out, N * C), kF32Nmse);
+    EXPECT_LE(nmse(rstd, N), kF32Nmse);
+    // Backward accumulates: non-zero prefills. Both read the CPU's rstd, so only the backward
+    // itself is compared.
+    Twin rstd_cpu = twin(std::vector<float>(rstd.cpu.f32(), rstd.cpu.f32() + N));
+    Twin dout = twin(random_floats(N * C, 42)), dinp = twin(random_floats(N * C, 43));
+    Twin dw = twin(random_floats(C, 44));
+    both([&](Device& d, Stream& s, bool g) {
+      d.rmsnorm_backward(s, dinp.f32(g), dw.f32(g), dout.f32(g), inp.f32(g), w.f32(g),
+                         rstd_cpu.f32(g), N, C);
+    });
+    EXPECT_LE(nmse(dinp, N * C), kF32Nmse);
+    EXPECT_LE(nmse(dw, C), kF32Nmse);
+  }
+}
+
+// Every product and sum rounded on its own on both sides (no fma): the same bits. q and k heads
+// rotated, v copied; T = 1 too; and in place.
+TEST_F(CudaBackendTest, RopeIsBitExact) {
+  struct Case {
+    int64_t B, T, NH, NKV, hs;
+  };
+  for (Case c : {Case{2, 37, 8, 2, 64}, Case{1, 1, 4, 4, 128}, Case{3, 9, 6, 3, 10}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T << " hs=" << c.hs);
+    const int64_t row = (c.NH + 2 * c.NKV) * c.hs, n = c.B * c.T * row, n_rot = c.NH + c.NKV;
+    std::vector<float> table(static_cast<size_t>(c.T * c.hs));
+    for (int64_t t = 0; t < c.T; t++) {
+      for (int64_t i = 0; i < c.hs / 2; i++) {
+        const double angle = static_cast<double>(t) * std::pow(10000.0, -2.0 * i / c.hs);
+        table[(t * c.hs / 2 + i) * 2] = static_cast<float>(std::cos(angle));
+        table[(t * c.hs / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+      }
+    }
+    Twin rope = twin(table), inp = twin(random_floats(n, 45)), out = zeros(n);
+    Twin dout = twin(random_floats(n, 46)), dinp = twin(random_floats(n, 47));
+    Twin in_place = twin(random_floats(n, 45));
+    both([&](Device& d, Stream& s, bool g) {
+      d.rope_forward(s, out.f32(g), inp.f32(g), rope.f32(g), c.B, c.T, row, n_rot, c.hs);
+      d.rope_forward(s, in_place.f32(g), in_place.f32(g), rope.f32(g), c.B, c.T, row, n_rot, c.hs);
+      d.rope_backward(s, dinp.f32(g), dout.f32(g), rope.f32(g), c.B, c.T, row, n_rot, c.hs);
+    });
+    EXPECT_TRUE(same_bits(out, n)) << "out";
+    EXPECT_TRUE(same_bits(in_place, n)) << "out in place";
+    EXPECT_TRUE(same_bits(dinp, n)) << "dinp";
+  }
+}
+
+// expf (CUDA, 2 ulp) against the CPU's exp_fast: within NMSE 1e-5.
+TEST_F(CudaBackendTest, SwigluForwardAndBackward) {
+  const int64_t N = 130, F = 1001;
+  Twin gu = twin(random_floats(N * 2 * F, 48, -10, 10)), out = zeros(N * F);
+  Twin dout = twin(random_floats(N * F, 49)), dgu = twin(random_floats(N * 2 * F, 50));
+  both([&](Device& d, Stream& s, bool g) {
+    d.swiglu_forward(s, out.f32(g), gu.f32(g), N, F);
+    d.swiglu_backward(s, dgu.f32(g), gu.f32(g), dout.f32(g), N, F);
+  });
+  EXPECT_LE(nmse(out, N * F), kF32Nmse);
+  EXPECT_LE(nmse(dgu, N * 2 * F), kF32Nmse);
+}
+
+// Copies, and sums of the repeats from 0 in repeat order on both sides: the same bits. NKV = NH,
+// NKV = 1, NH/NKV = 2 and 4.
+TEST_F(CudaBackendTest, RepeatKvIsBitExact) {
+  for (auto [NH, NKV] : {std::pair<int64_t, int64_t>{8, 8}, {8, 1}, {8, 4}, {8, 2}}) {
+    SCOPED_TRACE(testing::Message() << "NH=" << NH << " NKV=" << NKV);
+    const int64_t B = 2, T = 33, hs = 64;
+    const int64_t in_n = B * T * (NH + 2 * NKV) * hs, out_n = B * T * 3 * NH * hs;
+    Twin inp = twin(random_floats(in_n, 51)), out = zeros(out_n);
+    Twin dout = twin(random_floats(out_n, 52)), dinp = twin(random_floats(in_n, 53));
+    both([&](Device& d, Stream& s, bool g) {
+      d.repeat_kv_forward(s, out.f32(g), inp.f32(g), B, T, NH, NKV, hs);
+      d.repeat_kv_backward(s, dinp.f32(g), dout.f32(g), B, T, NH, NKV, hs);
+    });
+    EXPECT_TRUE(same_bits(out, out_n)) << "out";
+    EXPECT_TRUE(same_bits(dinp, in_n)) << "dinp";
+  }
 }
 
 TEST_F(CudaBackendTest, ResidualAndScaledAdd) {

@@ -7,7 +7,8 @@
 // perturbed input change, each with a rounding error of ~6e-8 relative; for tens of outputs of
 // order 1 that is ~1e-7..1e-6 in L, i.e. ~1e-5..5e-5 in a derivative after dividing by the step
 // 2h = 2e-2. The truncation error of a central difference is h^2/6 * f''' ~ 2e-5 for the smooth
-// ops here (inputs of order 1) and exactly 0 for the linear ones (matmul, bias, embedding).
+// ops here (inputs of order 1) and exactly 0 for the linear ones (matmul, bias, embedding, rope,
+// repeat_kv).
 // Derivatives are of order 0.1 to 1. So we require
 //     max_i |fd_i - grad_i| <= tol * max_i |grad_i|
 // with tol = 1e-4 for the linear ops and 5e-4 for the others. Observed worst cases (fast and ref
@@ -50,6 +51,14 @@ struct Kernels {
   decltype(&cpu::softmax_cross_entropy_backward) softmax_cross_entropy_backward;
   decltype(&cpu::embedding_forward) embedding_forward;
   decltype(&cpu::embedding_backward) embedding_backward;
+  decltype(&cpu::rmsnorm_forward) rmsnorm_forward;
+  decltype(&cpu::rmsnorm_backward) rmsnorm_backward;
+  decltype(&cpu::rope_forward) rope_forward;
+  decltype(&cpu::rope_backward) rope_backward;
+  decltype(&cpu::swiglu_forward) swiglu_forward;
+  decltype(&cpu::swiglu_backward) swiglu_backward;
+  decltype(&cpu::repeat_kv_forward) repeat_kv_forward;
+  decltype(&cpu::repeat_kv_backward) repeat_kv_backward;
 };
 
 const Kernels kFast = {"fast",
@@ -64,7 +73,15 @@ const Kernels kFast = {"fast",
                        &cpu::softmax_cross_entropy_forward,
                        &cpu::softmax_cross_entropy_backward,
                        &cpu::embedding_forward,
-                       &cpu::embedding_backward};
+                       &cpu::embedding_backward,
+                       &cpu::rmsnorm_forward,
+                       &cpu::rmsnorm_backward,
+                       &cpu::rope_forward,
+                       &cpu::rope_backward,
+                       &cpu::swiglu_forward,
+                       &cpu::swiglu_backward,
+                       &cpu::repeat_kv_forward,
+                       &cpu::repeat_kv_backward};
 const Kernels kRef = {"ref",
                       &cpu::ref::matmul,
                       &cpu::ref::bias_backward,
@@ -77,7 +94,15 @@ const Kernels kRef = {"ref",
                       &cpu::ref::softmax_cross_entropy_forward,
                       &cpu::ref::softmax_cross_entropy_backward,
                       &cpu::ref::embedding_forward,
-                      &cpu::ref::embedding_backward};
+                      &cpu::ref::embedding_backward,
+                      &cpu::ref::rmsnorm_forward,
+                      &cpu::ref::rmsnorm_backward,
+                      &cpu::ref::rope_forward,
+                      &cpu::ref::rope_backward,
+                      &cpu::ref::swiglu_forward,
+                      &cpu::ref::swiglu_backward,
+                      &cpu::ref::repeat_kv_forward,
+                      &cpu::ref::repeat_kv_backward};
 
 // sum(out * w) in double.
 double weighted_sum(const Floats& out, const Floats& w) {
@@ -273,6 +298,89 @@ TEST_P(KernelGrad, EmbeddingWithoutPositions) {
   Floats dwte = dwte0;
   k.embedding_backward(dwte.data(), nullptr, w.data(), tokens.data(), B, T, C);
   expect_matches_fd("dwte", wte, added(dwte, dwte0), loss, kTolLinear);
+}
+
+// ---- Llama ops ----------------------------------------------------------------------------------
+
+TEST_P(KernelGrad, Rmsnorm) {
+  const Kernels& k = *GetParam();
+  const int64_t N = 5, C = 9;
+  const float eps = 1e-5f;
+  Floats inp = random_floats(N * C, 60, -2.0f, 2.0f);
+  Floats weight = random_floats(C, 61, 0.5f, 1.5f);
+  const Floats w = random_floats(N * C, 62);
+  auto loss = [&] {
+    Floats out(N * C), r(N);
+    k.rmsnorm_forward(out.data(), r.data(), inp.data(), weight.data(), N, C, eps);
+    return weighted_sum(out, w);
+  };
+  Floats out(N * C), rstd(N);
+  k.rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, eps);
+  const Floats dinp0 = random_floats(N * C, 63), dw0 = random_floats(C, 64);
+  Floats dinp = dinp0, dw = dw0;
+  k.rmsnorm_backward(dinp.data(), dw.data(), w.data(), inp.data(), weight.data(), rstd.data(), N,
+                     C);
+  expect_matches_fd("dinp", inp, added(dinp, dinp0), loss, kTolSmooth);
+  expect_matches_fd("dweight", weight, added(dw, dw0), loss, kTolSmooth);
+}
+
+// Linear in the input for a fixed table. Any table exercises the transpose; a random one (not
+// a rotation) also catches a backward that inverts instead of transposing.
+TEST_P(KernelGrad, Rope) {
+  const Kernels& k = *GetParam();
+  const int64_t B = 2, T = 3, hs = 4, n_rot = 2, row = n_rot * hs + 3;  // 3 floats unrotated
+  const Floats table = random_floats(T * (hs / 2) * 2, 70);
+  Floats inp = random_floats(B * T * row, 71);
+  const Floats w = random_floats(B * T * row, 72);
+  auto loss = [&] {
+    Floats out(B * T * row);
+    k.rope_forward(out.data(), inp.data(), table.data(), B, T, row, n_rot, hs);
+    return weighted_sum(out, w);
+  };
+  const Floats dinp0 = random_floats(B * T * row, 73);
+  Floats dinp = dinp0;
+  k.rope_backward(dinp.data(), w.data(), table.data(), B, T, row, n_rot, hs);
+  expect_matches_fd("dinp", inp, added(dinp, dinp0), loss, kTolLinear);
+}
+
+TEST_P(KernelGrad, Swiglu) {
+  const Kernels& k = *GetParam();
+  const int64_t N = 3, F = 7;
+  Floats gu = random_floats(N * 2 * F, 80, -5.0f, 5.0f);
+  const Floats w = random_floats(N * F, 81);
+  auto loss = [&] {
+    Floats out(N * F);
+    k.swiglu_forward(out.data(), gu.data(), N, F);
+    return weighted_sum(out, w);
+  };
+  const Floats dgu0 = random_floats(N * 2 * F, 82);
+  Floats dgu = dgu0;
+  k.swiglu_backward(dgu.data(), gu.data(), w.data(), N, F);
+  expect_matches_fd("dgu", gu, added(dgu, dgu0), loss, kTolSmooth);
+}
+
+struct KvSize {
+  int64_t NH, NKV;
+};
+
+TEST_P(KernelGrad, RepeatKv) {
+  const Kernels& k = *GetParam();
+  for (KvSize s : {KvSize{4, 2}, KvSize{4, 1}, KvSize{3, 3}}) {
+    SCOPED_TRACE(testing::Message() << "NH=" << s.NH << " NKV=" << s.NKV);
+    const int64_t B = 2, T = 3, hs = 3, NH = s.NH, NKV = s.NKV;
+    const int64_t in_n = B * T * (NH + 2 * NKV) * hs, out_n = B * T * 3 * NH * hs;
+    Floats inp = random_floats(in_n, 90);
+    const Floats w = random_floats(out_n, 91);
+    auto loss = [&] {
+      Floats out(out_n);
+      k.repeat_kv_forward(out.data(), inp.data(), B, T, NH, NKV, hs);
+      return weighted_sum(out, w);
+    };
+    const Floats dinp0 = random_floats(in_n, 92);
+    Floats dinp = dinp0;
+    k.repeat_kv_backward(dinp.data(), w.data(), B, T, NH, NKV, hs);
+    expect_matches_fd("dinp", inp, added(dinp, dinp0), loss, kTolLinear);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Impl, KernelGrad, ::testing::Values(&kFast, &kRef),
