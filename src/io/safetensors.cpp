@@ -50,7 +50,7 @@ Status write_error(const std::string& what, const std::string& path, int err) {
 }
 
 bool parse_dtype(const std::string& s, StDType* out) {
-  for (StDType t : {StDType::f32, StDType::bf16, StDType::i32, StDType::u16}) {
+  for (StDType t : {StDType::f32, StDType::bf16, StDType::f16, StDType::i32, StDType::u16}) {
     if (s == st_dtype_name(t)) {
       *out = t;
       return true;
@@ -135,7 +135,7 @@ Status parse_header(const Json& header, uint64_t data_start, uint64_t data_size,
     e.name = name;
     if (!dtype_it->is_string() || !parse_dtype(dtype_it->get<std::string>(), &e.dtype)) {
       return bad_format(what + ": unsupported dtype " + json_preview(*dtype_it) +
-                        " (supported: F32, BF16, I32, U16)");
+                        " (supported: F32, BF16, F16, I32, U16)");
     }
     if (!shape_it->is_array()) return bad_format(what + ": shape is not an array");
     for (const Json& d : *shape_it) {
@@ -230,6 +230,8 @@ const char* st_dtype_name(StDType t) {
       return "F32";
     case StDType::bf16:
       return "BF16";
+    case StDType::f16:
+      return "F16";
     case StDType::i32:
       return "I32";
     case StDType::u16:
@@ -243,6 +245,7 @@ int64_t st_dtype_size(StDType t) {
     case StDType::f32:
       return 4;
     case StDType::bf16:
+    case StDType::f16:
       return 2;
     case StDType::i32:
       return 4;

@@ -27,9 +27,9 @@
 
 namespace strata {
 
-enum class StDType { f32, bf16, i32, u16 };
+enum class StDType { f32, bf16, f16, i32, u16 };
 
-const char* st_dtype_name(StDType t);  // "F32", "BF16", "I32", "U16": the header spelling
+const char* st_dtype_name(StDType t);  // "F32", "BF16", "F16", "I32", "U16": the header spelling
 int64_t st_dtype_size(StDType t);      // bytes per element
 
 struct StTensor {
