@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/file_util.h"
+#include "model/hf_config.h"
 #include "model/hf_names.h"
 #include "model/layout.h"
 
@@ -261,7 +262,8 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
     written.insert(target.index());
   }
   files.config = (target.dir / "config.json").string();
-  STRATA_RETURN_IF_ERROR(write_file_atomically(files.config, hf_config_json(plan.model), "config"));
+  STRATA_RETURN_IF_ERROR(
+      write_file_atomically(files.config, hf_config_json_for(plan.model), "config"));
   STRATA_ASSIGN_OR_RETURN(files.removed, remove_stale(target, written, sharded));
   return files;
 }
