@@ -27,7 +27,9 @@
 #include "io/checkpoint.h"
 #include "io/checkpoint_lineage.h"
 #include "io/configured_engine.h"
+#include "io/hf_import.h"
 #include "model/gpt.h"
+#include "model/hf_config.h"
 #include "model/sample.h"
 #include "plan/planner.h"
 #include "sched/executor.h"
@@ -149,6 +151,15 @@ int exit_code_for_load(const Status& s) {
   return s.code() == ErrorCode::io_error ? 1 : 2;
 }
 
+// A Hugging Face model that is missing, malformed or not one Strata trains is bad input (2);
+// a failed read, or a trainer that does not take it, 1.
+int exit_code_for_import(const Status& s) {
+  const ErrorCode c = s.code();
+  return c == ErrorCode::not_found || c == ErrorCode::bad_format || c == ErrorCode::invalid_argument
+             ? 2
+             : 1;
+}
+
 // A checkpoint finished at a step boundary, for the step's metrics line.
 struct CheckpointReport {
   int64_t step = 0;     // the boundary it holds
@@ -197,6 +208,7 @@ struct TrainRun {
   std::ofstream metrics;
   std::string metrics_path, trace_path, report_path;
   CheckpointOptions ckpt;
+  std::optional<HfImportPlan> import;  // --init-from: the model's weights, checked
   std::unique_ptr<IoEngine> ckpt_engine;
   std::optional<CheckpointDirLock> ckpt_lock;  // held while training (Note [Checkpoint lineage])
   std::vector<std::string> lineage;            // this run's: the runs it continues, then its id
@@ -214,8 +226,64 @@ struct SetupError {
   int code = 2;
 };
 
+// --init-from DIR: the run's model is DIR/config.json's. The config's layers apply as without it
+// (the embedded default, --config, each --set, --device), except that the default's model
+// section is DIR's, so a model field the user leaves alone takes DIR's value. A model field the
+// user does set must agree with DIR's (compared as hf_canonical forms, so n_kv_head 0 and
+// n_kv_head = n_head are the same): otherwise one line naming the field and both values.
+Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& plan) {
+  TrainConfig imported;
+  imported.model = plan.model;
+  const nlohmann::json model = config_to_json(imported)["model"];
+  nlohmann::json j = default_config_json();
+  j["model"] = model;
+  if (a.has("config")) {
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(a.get("config")));
+    STRATA_RETURN_IF_ERROR(merge_config(j, file, a.get("config")));
+  }
+  for (const std::string& assignment : a.all("set")) {
+    STRATA_RETURN_IF_ERROR(apply_set(j, assignment));
+  }
+  auto disagrees = [&](const FieldDifference& d) {
+    return invalid_argument("--init-from " + plan.dir + ": the config sets " + d.key + " " + d.a +
+                            " but " + plan.config_path + " gives " + d.b +
+                            " (the model comes from --init-from; leave " + d.key + " unset)");
+  };
+  auto cfg = parse_config(j);
+  if (!cfg.ok()) {
+    // A model setting that made the model invalid (model.arch gpt2 over a Llama): named as the
+    // disagreement it is, when the config is valid without the user's model settings.
+    nlohmann::json without = j;
+    without["model"] = model;
+    if (!parse_config(without).ok()) return cfg.status();
+    for (const auto& [key, value] : j["model"].items()) {
+      if (value != model[key]) return disagrees({"model." + key, value.dump(), model[key].dump()});
+    }
+    return cfg.status();
+  }
+  if (auto d = model_difference(hf_canonical(cfg->model), plan.model)) return disagrees(*d);
+  cfg->model = plan.model;
+  if (a.has("device")) {  // --device overrides the config's device
+    STRATA_ASSIGN_OR_RETURN(cfg->device, parse_enum<DeviceKind>("--device", a.get("device")));
+  }
+  return cfg;
+}
+
 std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
-  auto cfg = load_config_from_args(a);
+  Result<TrainConfig> cfg = TrainConfig{};
+  if (a.has("init-from")) {
+    if (a.has("resume")) {
+      return SetupError{
+          "--init-from and --resume cannot be combined: a resumed run's weights "
+          "and optimizer state come from its checkpoint"};
+    }
+    auto plan = plan_hf_import(a.get("init-from"));
+    if (!plan.ok()) return SetupError{plan.status().message(), exit_code_for_import(plan.status())};
+    run.import = std::move(*plan);
+    cfg = config_over_import(a, *run.import);
+  } else {
+    cfg = load_config_from_args(a);
+  }
   if (!cfg.ok()) return SetupError{cfg.status().message()};
   // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h).
   if (a.has("profile") && !a.has("auto")) return SetupError{"--profile is only used with --auto"};
@@ -324,6 +392,28 @@ Result<int64_t> resume(TrainRun& run) {
     }
   }
   return meta->step;
+}
+
+// --init-from DIR: the trainer's weights from the plan's files, AdamW's moments zero and the step
+// counters at 0, so training starts fresh from them (Note [Hugging Face import]).
+Status init_from(TrainRun& run) {
+  const HfImportPlan& plan = *run.import;
+  STRATA_ASSIGN_OR_RETURN(
+      HfImportStats st,
+      import_hf_weights(plan, run.trainer->layout(), [&](int64_t slab, const SlabPieceFn& fill) {
+        return run.trainer->write_slab_pieces(slab, fill);
+      }));
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.2f s", st.seconds);
+  std::string line = "imported " + plan.dir + " (" + enum_name(plan.model.arch) +
+                     "): " + std::to_string(st.tensors) + " tensors, " +
+                     human_count(static_cast<double>(st.parameters)) + " parameters, " +
+                     plan.dtypes + ", " + format_bytes(st.bytes_read) + " read in " + seconds;
+  if (!plan.ignored.empty()) {
+    line += "; ignored " + std::to_string(plan.ignored.size()) + " tensors HF's loader ignores too";
+  }
+  log_info(line + "; the optimizer starts at step 0");
+  return Status();
 }
 
 // The checkpoint metadata at the boundary after `steps_done` steps.
@@ -549,11 +639,11 @@ int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
 }
 
 const std::vector<FlagSpec> kTrainFlags = {
-    {"config", true, false},         {"set", true, true},    {"device", true, false},
-    {"metrics", true, false},        {"trace", true, false}, {"save-every", true, false},
-    {"checkpoint-dir", true, false}, {"keep", true, false},  {"resume", true, false},
-    {"quiet", false, false},         {"auto", false, false}, {"profile", true, false},
-    {"save-sync", false, false},     {"report", true, false}};
+    {"config", true, false},         {"set", true, true},     {"device", true, false},
+    {"metrics", true, false},        {"trace", true, false},  {"save-every", true, false},
+    {"checkpoint-dir", true, false}, {"keep", true, false},   {"resume", true, false},
+    {"quiet", false, false},         {"auto", false, false},  {"profile", true, false},
+    {"save-sync", false, false},     {"report", true, false}, {"init-from", true, false}};
 
 }  // namespace
 
@@ -575,6 +665,9 @@ int cmd_train(const std::vector<std::string>& args) {
     auto step = resume(run);
     if (!step.ok()) return fail(step.status().message(), exit_code_for_load(step.status()));
     start_step = *step;
+  } else if (run.import) {
+    Status imported = init_from(run);
+    if (!imported.ok()) return fail(imported.message(), exit_code_for_import(imported));
   }
 
   // ---- The loop ---------------------------------------------------------------------------------
