@@ -1,10 +1,12 @@
-// Data: token files (llm.c .bin and raw uint16), the batch loader, the generated corpus and the
-// byte tokenizer.
+// Data: token files (llm.c .bin of uint16 and uint32 tokens, raw uint16), the batch loader, the
+// generated corpus and the byte tokenizer.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,7 +70,10 @@ TEST(TokenFile, LlmcWriteReadRoundTrip) {
     EXPECT_EQ(f->format(), TokenFormat::llmc);
     EXPECT_EQ(f->path(), path);
     ASSERT_EQ(f->size(), 1000);
-    EXPECT_EQ(std::memcmp(f->tokens(), tokens.data(), 2000), 0);
+    EXPECT_EQ(f->token_bytes(), 2);
+    std::vector<int32_t> got(1000);
+    f->copy_tokens(0, 1000, got.data());
+    EXPECT_EQ(got, std::vector<int32_t>(tokens.begin(), tokens.end()));
   }
   // Overwriting replaces the file whole.
   ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 10).ok());
@@ -100,7 +105,7 @@ TEST(TokenFile, AutoReadsOnlyLlmcRawNeedsToBeAskedFor) {
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->format(), TokenFormat::raw_u16);
   ASSERT_EQ(f->size(), 7);
-  EXPECT_EQ(std::vector<uint16_t>(f->tokens(), f->tokens() + 7), tokens);
+  for (int64_t i = 0; i < 7; i++) EXPECT_EQ(f->token(i), tokens[static_cast<size_t>(i)]);
   // A forced raw read of an llm.c file sees its header as tokens: the caller asked for that.
   std::string bin = dir + "/x.bin";
   write_bytes(bin, llmc_bytes(20240520, 1, 3, {1, 2, 3}));
@@ -119,9 +124,9 @@ TEST(TokenFile, MoveKeepsTheMapping) {
   TokenFile a = std::move(r).value();
   TokenFile b = std::move(a);
   EXPECT_EQ(a.size(), 0);
-  EXPECT_EQ(a.tokens(), nullptr);
+  EXPECT_EQ(a.view().size(), 0);
   ASSERT_EQ(b.size(), 3);
-  EXPECT_EQ(b.tokens()[2], 7);
+  EXPECT_EQ(b.token(2), 7);
 }
 
 TEST(TokenFile, WrongMagicAndVersion) {
@@ -130,9 +135,13 @@ TEST(TokenFile, WrongMagicAndVersion) {
   write_bytes(path, llmc_bytes(123, 1, 2, {1, 2}));
   expect_error(TokenFile::open(path, TokenFormat::llmc).status(), ErrorCode::bad_format,
                {"data file " + path, "magic 123 is not 20240520"});
+  write_bytes(path, llmc_bytes(20240520, 3, 2, {1, 2}));
+  expect_error(TokenFile::open(path, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
+               {path, "version 3 is not supported (1: uint16 tokens, 2: uint32 tokens)"});
+  // Version 2 is uint32 tokens: two uint16 are one uint32's bytes, too few for its count.
   write_bytes(path, llmc_bytes(20240520, 2, 2, {1, 2}));
   expect_error(TokenFile::open(path, TokenFormat::auto_detect).status(), ErrorCode::bad_format,
-               {path, "version 2"});
+               {path, "header says 2 tokens (1032 bytes) but file has 1028 bytes"});
   write_bytes(path, std::string(100, '\0'));  // shorter than the header
   expect_error(TokenFile::open(path, TokenFormat::llmc).status(), ErrorCode::bad_format,
                {path, "100 bytes", "header"});
@@ -328,7 +337,9 @@ TEST(ByteTokenizer, PrepareTextFile) {
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->format(), TokenFormat::llmc);
   ASSERT_EQ(f->size(), static_cast<int64_t>(text.size()));
-  EXPECT_EQ(byte_detokenize(f->tokens(), f->size()), text);
+  std::vector<uint16_t> got;
+  for (int64_t i = 0; i < f->size(); i++) got.push_back(static_cast<uint16_t>(f->token(i)));
+  EXPECT_EQ(byte_detokenize(got.data(), f->size()), text);
   EXPECT_TRUE(check_token_range(*f, 256).ok());
 
   expect_error(prepare_text_file(dir + "/missing.txt", bin), ErrorCode::not_found,
@@ -336,6 +347,115 @@ TEST(ByteTokenizer, PrepareTextFile) {
   std::string empty = dir + "/empty.txt";
   write_bytes(empty, "");
   expect_error(prepare_text_file(empty, bin), ErrorCode::invalid_argument, {empty, "empty"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// uint32 token files (version 2)
+
+TEST(TokenFile, Uint32WriteReadRoundTrip) {
+  EXPECT_EQ(token_bytes_for_vocab(256), 2);
+  EXPECT_EQ(token_bytes_for_vocab(65536), 2);
+  EXPECT_EQ(token_bytes_for_vocab(65537), 4);
+  EXPECT_EQ(token_bytes_for_vocab(128256), 4);
+
+  std::string dir = test::make_temp_dir("data_u32");
+  std::string path = dir + "/big.bin";
+  std::vector<int32_t> ids = test::random_ints(3000, 11, 0, 200000);
+  ids[7] = 65535;
+  ids[8] = 65536;
+  ids[9] = std::numeric_limits<int32_t>::max();
+  {
+    auto w = TokenFileWriter::create(path, 4);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    ASSERT_TRUE(w->append(std::span<const int32_t>(ids).first(1000)).ok());
+    ASSERT_TRUE(w->append(std::span<const int32_t>(ids).subspan(1000)).ok());
+    EXPECT_EQ(w->tokens(), 3000);
+    EXPECT_TRUE(std::filesystem::exists(path + ".tmp"));
+    EXPECT_FALSE(std::filesystem::exists(path));
+    ASSERT_TRUE(w->finish().ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 4u * 3000u);
+
+  // The header, read by hand: magic, version 2, count.
+  std::ifstream in(path, std::ios::binary);
+  int32_t header[3];
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 2);
+  EXPECT_EQ(header[2], 3000);
+
+  auto f = TokenFile::open(path, TokenFormat::auto_detect);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->token_bytes(), 4);
+  ASSERT_EQ(f->size(), 3000);
+  std::vector<int32_t> got(3000);
+  f->copy_tokens(0, 3000, got.data());
+  EXPECT_EQ(got, ids);
+  EXPECT_EQ(f->token(8), 65536);
+  expect_error(
+      check_token_range(*f, 200000), ErrorCode::invalid_argument,
+      {"data file " + path, "token 2147483647 at position 9", "outside model.vocab_size 200000"});
+}
+
+TEST(TokenFile, Uint32RangeAndWriterErrors) {
+  std::string dir = test::make_temp_dir("data_u32_errors");
+  // A uint32 token above INT32_MAX, written by hand: refused by the range check, named as it is.
+  std::string path = dir + "/huge.bin";
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 2;
+  header[2] = 2;
+  std::string bytes(1024, '\0');
+  std::memcpy(bytes.data(), header.data(), 1024);
+  const uint32_t tokens[2] = {70000, 4000000000u};
+  bytes.append(reinterpret_cast<const char*>(tokens), sizeof tokens);
+  write_bytes(path, bytes);
+  auto f = TokenFile::open(path, TokenFormat::llmc);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  expect_error(check_token_range(*f, 100000), ErrorCode::invalid_argument,
+               {"token 4000000000 at position 1"});
+  expect_error(check_token_range(*f, 70000), ErrorCode::invalid_argument,
+               {"token 70000 at position 0"});
+
+  // uint16 files refuse ids over 65535 and negative ones; an unfinished writer leaves nothing.
+  std::string out = dir + "/w.bin";
+  {
+    auto w = TokenFileWriter::create(out, 2);
+    ASSERT_TRUE(w.ok());
+    const int32_t ok_ids[2] = {0, 65535};
+    ASSERT_TRUE(w->append(ok_ids).ok());
+    const int32_t big[2] = {1, 65536};
+    expect_error(w->append(big), ErrorCode::invalid_argument,
+                 {"data file " + out, "token 65536 at position 3 does not fit 16 bits"});
+    const int32_t negative[1] = {-1};
+    expect_error(w->append(negative), ErrorCode::invalid_argument, {"token -1"});
+  }
+  EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+  expect_error(TokenFileWriter::create(dir + "/no/such/x.bin", 4).status(), ErrorCode::io_error,
+               {dir + "/no/such/x.bin.tmp"});
+}
+
+// The loader reads a uint32 file's tokens as it reads a uint16 file's.
+TEST(DataLoader, Uint32TokensBatchLikeUint16) {
+  std::vector<uint16_t> narrow = iota_tokens(200);
+  std::vector<uint32_t> wide(narrow.begin(), narrow.end());
+  wide[50] = 100000;
+  narrow[50] = 0;  // differs only there
+  auto a = DataLoader::create(TokenView(narrow.data(), 200), 2, 8, "narrow");
+  auto b = DataLoader::create(TokenView(wide.data(), 200), 2, 8, "wide");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<int32_t> ia(16), ta(16), ib(16), tb(16);
+  for (int step = 0; step < 30; step++) {
+    a->next_batch(ia.data(), ta.data());
+    b->next_batch(ib.data(), tb.data());
+    for (int i = 0; i < 16; i++) {
+      const int64_t pos = a->position() - 16 + i;
+      EXPECT_EQ(ib[i], pos == 50 ? 100000 : ia[i]);
+      EXPECT_EQ(tb[i], pos + 1 == 50 ? 100000 : ta[i]);
+    }
+  }
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ constexpr int64_t kEmbeddedCorpusBytes = 4 << 20;
 struct TrainData {
   std::vector<uint16_t> owned;    // embedded corpus
   std::optional<TokenFile> file;  // mmapped token file
-  const uint16_t* tokens = nullptr;
+  TokenView tokens;               // of either
   int64_t size = 0;
   std::string name;
 };
@@ -67,15 +67,15 @@ Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& sou
                               " is below 256, which the embedded byte-level corpus needs");
     }
     d.owned = byte_tokenize(synthetic_corpus(embedded_bytes, seed));
-    d.tokens = d.owned.data();
     d.size = static_cast<int64_t>(d.owned.size());
+    d.tokens = TokenView(d.owned.data(), d.size);
     d.name = "embedded corpus";
     return d;
   }
   STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(source, cfg.data_format));
   STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
   d.file.emplace(std::move(f));
-  d.tokens = d.file->tokens();
+  d.tokens = d.file->view();
   d.size = d.file->size();
   d.name = source;
   return d;
@@ -297,16 +297,15 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto data = load_token_data(c, c.data_train, kEmbeddedCorpusBytes, 20240520);
   if (!data.ok()) return SetupError{data.status().message()};
   run.data = std::move(*data);
-  auto loader =
-      DataLoader::create(run.data.tokens, run.data.size, c.batch_size, c.seq_len, run.data.name);
+  auto loader = DataLoader::create(run.data.tokens, c.batch_size, c.seq_len, run.data.name);
   if (!loader.ok()) return SetupError{loader.status().message()};
   run.loader = std::make_unique<DataLoader>(std::move(*loader));
   if (!c.data_val.empty()) {
     auto val = load_token_data(c, c.data_val, kEmbeddedValBytes, 20240521);
     if (!val.ok()) return SetupError{"data.val: " + val.status().message()};
     run.val_data = std::move(*val);
-    auto val_loader = DataLoader::create(run.val_data.tokens, run.val_data.size, c.batch_size,
-                                         c.seq_len, "validation " + run.val_data.name);
+    auto val_loader = DataLoader::create(run.val_data.tokens, c.batch_size, c.seq_len,
+                                         "validation " + run.val_data.name);
     if (!val_loader.ok()) return SetupError{val_loader.status().message()};
     run.val_loader = std::make_unique<DataLoader>(std::move(*val_loader));
   }

@@ -6,8 +6,9 @@
 
 namespace strata {
 
-Result<DataLoader> DataLoader::create(const uint16_t* tokens, int64_t n, int64_t B, int64_t T,
+Result<DataLoader> DataLoader::create(TokenView tokens, int64_t B, int64_t T,
                                       const std::string& source_name) {
+  const int64_t n = tokens.size();
   if (B <= 0 || T <= 0) {
     return invalid_argument(source_name + ": batch shape " + std::to_string(B) + "x" +
                             std::to_string(T) + " must be positive");
@@ -24,7 +25,6 @@ Result<DataLoader> DataLoader::create(const uint16_t* tokens, int64_t n, int64_t
                             std::to_string(T) + " (needs " + std::to_string(need) +
                             "); lower train.batch_size or train.seq_len");
   }
-  STRATA_CHECK(tokens != nullptr);
   DataLoader d;
   d.tokens_ = tokens;
   d.n_ = n;
@@ -37,11 +37,8 @@ Result<DataLoader> DataLoader::create(const uint16_t* tokens, int64_t n, int64_t
 void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   const int64_t bt = B_ * T_;
   if (pos_ + bt + 1 > n_) pos_ = 0;
-  const uint16_t* t = tokens_ + pos_;
-  for (int64_t i = 0; i < bt; i++) {
-    inputs[i] = t[i];
-    targets[i] = t[i + 1];
-  }
+  tokens_.copy(pos_, bt, inputs);
+  tokens_.copy(pos_ + 1, bt, targets);
   pos_ += bt;
 }
 

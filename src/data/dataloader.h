@@ -4,13 +4,14 @@
 // targets[i] = tok[pos + i + 1] for i < B*T, then the position advances by B*T. When fewer than
 // B*T+1 tokens remain, the position first goes back to 0, so every batch is whole and the tail
 // shorter than a batch is skipped on each pass. The loader does not own the tokens (an mmap'd
-// TokenFile or an in-memory vector); they must outlive it.
+// TokenFile of either width or an in-memory vector); they must outlive it.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/status.h"
+#include "data/token_file.h"
 
 namespace strata {
 
@@ -18,8 +19,12 @@ class DataLoader {
  public:
   // invalid_argument when B or T is not positive, or when n < B*T+1 (the message names
   // source_name and the numbers). source_name reads as "data file x.bin" or "embedded corpus".
-  static Result<DataLoader> create(const uint16_t* tokens, int64_t n, int64_t B, int64_t T,
+  static Result<DataLoader> create(TokenView tokens, int64_t B, int64_t T,
                                    const std::string& source_name);
+  static Result<DataLoader> create(const uint16_t* tokens, int64_t n, int64_t B, int64_t T,
+                                   const std::string& source_name) {
+    return create(TokenView(tokens, n), B, T, source_name);
+  }
 
   // inputs, targets: (B, T) each.
   void next_batch(int32_t* inputs, int32_t* targets);
@@ -37,7 +42,7 @@ class DataLoader {
  private:
   DataLoader() = default;
 
-  const uint16_t* tokens_ = nullptr;  // (n_)
+  TokenView tokens_;  // (n_)
   int64_t n_ = 0;
   int64_t B_ = 0;
   int64_t T_ = 0;

@@ -95,8 +95,7 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
     format_ = other.format_;
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
-    tokens_ = std::exchange(other.tokens_, nullptr);
-    n_tokens_ = std::exchange(other.n_tokens_, 0);
+    view_ = std::exchange(other.view_, TokenView());
   }
   return *this;
 }
@@ -113,8 +112,18 @@ void TokenFile::unmap() {
   }
   map_ = nullptr;
   map_bytes_ = 0;
-  tokens_ = nullptr;
-  n_tokens_ = 0;
+  view_ = TokenView();
+}
+
+void TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
+  STRATA_CHECK(first >= 0 && n >= 0 && first + n <= n_);
+  if (bytes_ == 2) {
+    const uint16_t* t = static_cast<const uint16_t*>(data_) + first;
+    for (int64_t i = 0; i < n; i++) out[i] = t[i];
+  } else {
+    const uint32_t* t = static_cast<const uint32_t*>(data_) + first;
+    for (int64_t i = 0; i < n; i++) out[i] = static_cast<int32_t>(t[i]);
+  }
 }
 
 Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
@@ -166,8 +175,7 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
       return bad_format(what + ": " + std::to_string(bytes) +
                         " bytes is an odd size for raw uint16 tokens");
     }
-    f.tokens_ = static_cast<const uint16_t*>(map);
-    f.n_tokens_ = bytes / 2;
+    f.view_ = TokenView(static_cast<const uint16_t*>(map), bytes / 2);
     return f;
   }
 
@@ -182,19 +190,104 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
     return bad_format(what + ": magic " + std::to_string(magic) + " is not " +
                       std::to_string(kLlmcMagic) + " (llm.c .bin)");
   }
-  if (version != kLlmcVersion) {
+  if (version != kLlmcVersion && version != kLlmcVersionU32) {
     return bad_format(what + ": llm.c version " + std::to_string(version) +
-                      " is not supported (only 1: uint16 tokens)");
+                      " is not supported (1: uint16 tokens, 2: uint32 tokens)");
   }
-  if (n < 0 || kLlmcHeaderBytes + 2 * n != bytes) {
+  const int64_t width = version == kLlmcVersion ? 2 : 4;
+  if (n < 0 || kLlmcHeaderBytes + width * n != bytes) {
     return bad_format(what + ": header says " + std::to_string(n) + " tokens (" +
-                      std::to_string(kLlmcHeaderBytes + 2 * n) + " bytes) but file has " +
+                      std::to_string(kLlmcHeaderBytes + width * n) + " bytes) but file has " +
                       std::to_string(bytes) + " bytes");
   }
   if (n == 0) return bad_format(what + " holds no tokens");
-  f.tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kLlmcHeaderBytes);
-  f.n_tokens_ = n;
+  const char* payload = static_cast<const char*>(map) + kLlmcHeaderBytes;
+  if (width == 2) {
+    f.view_ = TokenView(reinterpret_cast<const uint16_t*>(payload), n);
+  } else {
+    f.view_ = TokenView(reinterpret_cast<const uint32_t*>(payload), n);
+  }
   return f;
+}
+
+Result<TokenFileWriter> TokenFileWriter::create(const std::string& path, int token_bytes) {
+  STRATA_CHECK(token_bytes == 2 || token_bytes == 4);
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return write_error("cannot create " + tmp, errno);
+  TokenFileWriter w(path, fd, token_bytes);
+  // The header is written last, when the count is known; until then it is zeros.
+  const int32_t zeros[256] = {};
+  STRATA_RETURN_IF_ERROR(write_all(fd, zeros, sizeof zeros, tmp));
+  return w;
+}
+
+TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      token_bytes_(other.token_bytes_),
+      n_(other.n_),
+      buf_(std::move(other.buf_)) {}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink((path_ + ".tmp").c_str());  // best effort: unfinished
+  }
+}
+
+Status TokenFileWriter::append(std::span<const int32_t> ids) {
+  STRATA_CHECK(fd_ >= 0);
+  const std::string tmp = path_ + ".tmp";
+  if (n_ + static_cast<int64_t>(ids.size()) > std::numeric_limits<int32_t>::max()) {
+    return invalid_argument("data file " + path_ + ": more than " +
+                            std::to_string(std::numeric_limits<int32_t>::max()) +
+                            " tokens do not fit the llm.c header's int32 count");
+  }
+  const int64_t limit = token_bytes_ == 2 ? 65535 : std::numeric_limits<int32_t>::max();
+  buf_.resize(ids.size() * static_cast<size_t>(token_bytes_));
+  for (size_t i = 0; i < ids.size(); i++) {
+    if (ids[i] < 0 || ids[i] > limit) {
+      return invalid_argument("data file " + path_ + ": token " + std::to_string(ids[i]) +
+                              " at position " + std::to_string(n_ + static_cast<int64_t>(i)) +
+                              " does not fit " + std::to_string(token_bytes_ * 8) + " bits");
+    }
+    if (token_bytes_ == 2) {
+      const uint16_t v = static_cast<uint16_t>(ids[i]);
+      std::memcpy(buf_.data() + 2 * i, &v, 2);
+    } else {
+      const uint32_t v = static_cast<uint32_t>(ids[i]);
+      std::memcpy(buf_.data() + 4 * i, &v, 4);
+    }
+  }
+  STRATA_RETURN_IF_ERROR(write_all(fd_, buf_.data(), static_cast<int64_t>(buf_.size()), tmp));
+  n_ += static_cast<int64_t>(ids.size());
+  return Status::ok_status();
+}
+
+Status TokenFileWriter::finish() {
+  STRATA_CHECK(fd_ >= 0);
+  const std::string tmp = path_ + ".tmp";
+  int32_t header[256] = {};
+  header[0] = kLlmcMagic;
+  header[1] = token_bytes_ == 2 ? kLlmcVersion : kLlmcVersionU32;
+  header[2] = static_cast<int32_t>(n_);
+  Status s;
+  if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
+    s = write_error("cannot write the header of " + tmp, errno);
+  }
+  if (s.ok() && ::fsync(fd_) != 0) s = write_error("cannot fsync " + tmp, errno);
+  // close can report a delayed write error (NFS, quota), so it is checked too.
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0 && s.ok()) s = write_error("cannot close " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path_.c_str()) != 0) {
+    s = io_error("cannot rename " + tmp + " to " + path_ + ": " + errno_text(errno));
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());  // best effort: the error already says what went wrong
+    return s;
+  }
+  return sync_parent_dir(path_);
 }
 
 Status write_token_file_llmc(const std::string& path, const uint16_t* tokens, int64_t n) {
@@ -203,35 +296,25 @@ Status write_token_file_llmc(const std::string& path, const uint16_t* tokens, in
     return invalid_argument("data file " + path + ": " + std::to_string(n) +
                             " tokens do not fit the llm.c header's int32 count");
   }
-  int32_t header[256] = {};
-  header[0] = kLlmcMagic;
-  header[1] = kLlmcVersion;
-  header[2] = static_cast<int32_t>(n);
-
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return write_error("cannot create " + tmp, errno);
-  Status s = write_all(fd, header, sizeof header, tmp);
-  if (s.ok()) s = write_all(fd, tokens, 2 * n, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = write_error("cannot fsync " + tmp, errno);
-  // close can report a delayed write error (NFS, quota), so it is checked too.
-  if (::close(fd) != 0 && s.ok()) s = write_error("cannot close " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = io_error("cannot rename " + tmp + " to " + path + ": " + errno_text(errno));
+  STRATA_ASSIGN_OR_RETURN(TokenFileWriter w, TokenFileWriter::create(path, 2));
+  std::vector<int32_t> ids;
+  for (int64_t first = 0; first < n; first += 1 << 20) {
+    const int64_t count = std::min<int64_t>(n - first, 1 << 20);
+    ids.assign(tokens + first, tokens + first + count);
+    STRATA_RETURN_IF_ERROR(w.append(ids));
   }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // best effort: the error already says what went wrong
-    return s;
-  }
-  return sync_parent_dir(path);
+  return w.finish();
 }
 
 Status check_token_range(const TokenFile& f, int64_t vocab_size) {
-  if (vocab_size > 65535) return Status::ok_status();  // every uint16 fits
-  const uint16_t* t = f.tokens();
-  for (int64_t i = 0; i < f.size(); i++) {
-    if (t[i] >= vocab_size) {
-      return invalid_argument("data file " + f.path() + ": token " + std::to_string(t[i]) +
+  const TokenView v = f.view();
+  if (v.token_bytes() == 2 && vocab_size > 65535) return Status::ok_status();  // every uint16 fits
+  for (int64_t i = 0; i < v.size(); i++) {
+    const int32_t t = v.token(i);
+    if (t < 0 || t >= vocab_size) {
+      // A negative token is a uint32 above INT32_MAX.
+      const int64_t shown = t < 0 ? int64_t{t} + (int64_t{1} << 32) : int64_t{t};
+      return invalid_argument("data file " + f.path() + ": token " + std::to_string(shown) +
                               " at position " + std::to_string(i) +
                               " is outside model.vocab_size " + std::to_string(vocab_size));
     }
