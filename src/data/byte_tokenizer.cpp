@@ -1,14 +1,5 @@
 #include "data/byte_tokenizer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "core/file_util.h"
-#include "data/token_file.h"
-
 namespace strata {
 
 std::vector<uint16_t> byte_tokenize(std::string_view text) {
@@ -25,11 +16,27 @@ std::string byte_detokenize(const uint16_t* tokens, int64_t n) {
   return text;
 }
 
-Status prepare_text_file(const std::string& text_path, const std::string& out_bin_path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(text_path, "text file"));
-  if (text.empty()) return invalid_argument("text file " + text_path + " is empty");
-  std::vector<uint16_t> tokens = byte_tokenize(text);
-  return write_token_file_llmc(out_bin_path, tokens.data(), static_cast<int64_t>(tokens.size()));
+Status ByteTokenizer::encode_append(std::string_view text, std::vector<int32_t>* ids) {
+  ids->reserve(ids->size() + text.size());
+  for (char c : text) ids->push_back(static_cast<unsigned char>(c));
+  return Status::ok_status();
+}
+
+Result<std::string> ByteTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string text(ids.size(), '\0');
+  for (size_t i = 0; i < ids.size(); i++) {
+    if (ids[i] < 0 || ids[i] > 255) {
+      return invalid_argument("token id " + std::to_string(ids[i]) + " at position " +
+                              std::to_string(i) + " is outside the byte tokenizer's 256");
+    }
+    text[i] = static_cast<char>(ids[i]);
+  }
+  return text;
+}
+
+std::optional<TextCut> ByteTokenizer::find_cut(std::string_view text, size_t from) const {
+  if (text.size() <= from) return std::nullopt;
+  return TextCut{text.size(), text.size()};
 }
 
 }  // namespace strata

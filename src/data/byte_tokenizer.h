@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
+#include "data/tokenizer.h"
 
 namespace strata {
 
@@ -15,8 +15,15 @@ std::vector<uint16_t> byte_tokenize(std::string_view text);
 // Tokens above 255 are not bytes; they come out as '?' rather than being truncated silently.
 std::string byte_detokenize(const uint16_t* tokens, int64_t n);
 
-// Reads a text file and writes its bytes as an llm.c .bin (see token_file.h). Errors: not_found
-// or io_error for the text file, invalid_argument when it is empty, and the writer's errors.
-Status prepare_text_file(const std::string& text_path, const std::string& out_bin_path);
+// The same behind the Tokenizer interface (load_tokenizer("byte")), except that decode refuses
+// ids above 255. Any place is a cut.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "byte"; }
+  int64_t vocab_size() const override { return 256; }
+  Status encode_append(std::string_view text, std::vector<int32_t>* ids) override;
+  Result<std::string> decode(std::span<const int32_t> ids) const override;
+  std::optional<TextCut> find_cut(std::string_view text, size_t from) const override;
+};
 
 }  // namespace strata

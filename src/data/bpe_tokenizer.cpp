@@ -1,0 +1,613 @@
+#include "data/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/file_util.h"
+#include "core/json_util.h"
+#include "data/unicode_classes.h"
+
+namespace strata {
+
+namespace {
+
+using nlohmann::json;
+
+// Token ids above this are refused: the id table is allocated up to the largest id.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+// Pre-tokens up to this many bytes are cached, until the cache holds kCacheEntries of them.
+constexpr size_t kCacheMaxPieceBytes = 64;
+constexpr size_t kCacheEntries = size_t{1} << 19;
+
+struct ByteMaps {
+  std::array<uint32_t, 256> to_unicode{};
+  std::array<int16_t, 324> from_unicode{};  // code points 0..323 (the alphabet's largest is 323)
+};
+
+const ByteMaps& byte_maps() {
+  static const ByteMaps maps = [] {
+    ByteMaps m;
+    m.from_unicode.fill(-1);
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      m.to_unicode[b] = printable ? b : next++;
+      m.from_unicode[m.to_unicode[b]] = static_cast<int16_t>(b);
+    }
+    return m;
+  }();
+  return maps;
+}
+
+void append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// A token string's bytes, or the first code point outside the byte alphabet.
+struct TokenBytes {
+  std::string bytes;
+  uint32_t bad_cp = 0;
+  bool ok = true;
+};
+
+TokenBytes token_bytes(std::string_view s) {
+  TokenBytes t;
+  for (size_t i = 0; i < s.size();) {
+    const Utf8Char c = decode_utf8(s, i);
+    const int b = c.cp == kInvalidCodePoint ? -1 : byte_from_unicode(c.cp);
+    if (b < 0) {
+      t.ok = false;
+      t.bad_cp = c.cp;
+      return t;
+    }
+    t.bytes.push_back(static_cast<char>(b));
+    i += c.len;
+  }
+  return t;
+}
+
+// The errors of one file: "tokenizer <path>: <field> <what>".
+struct Errors {
+  std::string path;
+  Status operator()(const std::string& field, const std::string& what) const {
+    return bad_format("tokenizer " + path + ": " + field + " " + what);
+  }
+};
+
+std::string quoted(const json& v) {
+  return json_preview(v, 80);
+}
+
+// A boolean field that may be absent (then `fallback`, Hugging Face's default).
+Result<bool> bool_field(const json& obj, const std::string& key, bool fallback,
+                        const std::string& field, const Errors& err) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return fallback;
+  if (!it->is_boolean()) return err(field + "." + key, "is " + quoted(*it) + ", not a boolean");
+  return it->get<bool>();
+}
+
+// A field that must be absent, null, false or "" (a feature Strata does not implement).
+Status must_be_off(const json& obj, const std::string& key, const std::string& field,
+                   const Errors& err) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return Status::ok_status();
+  if ((it->is_boolean() && !it->get<bool>()) || (it->is_string() && it->get<std::string>().empty()))
+    return Status::ok_status();
+  return err(field + "." + key, "is " + quoted(*it) + ", which is not supported");
+}
+
+Status check_byte_level(const json& p, const std::string& field, bool want_regex,
+                        const Errors& err) {
+  STRATA_ASSIGN_OR_RETURN(bool prefix, bool_field(p, "add_prefix_space", true, field, err));
+  if (prefix) return err(field + ".add_prefix_space", "is true, which is not supported");
+  STRATA_ASSIGN_OR_RETURN(bool use_regex, bool_field(p, "use_regex", true, field, err));
+  if (use_regex != want_regex) {
+    return err(field + ".use_regex",
+               want_regex ? "is false: a ByteLevel pre-tokenizer alone must split "
+                            "with its regex"
+                          : "is true after a Split: splitting twice is not supported");
+  }
+  return Status::ok_status();
+}
+
+std::string type_of(const json& p) {
+  auto it = p.find("type");
+  return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Result<PretokenPattern> split_pattern(const json& split, const std::string& field,
+                                      const Errors& err) {
+  auto pat = split.find("pattern");
+  if (pat == split.end() || !pat->is_object() || !pat->contains("Regex") ||
+      !(*pat)["Regex"].is_string()) {
+    return err(field + ".pattern", "must be {\"Regex\": ...} (GPT-2's or Llama 3's pattern)");
+  }
+  const std::string re = (*pat)["Regex"].get<std::string>();
+  PretokenPattern p;
+  if (re == kGpt2Pattern) {
+    p = PretokenPattern::gpt2;
+  } else if (re == kLlama3Pattern) {
+    p = PretokenPattern::llama3;
+  } else {
+    return err(
+        field + ".pattern.Regex",
+        "is not one of the supported patterns (GPT-2's, Llama 3's): " + quoted((*pat)["Regex"]));
+  }
+  auto behavior = split.find("behavior");
+  if (behavior == split.end() || *behavior != "Isolated") {
+    return err(field + ".behavior", "must be \"Isolated\"");
+  }
+  STRATA_ASSIGN_OR_RETURN(bool invert, bool_field(split, "invert", false, field, err));
+  if (invert) return err(field + ".invert", "is true, which is not supported");
+  return p;
+}
+
+Result<PretokenPattern> parse_pre_tokenizer(const json& root, const Errors& err) {
+  auto it = root.find("pre_tokenizer");
+  if (it == root.end() || !it->is_object()) {
+    return err("pre_tokenizer",
+               "is missing: only byte-level BPE (ByteLevel, or a Split and "
+               "ByteLevel) is supported");
+  }
+  const json& p = *it;
+  const std::string type = type_of(p);
+  if (type == "ByteLevel") {
+    STRATA_RETURN_IF_ERROR(check_byte_level(p, "pre_tokenizer", true, err));
+    return PretokenPattern::gpt2;
+  }
+  if (type != "Sequence") {
+    return err("pre_tokenizer.type", "is " + quoted(p.value("type", json())) +
+                                         ": only ByteLevel, or a Sequence of Split and "
+                                         "ByteLevel, is supported");
+  }
+  auto list = p.find("pretokenizers");
+  if (list == p.end() || !list->is_array() || list->empty() || list->size() > 2) {
+    return err("pre_tokenizer.pretokenizers", "must be [ByteLevel] or [Split, ByteLevel]");
+  }
+  const json& first = (*list)[0];
+  if (list->size() == 1) {
+    if (type_of(first) != "ByteLevel") {
+      return err("pre_tokenizer.pretokenizers[0].type",
+                 "is " + quoted(first.value("type", json())) + ", not ByteLevel");
+    }
+    STRATA_RETURN_IF_ERROR(check_byte_level(first, "pre_tokenizer.pretokenizers[0]", true, err));
+    return PretokenPattern::gpt2;
+  }
+  if (type_of(first) != "Split") {
+    return err("pre_tokenizer.pretokenizers[0].type",
+               "is " + quoted(first.value("type", json())) + ", not Split");
+  }
+  STRATA_ASSIGN_OR_RETURN(PretokenPattern pattern,
+                          split_pattern(first, "pre_tokenizer.pretokenizers[0]", err));
+  const json& second = (*list)[1];
+  if (type_of(second) != "ByteLevel") {
+    return err("pre_tokenizer.pretokenizers[1].type",
+               "is " + quoted(second.value("type", json())) + ", not ByteLevel");
+  }
+  STRATA_RETURN_IF_ERROR(check_byte_level(second, "pre_tokenizer.pretokenizers[1]", false, err));
+  return pattern;
+}
+
+// A merge as its two token strings.
+Result<std::pair<std::string, std::string>> merge_parts(const json& m, size_t i,
+                                                        const Errors& err) {
+  const std::string field = "model.merges[" + std::to_string(i) + "]";
+  if (m.is_string()) {
+    const std::string s = m.get<std::string>();
+    const size_t space = s.find(' ');
+    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+      return err(field, quoted(m) + " is not two tokens separated by one space");
+    }
+    return std::make_pair(s.substr(0, space), s.substr(space + 1));
+  }
+  if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+    return std::make_pair(m[0].get<std::string>(), m[1].get<std::string>());
+  }
+  return err(field, quoted(m) + " is neither \"a b\" nor [\"a\", \"b\"]");
+}
+
+}  // namespace
+
+uint32_t byte_to_unicode(uint8_t b) {
+  return byte_maps().to_unicode[b];
+}
+
+int byte_from_unicode(uint32_t cp) {
+  const ByteMaps& m = byte_maps();
+  return cp < m.from_unicode.size() ? m.from_unicode[cp] : -1;
+}
+
+Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::load(const std::string& path,
+                                                         const TokenizerOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "tokenizer"));
+  return from_json(text, path, options);
+}
+
+Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(std::string_view json_text,
+                                                              const std::string& path,
+                                                              const TokenizerOptions& options) {
+  const Errors err{path};
+  STRATA_ASSIGN_OR_RETURN(json root, parse_json(json_text, "tokenizer " + path));
+  if (!root.is_object()) return bad_format("tokenizer " + path + " is not a JSON object");
+  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
+  t->path_ = path;
+  t->special_tokens_ = options.special_tokens;
+
+  auto normalizer = root.find("normalizer");
+  if (normalizer != root.end() && !normalizer->is_null()) {
+    return err("normalizer", "is " + quoted(*normalizer) + ": only null is supported");
+  }
+  STRATA_ASSIGN_OR_RETURN(t->pattern_, parse_pre_tokenizer(root, err));
+
+  auto model_it = root.find("model");
+  if (model_it == root.end() || !model_it->is_object()) return err("model", "is missing");
+  const json& model = *model_it;
+  if (model.contains("type") && model["type"] != "BPE") {
+    return err("model.type", "is " + quoted(model["type"]) + ": only BPE is supported");
+  }
+  for (const char* key :
+       {"byte_fallback", "continuing_subword_prefix", "end_of_word_suffix", "dropout"}) {
+    STRATA_RETURN_IF_ERROR(must_be_off(model, key, "model", err));
+  }
+  STRATA_ASSIGN_OR_RETURN(t->ignore_merges_,
+                          bool_field(model, "ignore_merges", false, "model", err));
+
+  // The vocabulary: token string -> id, and id -> bytes.
+  auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object() || vocab_it->empty()) {
+    return err("model.vocab", "must be a non-empty object {token: id}");
+  }
+  std::unordered_map<std::string, int32_t> id_of;  // token string -> id
+  id_of.reserve(vocab_it->size());
+  std::vector<std::pair<int32_t, std::string>> not_bytes;  // tokens outside the alphabet
+  for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
+    const json& v = it.value();
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
+      return err("model.vocab[" + quoted(json(it.key())) + "]",
+                 "is " + quoted(v) + ", not an id in [0, " + std::to_string(kMaxTokenId) + "]");
+    }
+    const int32_t id = static_cast<int32_t>(v.get<int64_t>());
+    if (static_cast<size_t>(id) >= t->tokens_.size()) {
+      t->tokens_.resize(static_cast<size_t>(id) + 1);
+      t->present_.resize(static_cast<size_t>(id) + 1);
+    }
+    if (t->present_[static_cast<size_t>(id)]) {
+      return err("model.vocab[" + quoted(json(it.key())) + "]", "repeats id " + std::to_string(id));
+    }
+    TokenBytes b = token_bytes(it.key());
+    if (b.ok) {
+      t->tokens_[static_cast<size_t>(id)] = std::move(b.bytes);
+      t->present_[static_cast<size_t>(id)] = true;
+    } else {
+      not_bytes.emplace_back(id, it.key());
+    }
+    id_of.emplace(it.key(), id);
+  }
+  for (uint32_t b = 0; b < 256; ++b) {
+    std::string s;
+    append_utf8(byte_to_unicode(static_cast<uint8_t>(b)), &s);
+    auto it = id_of.find(s);
+    if (it == id_of.end()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      return err("model.vocab", std::string("has no token for byte ") + hex + " (" +
+                                    quoted(json(s)) + "), which byte-level BPE needs");
+    }
+    t->byte_ids_[b] = it->second;
+  }
+
+  // Merges, rank = position.
+  auto merges_it = model.find("merges");
+  if (merges_it == model.end() || !merges_it->is_array()) {
+    return err("model.merges", "must be an array");
+  }
+  t->merges_.reserve(merges_it->size());
+  for (size_t i = 0; i < merges_it->size(); ++i) {
+    STRATA_ASSIGN_OR_RETURN(auto parts, merge_parts((*merges_it)[i], i, err));
+    const std::string field = "model.merges[" + std::to_string(i) + "]";
+    auto a = id_of.find(parts.first);
+    auto b = id_of.find(parts.second);
+    auto ab = id_of.find(parts.first + parts.second);
+    const std::string* unknown = a == id_of.end()    ? &parts.first
+                                 : b == id_of.end()  ? &parts.second
+                                 : ab == id_of.end() ? nullptr
+                                                     : &parts.first;
+    if (a == id_of.end() || b == id_of.end() || ab == id_of.end()) {
+      const std::string name = unknown != nullptr ? *unknown : parts.first + parts.second;
+      return err(field, quoted((*merges_it)[i]) + " names " + quoted(json(name)) +
+                            ", which is not in model.vocab");
+    }
+    t->merges_[pair_key(a->second, b->second)] = Merge{static_cast<int32_t>(i), ab->second};
+  }
+
+  // Added tokens: ids of their own or of the vocab; their bytes are their content.
+  auto added_it = root.find("added_tokens");
+  if (added_it != root.end() && !added_it->is_null()) {
+    if (!added_it->is_array()) return err("added_tokens", "must be an array");
+    for (size_t i = 0; i < added_it->size(); ++i) {
+      const json& a = (*added_it)[i];
+      const std::string field = "added_tokens[" + std::to_string(i) + "]";
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+          !a.contains("content") || !a["content"].is_string() ||
+          a["content"].get_ref<const std::string&>().empty()) {
+        return err(field, "must be {\"id\": N, \"content\": \"...\"} with non-empty content");
+      }
+      const int64_t id64 = a["id"].get<int64_t>();
+      if (id64 < 0 || id64 > kMaxTokenId) {
+        return err(field + ".id", "is " + std::to_string(id64) + ", not an id in [0, " +
+                                      std::to_string(kMaxTokenId) + "]");
+      }
+      const int32_t id = static_cast<int32_t>(id64);
+      const std::string content = a["content"].get<std::string>();
+      if (static_cast<size_t>(id) >= t->tokens_.size()) {
+        t->tokens_.resize(static_cast<size_t>(id) + 1);
+        t->present_.resize(static_cast<size_t>(id) + 1);
+      }
+      std::string& slot = t->tokens_[static_cast<size_t>(id)];
+      if (t->present_[static_cast<size_t>(id)] && slot != content) {
+        return err(field, "gives id " + std::to_string(id) + " to " + quoted(json(content)) +
+                              ", which model.vocab gives to another token");
+      }
+      slot = content;
+      t->present_[static_cast<size_t>(id)] = true;
+      t->added_.push_back({content, id});
+    }
+  }
+  for (const auto& [id, s] : not_bytes) {
+    if (!t->present_[static_cast<size_t>(id)]) {
+      return err("model.vocab[" + quoted(json(s)) + "]",
+                 "has a character outside the byte-level alphabet and is not an added token");
+    }
+  }
+  std::stable_sort(
+      t->added_.begin(), t->added_.end(),
+      [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+  for (const AddedToken& a : t->added_) {
+    t->added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
+  }
+  if (t->ignore_merges_) {
+    t->ids_by_bytes_.reserve(id_of.size());
+    for (const auto& [s, id] : id_of) {
+      TokenBytes b = token_bytes(s);
+      if (b.ok) t->ids_by_bytes_.emplace(std::move(b.bytes), id);
+    }
+  }
+  return t;
+}
+
+std::string BpeTokenizer::name() const {
+  return std::string("BPE (") + pattern_name(pattern_) + " pattern, vocab " +
+         std::to_string(vocab_size()) + ") " + path_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merging
+
+void BpeTokenizer::merge_naive(std::string_view piece, std::vector<int32_t>* ids) const {
+  std::vector<int32_t> word;
+  for (char c : piece) word.push_back(byte_ids_[static_cast<unsigned char>(c)]);
+  while (word.size() > 1) {
+    const Merge* best = nullptr;
+    size_t at = 0;
+    for (size_t k = 0; k + 1 < word.size(); ++k) {
+      const Merge* m = find_merge(word[k], word[k + 1]);
+      if (m != nullptr && (best == nullptr || m->rank < best->rank)) {
+        best = m;
+        at = k;
+      }
+    }
+    if (best == nullptr) break;
+    word[at] = best->id;
+    word.erase(word.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  ids->insert(ids->end(), word.begin(), word.end());
+}
+
+void BpeTokenizer::merge_fast(std::string_view piece, std::vector<int32_t>* ids) {
+  const int32_t n = static_cast<int32_t>(piece.size());
+  symbols_.resize(static_cast<size_t>(n));
+  for (int32_t k = 0; k < n; ++k) {
+    symbols_[k] = {byte_ids_[static_cast<unsigned char>(piece[k])], k - 1, k + 1 < n ? k + 1 : -1};
+  }
+  // A min-heap on (rank, pos): the lowest rank first, the leftmost of equal ranks.
+  const auto later = [](const Candidate& x, const Candidate& y) {
+    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
+  };
+  candidates_.clear();
+  const auto offer = [&](int32_t pos) {
+    const Symbol& s = symbols_[pos];
+    if (s.next < 0) return;
+    const int32_t right = symbols_[s.next].id;
+    if (const Merge* m = find_merge(s.id, right)) {
+      candidates_.push_back({m->rank, pos, s.id, right, m->id});
+      std::push_heap(candidates_.begin(), candidates_.end(), later);
+    }
+  };
+  for (int32_t k = 0; k + 1 < n; ++k) offer(k);
+  while (!candidates_.empty()) {
+    std::pop_heap(candidates_.begin(), candidates_.end(), later);
+    const Candidate c = candidates_.back();
+    candidates_.pop_back();
+    Symbol& s = symbols_[c.pos];
+    // Stale: the left symbol was merged away or changed, or its right neighbour did.
+    if (s.id != c.left || s.next < 0 || symbols_[s.next].id != c.right) continue;
+    const int32_t gone = s.next;
+    s.id = c.id;
+    s.next = symbols_[gone].next;
+    if (s.next >= 0) symbols_[s.next].prev = c.pos;
+    symbols_[gone].id = -1;  // merged into its left neighbour
+    if (s.prev >= 0) offer(s.prev);
+    offer(c.pos);
+  }
+  for (int32_t k = 0; k >= 0; k = symbols_[k].next) ids->push_back(symbols_[k].id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding and decoding
+
+void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>* ids) {
+  if (piece.size() == 1) {
+    ids->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  if (ignore_merges_) {
+    auto it = ids_by_bytes_.find(piece);
+    if (it != ids_by_bytes_.end()) {
+      ids->push_back(it->second);
+      return;
+    }
+  }
+  if (reference_mode_) {
+    merge_naive(piece, ids);
+    return;
+  }
+  const bool cacheable = piece.size() <= kCacheMaxPieceBytes;
+  if (cacheable) {
+    auto it = cache_.find(piece);
+    if (it != cache_.end()) {
+      const int32_t* first = cache_ids_.data() + it->second.offset;
+      ids->insert(ids->end(), first, first + it->second.count);
+      return;
+    }
+  }
+  const size_t before = ids->size();
+  merge_fast(piece, ids);
+  if (cacheable) {
+    if (cache_.size() >= kCacheEntries) {
+      cache_.clear();
+      cache_ids_.clear();
+    }
+    const CacheEntry e{static_cast<uint32_t>(cache_ids_.size()),
+                       static_cast<uint32_t>(ids->size() - before)};
+    cache_ids_.insert(cache_ids_.end(), ids->begin() + static_cast<std::ptrdiff_t>(before),
+                      ids->end());
+    cache_.emplace(std::string(piece), e);
+  }
+}
+
+void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>* ids) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = pretoken_length(text, i, pattern_);
+    encode_piece(text.substr(i, n), ids);
+    i += n;
+  }
+}
+
+std::pair<size_t, size_t> BpeTokenizer::next_added(std::string_view text, size_t from) const {
+  for (size_t i = from; i < text.size(); ++i) {
+    if (!added_first_byte_[static_cast<unsigned char>(text[i])]) continue;
+    for (size_t k = 0; k < added_.size(); ++k) {  // longest first
+      if (text.substr(i, added_[k].content.size()) == added_[k].content) return {i, k};
+    }
+  }
+  return {std::string_view::npos, 0};
+}
+
+Status BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>* ids) {
+  if (!special_tokens_ || added_.empty()) {
+    encode_ordinary(text, ids);
+    return Status::ok_status();
+  }
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const auto [at, k] = next_added(text, pos);
+    if (at == std::string_view::npos) {
+      encode_ordinary(text.substr(pos), ids);
+      break;
+    }
+    encode_ordinary(text.substr(pos, at - pos), ids);
+    ids->push_back(added_[k].id);
+    pos = at + added_[k].content.size();
+  }
+  return Status::ok_status();
+}
+
+Result<std::string> BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= vocab_size() || !present_[static_cast<size_t>(id)]) {
+      return invalid_argument("token id " + std::to_string(id) + " at position " +
+                              std::to_string(i) + " is not in the vocabulary of tokenizer " +
+                              path_);
+    }
+    text += tokens_[static_cast<size_t>(id)];
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming cuts (Note [Streaming cuts] in tokenizer.h)
+//
+// Both patterns cut in the same two places, p being the first byte of the second piece:
+//   (1) a space between two letters: text[p] == ' ', a letter before it, a letter after it;
+//   (2) after a newline that follows a character other than whitespace and precedes one:
+//       text[p-1] == '\n', text[p-2..] and text[p] not whitespace.
+// Why the pre-tokens are the same on both sides of such a cut:
+//  - No match starting before p ends after it, and one starts at p. In (1) the letter run
+//    before p ends at the space (a letter run never takes a space); at p, ' ?\p{L}+' (GPT-2) or
+//    '[^\r\n\p{L}\p{N}]?\p{L}+' (Llama 3) matches the space with the letters after it. In (2)
+//    the run before the newline is not whitespace and no alternative takes a newline after it
+//    except Llama 3's '[^\s\p{L}\p{N}]+[\r\n]*', which takes this one newline and stops at the
+//    character after it, not being \r or \n; otherwise the newline is a match of its own
+//    (GPT-2: \s+(?!\S) fails before \S, \s+ takes it; Llama 3: \s*[\r\n]+).
+//  - No matcher decides anything on characters past the cut while matching before it: every
+//    alternative stops at the first character of another class, which is the character just
+//    before p (a space or newline) or earlier; the contractions look at most 3 characters ahead
+//    and need letters, so a space or newline stops them too. Matching never looks behind.
+//  - A match of the first piece that ends at its end is the same as in the whole text: at the
+//    end of the first piece, the newline of (2) matches "\n" by \s+(?!\S) (GPT-2) or
+//    \s*[\r\n]+ (Llama 3), as it does before a non-space character in the whole text.
+// With special tokens on, a cut inside an added token's occurrence is refused as well.
+bool BpeTokenizer::cut_splits_added_token(std::string_view text, size_t p) const {
+  for (const AddedToken& a : added_) {
+    const size_t len = a.content.size();
+    for (size_t s = p >= len ? p - len + 1 : 0; s < p; ++s) {
+      // An occurrence from s; past the end of text it may yet be completed.
+      const size_t have = std::min(len, text.size() - s);
+      if (text.substr(s, have) == std::string_view(a.content).substr(0, have)) return true;
+    }
+  }
+  return false;
+}
+
+std::optional<TextCut> BpeTokenizer::find_cut(std::string_view text, size_t from) const {
+  const auto is = [&](size_t i, CharClass c) {
+    const Utf8Char u = decode_utf8(text, i);
+    return u.cp != kInvalidCodePoint && char_class(u.cp) == c;
+  };
+  const auto not_space = [&](size_t i) {
+    const Utf8Char u = decode_utf8(text, i);
+    return u.cp != kInvalidCodePoint && char_class(u.cp) != CharClass::space;
+  };
+  if (text.size() < 3) return std::nullopt;
+  for (size_t p = text.size() - 1; p >= 2 && p >= from; --p) {
+    bool cut = false;
+    if (text[p] == ' ') {
+      cut = p + 1 < text.size() && is(p + 1, CharClass::letter) &&
+            is(prev_char_start(text, p), CharClass::letter);
+    } else if (text[p - 1] == '\n') {
+      cut = not_space(p) && not_space(prev_char_start(text, p - 1));
+    }
+    if (cut && special_tokens_ && cut_splits_added_token(text, p)) cut = false;
+    if (cut) return TextCut{p, p};
+  }
+  return std::nullopt;
+}
+
+}  // namespace strata

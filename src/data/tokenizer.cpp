@@ -1,0 +1,139 @@
+#include "data/tokenizer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "data/bpe_tokenizer.h"
+#include "data/byte_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
+
+namespace strata {
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) == 0;
+}
+
+// Whether the file's first byte that is not whitespace is '{'.
+bool looks_like_json(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[64];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  for (ssize_t i = 0; i < n; ++i) {
+    if (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t') continue;
+    return buf[i] == '{';
+  }
+  return false;
+}
+
+// Reads up to n bytes, appended to *buf; fewer only at the end of the file.
+Status read_some(int fd, int64_t n, std::string* buf, const std::string& path, int64_t* got) {
+  const size_t old = buf->size();
+  buf->resize(old + static_cast<size_t>(n));
+  int64_t have = 0;
+  while (have < n) {
+    const ssize_t r = ::read(fd, buf->data() + old + have, static_cast<size_t>(n - have));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      buf->resize(old);
+      return io_error("cannot read text file " + path + ": " + std::strerror(err));
+    }
+    if (r == 0) break;
+    have += r;
+  }
+  buf->resize(old + static_cast<size_t>(have));
+  *got = have;
+  return Status::ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text) {
+  std::vector<int32_t> ids;
+  STRATA_RETURN_IF_ERROR(encode_append(text, &ids));
+  return ids;
+}
+
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
+                                                  const TokenizerOptions& options) {
+  if (path == "byte") return std::unique_ptr<Tokenizer>(new ByteTokenizer());
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string json = path + "/tokenizer.json", model = path + "/tokenizer.model";
+    if (std::filesystem::exists(json, ec)) {
+      file = json;
+    } else if (std::filesystem::exists(model, ec)) {
+      file = model;
+    } else {
+      return not_found("tokenizer directory " + path +
+                       " holds neither tokenizer.json nor tokenizer.model");
+    }
+  } else if (!std::filesystem::exists(path, ec)) {
+    return not_found("tokenizer " + path + " does not exist");
+  }
+  if (ends_with(file, ".json") || (!ends_with(file, ".model") && looks_like_json(file))) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t, BpeTokenizer::load(file, options));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> t,
+                          SentencePieceTokenizer::load(file));
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+Status encode_file(Tokenizer& tok, const std::string& path, int64_t chunk_bytes,
+                   const std::function<Status(std::span<const int32_t>)>& sink,
+                   EncodeStats* stats) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return not_found("text file " + path + " does not exist");
+    return io_error("cannot open text file " + path + ": " + std::strerror(err));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+
+  *stats = EncodeStats();
+  std::string buf;
+  std::vector<int32_t> ids;
+  const auto emit = [&](std::string_view piece) -> Status {
+    ids.clear();
+    STRATA_RETURN_IF_ERROR(tok.encode_append(piece, &ids));
+    stats->pieces++;
+    stats->largest_piece = std::max(stats->largest_piece, static_cast<int64_t>(piece.size()));
+    stats->tokens += static_cast<int64_t>(ids.size());
+    return ids.empty() ? Status::ok_status() : sink(ids);
+  };
+  size_t from = 0;  // find_cut has searched buf before here (less a few bytes) already
+  while (true) {
+    int64_t got = 0;
+    STRATA_RETURN_IF_ERROR(read_some(fd, chunk_bytes, &buf, path, &got));
+    stats->text_bytes += got;
+    if (got < chunk_bytes) break;  // the end of the file
+    const std::optional<TextCut> cut = tok.find_cut(buf, from);
+    if (!cut) {
+      // No cut yet: read on, and search only the new text next time.
+      from = buf.size() > 8 ? buf.size() - 8 : 0;
+      continue;
+    }
+    STRATA_RETURN_IF_ERROR(emit(std::string_view(buf).substr(0, cut->end)));
+    buf.erase(0, cut->resume);
+    from = 0;
+  }
+  if (!buf.empty()) STRATA_RETURN_IF_ERROR(emit(buf));
+  return Status::ok_status();
+}
+
+}  // namespace strata

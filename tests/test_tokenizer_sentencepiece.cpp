@@ -1,0 +1,117 @@
+// SentencePiece models trained here on the multilingual corpus (libsentencepiece's trainer,
+// unigram and BPE, with byte fallback and an identity normalizer): loading by file, round trips,
+// streamed encoding equal to whole encoding, the models whose text cannot be cut, and errors.
+// tests/tokenizer_sentencepiece.sh compares the ids with Python's sentencepiece.
+#include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
+
+#include <string>
+#include <vector>
+
+#include "core/file_util.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/tokenizer.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using test::expect_error;
+
+const std::string kCorpus = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/tokenizer/corpus.txt";
+
+// Trains a model into dir/<name>.model.
+std::string train(const std::string& dir, const std::string& name, const std::string& extra) {
+  const std::string prefix = dir + "/" + name;
+  const auto s = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + kCorpus + " --model_prefix=" + prefix +
+      " --vocab_size=1200 --hard_vocab_limit=false --byte_fallback=true"
+      " --character_coverage=0.98 --normalization_rule_name=identity"
+      " --remove_extra_whitespaces=false --num_threads=1 --minloglevel=2 " +
+      extra);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return prefix + ".model";
+}
+
+std::unique_ptr<Tokenizer> load(const std::string& path) {
+  auto t = load_tokenizer(path);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+std::vector<int32_t> encode(Tokenizer& t, std::string_view s) {
+  auto r = t.encode(s);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : std::vector<int32_t>{};
+}
+
+std::vector<int32_t> encode_streamed(Tokenizer& t, const std::string& path, int64_t chunk,
+                                     EncodeStats* stats) {
+  std::vector<int32_t> got;
+  Status s = encode_file(
+      t, path, chunk,
+      [&](std::span<const int32_t> ids) {
+        got.insert(got.end(), ids.begin(), ids.end());
+        return Status::ok_status();
+      },
+      stats);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return got;
+}
+
+TEST(SentencePiece, RoundTripAndStreaming) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm");
+  auto text = read_whole_file(kCorpus, "corpus");
+  ASSERT_TRUE(text.ok());
+  std::string big;
+  for (int i = 0; i < 10; i++) big += *text;
+  ASSERT_TRUE(write_whole_file(dir + "/big.txt", big, "test").ok());
+  for (const std::string type : {"unigram", "bpe"}) {
+    auto t = load(train(dir, type, "--model_type=" + type));
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->name(), "SentencePiece " + dir + "/" + type + ".model");
+    EXPECT_GT(t->vocab_size(), 800);
+    const std::string refusal = t->cut_refusal();
+    EXPECT_EQ(refusal, type == "bpe" ? ""
+                                     : "a unigram model's segmentation depends on the text "
+                                       "before it");
+    const std::vector<int32_t> ids = encode(*t, *text);
+    EXPECT_LT(ids.size(), text->size() * 2 / 3) << type;
+    EXPECT_EQ(*t->decode(ids), *text) << type;  // byte fallback: nothing is lost
+    const std::vector<int32_t> whole = encode(*t, big);
+    for (int64_t chunk : {16, 300, 1 << 20}) {
+      EncodeStats stats;
+      EXPECT_EQ(encode_streamed(*t, dir + "/big.txt", chunk, &stats), whole)
+          << type << " chunk " << chunk;
+      EXPECT_EQ(stats.pieces > 20, chunk < 1000 && type == "bpe") << type << " " << chunk;
+    }
+    expect_error(t->decode(std::vector<int32_t>{5, static_cast<int32_t>(t->vocab_size())}).status(),
+                 ErrorCode::invalid_argument, {"at position 1", type + ".model"});
+  }
+}
+
+// Models whose text may not be cut are encoded whole (and still right).
+TEST(SentencePiece, NoCutsWithoutTheDummyPrefix) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm_nocut");
+  auto t = load(train(dir, "plain", "--model_type=bpe --add_dummy_prefix=false"));
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->cut_refusal(), "the model adds no dummy prefix");
+  EXPECT_FALSE(t->find_cut("ab cd ef gh", 0).has_value());
+  auto text = read_whole_file(kCorpus, "corpus");
+  ASSERT_TRUE(text.ok());
+  EncodeStats stats;
+  EXPECT_EQ(encode_streamed(*t, kCorpus, 64, &stats), encode(*t, *text));
+  EXPECT_EQ(stats.pieces, 1);
+}
+
+TEST(SentencePiece, Errors) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm_errors");
+  expect_error(load_tokenizer(dir + "/none.model").status(), ErrorCode::not_found,
+               {"tokenizer " + dir + "/none.model does not exist"});
+  ASSERT_TRUE(write_whole_file(dir + "/junk.model", std::string(100, '\x07'), "test").ok());
+  expect_error(load_tokenizer(dir + "/junk.model").status(), ErrorCode::bad_format,
+               {"tokenizer " + dir + "/junk.model", "not a SentencePiece model"});
+}
+
+}  // namespace
+}  // namespace strata
