@@ -2,7 +2,8 @@
 # CTest `sample_torch`: `strata sample` (Note [Sampling] in src/model/sample.h) on a trained
 # checkpoint.
 #  - Greedy (temperature 0) equals a PyTorch greedy loop on the exported weights token for token
-#    (tools/torch_sample.py), past the context length, so the sliding window is exercised too.
+#    (tools/torch_sample.py), for GPT-2 and Llama, past the context length, so both the
+#    key/value cache and the sliding window are exercised.
 #  - The same seed gives the same text; another seed other text; top-k 1 is greedy.
 #  - A model larger than the few blocks it holds samples in the memory of a few blocks.
 #  - Bad input exits 2 with one line: a missing checkpoint, a prompt token outside the
@@ -27,6 +28,22 @@ torch=$(/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_sample.py" \
 strata: $strata
 torch:  $torch"
 echo "ok   greedy: 40 tokens past a 32-token context equal PyTorch's"
+
+# The same for Llama (GQA, untied head): the cache holds the rotated keys.
+"$STRATA_BIN" train --set model.arch=llama --set model.n_kv_head=2 --set model.tie_embeddings=false \
+  --set model.n_layer=2 --set model.n_embd=64 --set model.context_length=32 \
+  --set train.seq_len=32 --set train.batch_size=4 --set train.steps=150 --save-every 150 \
+  --checkpoint-dir "$work/llama" --quiet 2>/dev/null
+"$STRATA_BIN" export --checkpoint "$work/llama" --out "$work/llama_export/model.safetensors" \
+  2>/dev/null
+strata=$("$STRATA_BIN" sample --checkpoint "$work/llama" --prompt-tokens "$prompt" --tokens 40 \
+  --temperature 0 --print-tokens)
+torch=$(/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_sample.py" \
+  "$work/llama_export/model.safetensors" "$prompt" 40)
+[ "$strata" = "$torch" ] || fail "Llama greedy tokens differ from PyTorch's:
+strata: $strata
+torch:  $torch"
+echo "ok   greedy Llama: 40 tokens past a 32-token context equal PyTorch's"
 
 sample() { "$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "The " --tokens 40 "$@"; }
 a=$(sample --temperature 0.9 --top-k 40 --seed 7)

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Greedy continuation in PyTorch of a `strata export`, for tests/sample_torch.sh.
+"""Greedy continuation in PyTorch of a `strata export` (GPT-2 or Llama), for
+tests/sample_torch.sh.
 
 usage: torch_sample.py EXPORTED.safetensors "PROMPT TOKEN IDS" N
 
@@ -16,17 +17,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_export_check as tec  # noqa: E402
-import torch_gpt2 as tg  # noqa: E402
 
 
 def main():
     exported, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(2)
-    cfg = tec.config_from_hf(os.path.join(os.path.dirname(os.path.abspath(exported)),
-                                          "config.json"))
-    model = tg.GPT2(cfg)
-    tg.load_params(model, tec.load_export(exported, cfg))
+    cfg, arch = tec.config_from_hf(os.path.join(os.path.dirname(os.path.abspath(exported)),
+                                                "config.json"))
+    model = arch.make(cfg)
+    arch.module.load_params(model, tec.load_export(exported, cfg, arch))
     tokens = [int(t) for t in prompt.split()]
     with torch.no_grad():
         for _ in range(n):

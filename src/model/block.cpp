@@ -27,10 +27,6 @@ namespace {
 bool is_llama(const BlockDims& d) {
   return d.arch == ModelArch::llama;
 }
-// The MLP's first matmul's output width: 4C (GPT-2, F = 4C), gate|up (Llama).
-int64_t fc_width(const BlockDims& d) {
-  return is_llama(d) ? 2 * d.F : d.F;
-}
 
 void carve_saved(FloatCarver& c, const BlockDims& d, BlockActs& a) {
   const int64_t BT = d.B * d.T, C = d.C;
@@ -44,7 +40,7 @@ void carve_saved(FloatCarver& c, const BlockDims& d, BlockActs& a) {
   a.ln2 = c.take(BT * C);
   a.ln2_mean = is_llama(d) ? nullptr : c.take(BT);
   a.ln2_rstd = c.take(BT);
-  a.fch = c.take(BT * fc_width(d));
+  a.fch = c.take(BT * block_fc_width(d));
   a.fch_gelu = c.take(BT * d.F);
 }
 }  // namespace
@@ -74,7 +70,7 @@ BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   g.datty = c.take(BT * C);
   g.dqkv = c.take(BT * 3 * C);
   g.dln = c.take(BT * C);
-  g.dfch = c.take(BT * fc_width(d));
+  g.dfch = c.take(BT * block_fc_width(d));
   g.dfch_gelu = c.take(BT * d.F);
   g.datt = c.take(d.att_scratch);
   g.qkv_rep = is_llama(d) ? c.take(BT * 3 * C) : nullptr;

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "model/block.h"
+#include "model/block_decode.h"
 #include "model/gpt.h"
 #include "model/layout.h"
 #include "model/norm.h"
@@ -41,6 +43,141 @@ int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, Rng& 
   return order[static_cast<size_t>(k - 1)];  // rounding left u above the last sum
 }
 
+namespace {
+
+// The device state of one generation: the embedding and final slabs (kept), one block's weights
+// at a time, the window's activations, the key/value cache of every block, and the head's
+// buffers (Note [Sampling]).
+class Sampler {
+ public:
+  Sampler(Device& dev, const ModelConfig& model, const SlabWeightsFn& weights)
+      : dev_(dev), model_(model), layout_(make_param_layout(model)), weights_(weights) {}
+
+  Status allocate();
+  // The window (T tokens at positions 0 .. T-1) through every block; the cache holds their keys
+  // and values afterwards. Leaves the last block's output in x_ (T, C).
+  Status prefill(const int32_t* window, int64_t T);
+  // One token at position pos through every block with the cache (positions 0 .. pos-1 cached).
+  // Leaves its last block's output in x_ (1, C).
+  Status decode(int32_t token, int64_t pos);
+  // The logits (V) of row `row` of x_, on the host: the final norm over rows 0 .. row, then the
+  // head for that row.
+  Status logits(int64_t row, float* host_logits);
+
+ private:
+  Status fetch(int64_t slab, Buffer& dst);
+
+  Device& dev_;
+  const ModelConfig& model_;
+  const ParamLayout layout_;
+  const SlabWeightsFn& weights_;
+  std::unique_ptr<Stream> s_;
+  Buffer embed_, final_, block_;  // (embed slab), (final slab), (block slab)
+  Buffer x_, y_;                  // (context, C) each: a block's input and output
+  Buffer acts_;                   // block_acts_floats of a (1, context) window
+  Buffer decode_;                 // decode_scratch_floats
+  Buffer cache_;                  // (L, context, kv_row_floats) every block's keys and values
+  Buffer head_;                   // mean, rstd (context each), lnf (C), logits (V)
+  Buffer tokens_;                 // (context) int32
+  Buffer rope_;                   // Llama's cos/sin table; empty for GPT-2
+  std::vector<float> staged_;     // (largest slab) host staging for the weights
+};
+
+Status Sampler::allocate() {
+  const int64_t Tmax = model_.context_length, C = model_.n_embd, V = model_.vocab_size;
+  const int64_t es = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
+  const int64_t fs = layout_.slabs[static_cast<size_t>(layout_.final_slab())].numel;
+  const int64_t bs = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
+  const BlockDims widest = block_dims(dev_, model_, 1, Tmax);
+  const BlockDims one = block_dims(dev_, model_, 1, 1);
+  s_ = dev_.create_stream("sample");
+  STRATA_ASSIGN_OR_RETURN(embed_, dev_.alloc(es * 4));
+  STRATA_ASSIGN_OR_RETURN(final_, dev_.alloc(fs * 4));
+  STRATA_ASSIGN_OR_RETURN(block_, dev_.alloc(bs * 4));
+  STRATA_ASSIGN_OR_RETURN(x_, dev_.alloc(Tmax * C * 4));
+  STRATA_ASSIGN_OR_RETURN(y_, dev_.alloc(Tmax * C * 4));
+  STRATA_ASSIGN_OR_RETURN(acts_, dev_.alloc(block_acts_floats(widest) * 4));
+  STRATA_ASSIGN_OR_RETURN(decode_, dev_.alloc(decode_scratch_floats(one, Tmax) * 4));
+  STRATA_ASSIGN_OR_RETURN(cache_, dev_.alloc(model_.n_layer * Tmax * kv_row_floats(one) * 4));
+  STRATA_ASSIGN_OR_RETURN(head_, dev_.alloc((2 * Tmax + C + V) * 4));
+  STRATA_ASSIGN_OR_RETURN(tokens_, dev_.alloc(Tmax * 4));
+  STRATA_ASSIGN_OR_RETURN(rope_, upload_rope_table(dev_, model_));
+  staged_.resize(static_cast<size_t>(std::max({es, fs, bs})));
+  STRATA_RETURN_IF_ERROR(fetch(layout_.embed_slab(), embed_));
+  return fetch(layout_.final_slab(), final_);
+}
+
+Status Sampler::fetch(int64_t slab, Buffer& dst) {
+  s_->synchronize();  // dst may still be read by work enqueued for the previous block
+  STRATA_RETURN_IF_ERROR(weights_(slab, staged_.data()));
+  dev_.copy(*s_, dst.data(), staged_.data(), layout_.slabs[static_cast<size_t>(slab)].numel * 4);
+  s_->synchronize();
+  return Status();
+}
+
+Status Sampler::prefill(const int32_t* window, int64_t T) {
+  const int64_t C = model_.n_embd, Tmax = model_.context_length;
+  const EmbedView e = embed_slab_view(layout_, embed_.f32());
+  dev_.copy(*s_, tokens_.data(), window, T * 4);
+  dev_.embedding_forward(*s_, x_.f32(), tokens_.i32(), e.wte, e.wpe, 1, T, C);
+  FloatCarver carve(acts_.f32());
+  const BlockDims d = block_dims(dev_, model_, 1, T, rope_.f32());
+  const BlockActs a = block_acts_carve(carve, d);
+  const int64_t kv = kv_row_floats(d);
+  for (int64_t l = 0; l < model_.n_layer; ++l) {
+    STRATA_RETURN_IF_ERROR(fetch(layout_.block_slab(l), block_));
+    block_forward(dev_, *s_, y_.f32(), a, x_.f32(), block_slab_view(layout_, block_.f32(), l), d);
+    // Each position's k|v (the tail of its q|k|v row, k rotated for Llama) into the cache.
+    float* cache = cache_.f32() + l * Tmax * kv;
+    for (int64_t t = 0; t < T; ++t) {
+      dev_.copy(*s_, cache + t * kv, a.qkv + t * d.qkv_width + C, kv * 4);
+    }
+    std::swap(x_, y_);
+  }
+  s_->synchronize();  // the window's tokens were read from the caller's memory
+  return Status();
+}
+
+Status Sampler::decode(int32_t token, int64_t pos) {
+  const int64_t C = model_.n_embd, Tmax = model_.context_length;
+  const EmbedView e = embed_slab_view(layout_, embed_.f32());
+  dev_.copy(*s_, tokens_.data(), &token, 4);
+  // Position pos's learned embedding (GPT-2): the table from its row pos.
+  dev_.embedding_forward(*s_, x_.f32(), tokens_.i32(), e.wte,
+                         e.wpe != nullptr ? e.wpe + pos * C : nullptr, 1, 1, C);
+  const BlockDims d = block_dims(dev_, model_, 1, 1, rope_.f32());
+  FloatCarver carve(decode_.f32());
+  const DecodeScratch g = decode_scratch_carve(carve, d, Tmax);
+  const int64_t kv = kv_row_floats(d);
+  for (int64_t l = 0; l < model_.n_layer; ++l) {
+    STRATA_RETURN_IF_ERROR(fetch(layout_.block_slab(l), block_));
+    block_decode(dev_, *s_, y_.f32(), g, x_.f32(), cache_.f32() + l * Tmax * kv, pos,
+                 block_slab_view(layout_, block_.f32(), l), d);
+    std::swap(x_, y_);
+  }
+  s_->synchronize();  // `token` lives on this frame
+  return Status();
+}
+
+Status Sampler::logits(int64_t row, float* host_logits) {
+  const int64_t Tmax = model_.context_length, C = model_.n_embd, V = model_.vocab_size;
+  const EmbedView e = embed_slab_view(layout_, embed_.f32());
+  const FinalView fin = final_slab_view(layout_, final_.f32());
+  float* mean = head_.f32();  // (T)
+  float* rstd = mean + Tmax;  // (T)
+  float* lnf = rstd + Tmax;   // (C) the row's
+  float* logits = lnf + C;    // (V)
+  // The final norm is per position: only the row's is needed.
+  norm_forward(dev_, *s_, final_norm_spec(model_), lnf, mean, rstd, x_.f32() + row * C, fin.lnf_w,
+               fin.lnf_b, 1, C);
+  dev_.matmul(*s_, logits, lnf, lm_head_of(e, fin), nullptr, 1, V, C, false, true, false);
+  dev_.copy(*s_, host_logits, logits, V * 4);
+  s_->synchronize();
+  return Status();
+}
+
+}  // namespace
+
 Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
                                       const SlabWeightsFn& weights, std::vector<int32_t> prompt,
                                       const SampleOptions& o) {
@@ -51,66 +188,27 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
                               std::to_string(model.vocab_size) + " tokens)");
     }
   }
-  const ParamLayout layout = make_param_layout(model);
-  const int64_t Tmax = model.context_length, C = model.n_embd, V = model.vocab_size;
-  const Slab& es = layout.slabs[static_cast<size_t>(layout.embed_slab())];
-  const Slab& fs = layout.slabs[static_cast<size_t>(layout.final_slab())];
-  const Slab& bs = layout.slabs[static_cast<size_t>(layout.block_slab(0))];
-  const BlockDims widest = block_dims(dev, model, 1, Tmax);
-  std::unique_ptr<Stream> s = dev.create_stream("sample");
-  // Device memory, and host staging for the weights (a device's copies come from host).
-  STRATA_ASSIGN_OR_RETURN(Buffer embed, dev.alloc(es.numel * 4));    // (embed slab)
-  STRATA_ASSIGN_OR_RETURN(Buffer final_w, dev.alloc(fs.numel * 4));  // (final slab)
-  STRATA_ASSIGN_OR_RETURN(Buffer block, dev.alloc(bs.numel * 4));    // (block slab)
-  STRATA_ASSIGN_OR_RETURN(Buffer x, dev.alloc(Tmax * C * 4));        // (1, T, C)
-  STRATA_ASSIGN_OR_RETURN(Buffer y, dev.alloc(Tmax * C * 4));        // (1, T, C)
-  STRATA_ASSIGN_OR_RETURN(Buffer acts, dev.alloc(block_acts_floats(widest) * 4));
-  STRATA_ASSIGN_OR_RETURN(Buffer head,
-                          dev.alloc((2 * Tmax + C + V) * 4));           // mean, rstd, lnf, logits
-  STRATA_ASSIGN_OR_RETURN(Buffer tokens, dev.alloc(Tmax * 4));          // (1, T) int32
-  STRATA_ASSIGN_OR_RETURN(Buffer rope, upload_rope_table(dev, model));  // Llama's, or empty
-  std::vector<float> staged(static_cast<size_t>(std::max({es.numel, fs.numel, bs.numel})));
-  auto fetch = [&](int64_t slab, Buffer& dst) -> Status {
-    STRATA_RETURN_IF_ERROR(weights(slab, staged.data()));
-    dev.copy(*s, dst.data(), staged.data(), layout.slabs[static_cast<size_t>(slab)].numel * 4);
-    s->synchronize();
-    return Status();
-  };
-  STRATA_RETURN_IF_ERROR(fetch(layout.embed_slab(), embed));
-  STRATA_RETURN_IF_ERROR(fetch(layout.final_slab(), final_w));
-  const EmbedView e = embed_slab_view(layout, embed.f32());
-  const FinalView fin = final_slab_view(layout, final_w.f32());
-  float* mean = head.f32();   // (T)
-  float* rstd = mean + Tmax;  // (T)
-  float* lnf = rstd + Tmax;   // (C) the last position's
-  float* logits = lnf + C;    // (V)
-  std::vector<float> host_logits(static_cast<size_t>(V));
+  Sampler sampler(dev, model, weights);
+  STRATA_RETURN_IF_ERROR(sampler.allocate());
+  const int64_t Tmax = model.context_length;
+  std::vector<float> host_logits(static_cast<size_t>(model.vocab_size));
   Rng rng(o.seed);
-
   std::vector<int32_t> out = std::move(prompt);
+  int64_t cached = 0;  // positions of `out` whose keys and values are in the cache
   for (int64_t n = 0; n < o.new_tokens; ++n) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(out.size()), Tmax);
-    const int32_t* window = out.data() + out.size() - static_cast<size_t>(T);
-    dev.copy(*s, tokens.data(), window, T * 4);
-    dev.embedding_forward(*s, x.f32(), tokens.i32(), e.wte, e.wpe, 1, T, C);
-    FloatCarver carve(acts.f32());
-    const BlockDims d = block_dims(dev, model, 1, T, rope.f32());
-    const BlockActs a = block_acts_carve(carve, d);
-    for (int64_t l = 0; l < model.n_layer; ++l) {
-      s->synchronize();  // the block buffer is about to be refilled
-      STRATA_RETURN_IF_ERROR(fetch(layout.block_slab(l), block));
-      block_forward(dev, *s, y.f32(), a, x.f32(), block_slab_view(layout, block.f32(), l), d);
-      std::swap(x, y);
+    const auto len = static_cast<int64_t>(out.size());
+    int64_t row = 0;
+    if (len <= Tmax && cached == len - 1) {  // one new token at the next position
+      STRATA_RETURN_IF_ERROR(sampler.decode(out.back(), len - 1));
+      cached = len;
+    } else {  // the first window, or one that slid: its positions all moved
+      const int64_t T = std::min(len, Tmax);
+      STRATA_RETURN_IF_ERROR(sampler.prefill(out.data() + (len - T), T));
+      cached = len <= Tmax ? T : 0;
+      row = T - 1;
     }
-    // The head for the last position: the final norm over the window (per position), then its
-    // row.
-    norm_forward(dev, *s, final_norm_spec(model), y.f32(), mean, rstd, x.f32(), fin.lnf_w,
-                 fin.lnf_b, T, C);
-    dev.copy(*s, lnf, y.f32() + (T - 1) * C, C * 4);
-    dev.matmul(*s, logits, lnf, lm_head_of(e, fin), nullptr, 1, V, C, false, true, false);
-    dev.copy(*s, host_logits.data(), logits, V * 4);
-    s->synchronize();
-    out.push_back(pick_token(host_logits.data(), V, o, rng));
+    STRATA_RETURN_IF_ERROR(sampler.logits(row, host_logits.data()));
+    out.push_back(pick_token(host_logits.data(), model.vocab_size, o, rng));
   }
   return out;
 }

@@ -1,17 +1,22 @@
-// Text generation from a trained GPT whose weights arrive slab by slab (`strata sample`).
+// Text generation from a trained model whose weights arrive slab by slab (`strata sample`).
 //
 // Note [Sampling]
-// Each new token runs the forward over the window (the last model.context_length tokens) as one
-// (1, T) sequence: embeddings, every block, the final LayerNorm, and the tied head for the last
-// position only. The blocks' weights are fetched one block at a time for every token, so host
-// memory is the embedding and final slabs (kept: the head reads wte), one block's weights and
-// one window's activations, never the model: a model larger than memory samples, at the price
-// of reading every block per token. There is no KV cache yet: each token recomputes the window
-// (O(T^2) attention per token). The next token is picked from the last position's logits by
-// pick_token: at temperature 0 the greedy argmax (the lowest index among equal maxima);
-// otherwise the top_k largest logits (all when 0; ties to the lower index), divided by the
-// temperature, softmaxed in double, and one uniform draw from the seeded Rng, so a seed fixes
-// the text on every machine.
+// The prompt's window (its last model.context_length tokens) runs once as one (1, T) sequence
+// through every block (the prefill), and each block's keys and values for every position go to
+// a key/value cache on the device, (L, context_length, 2 NKV hs) floats. Each new token then runs
+// alone, at the next position, through every block (block_decode): its query attends to the
+// cached keys and values (Device::attention_decode) and its own k|v join the cache, so a token
+// costs O(T) attention instead of recomputing the window. Once the sequence outgrows the context
+// the window slides, every position moves, and each token runs the prefill again (as a model
+// with learned or rotary positions must). The head runs for one row: the final norm of that
+// position and the LM head (tied or not). The blocks' weights are fetched one block at a time
+// for every token, so memory is the embedding and final slabs (kept: the head reads them), one
+// block's weights, one window's activations and the cache, never the model: a model larger than
+// memory samples, at the price of reading every block per token. The next token is picked from
+// the logits by pick_token: at temperature 0 the greedy argmax (the lowest index among equal
+// maxima); otherwise the top_k largest logits (all when 0; ties to the lower index), divided by
+// the temperature, softmaxed in double, and one uniform draw from the seeded Rng, so a seed
+// fixes the text on every machine.
 #pragma once
 
 #include <cstdint>
