@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "model/hf_config.h"
 #include "model/hf_names.h"
 #include "model/layout.h"
 
@@ -129,7 +130,7 @@ TEST(hf_names, conv1d_weights_are_transposed) {
 
 TEST(hf_names, config_json_has_the_gpt2_fields) {
   const ModelConfig m = two_layer();
-  const nlohmann::json j = nlohmann::json::parse(hf_config_json(m));
+  const nlohmann::json j = nlohmann::json::parse(hf_config_json_for(m));
   EXPECT_EQ(j.at("model_type"), "gpt2");
   EXPECT_EQ(j.at("architectures"), nlohmann::json::array({"GPT2LMHeadModel"}));
   EXPECT_EQ(j.at("vocab_size"), 37);

@@ -1,7 +1,6 @@
 #include "model/hf_names.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 
@@ -40,18 +39,6 @@ void from_hf_layout(const ParamTensor& t, const float* hf, float* strata) {
   } else {
     std::copy(hf, hf + t.numel(), strata);
   }
-}
-
-std::string hf_config_json(const ModelConfig& c) {
-  const nlohmann::json j = {{"model_type", "gpt2"},       {"architectures", {"GPT2LMHeadModel"}},
-                            {"vocab_size", c.vocab_size}, {"n_positions", c.context_length},
-                            {"n_ctx", c.context_length},  {"n_embd", c.n_embd},
-                            {"n_layer", c.n_layer},       {"n_head", c.n_head},
-                            {"n_inner", nullptr},         {"activation_function", "gelu_new"},
-                            {"layer_norm_epsilon", 1e-5}, {"tie_word_embeddings", true},
-                            {"resid_pdrop", 0.0},         {"embd_pdrop", 0.0},
-                            {"attn_pdrop", 0.0},          {"torch_dtype", "float32"}};
-  return j.dump(2) + "\n";
 }
 
 }  // namespace strata

@@ -47,8 +47,4 @@ void to_hf_layout(const ParamTensor& t, const float* strata, float* hf);
 // strata (numel) <- HF's values.
 void from_hf_layout(const ParamTensor& t, const float* hf, float* strata);
 
-// config.json of HF's GPT2Config for this model (n_layer, n_head, n_embd, vocab_size,
-// n_positions, n_ctx, activation "gelu_new", layer_norm_epsilon 1e-5, tied embeddings).
-std::string hf_config_json(const ModelConfig& config);
-
 }  // namespace strata
