@@ -274,6 +274,18 @@ class Device {
   virtual void repeat_kv_backward(Stream& s, float* dinp, const float* dout, int64_t B, int64_t T,
                                   int64_t NH, int64_t NKV, int64_t hs) = 0;
 
+  // ---- sampling -------------------------------------------------------------------------------
+  // Attention of one new query against a key/value cache (KV-cached sampling): q (NH*hs) is the
+  // newest position's query heads; kv (T, 2*NKV*hs) holds, for each of the T cached positions
+  // (the newest included, so T >= 1), its NKV key heads then its NKV value heads; out (NH*hs)
+  // receives, per query head h, softmax(q_h . k_t / sqrt(hs) over t < T) weighted sum of v_t,
+  // reading key/value head h / (NH/NKV) (Hugging Face's repeat_kv order; NH % NKV == 0).
+  // scratch (NH*T) is overwritten. Every cached position is attended: the cache holds only the
+  // past and the present, so there is no mask.
+  virtual void attention_decode(Stream& s, float* out, float* scratch, const float* q,
+                                const float* kv, int64_t T, int64_t NH, int64_t NKV,
+                                int64_t hs) = 0;
+
   // ---- optimizer ------------------------------------------------------------------------------
   // (optional, Capability::device_adamw) AdamW on device-resident state, bit-identical to
   // adamw_step_ref (optim/adamw.h, Note [AdamW operation order]): param, m, v (n) updated in

@@ -197,6 +197,10 @@ class CpuDevice final : public Device {
                           int64_t NH, int64_t NKV, int64_t hs) override {
     enqueue(s, [=] { cpu::repeat_kv_backward(dinp, dout, B, T, NH, NKV, hs); });
   }
+  void attention_decode(Stream& s, float* out, float* scratch, const float* q, const float* kv,
+                        int64_t T, int64_t NH, int64_t NKV, int64_t hs) override {
+    enqueue(s, [=] { cpu::attention_decode(out, scratch, q, kv, T, NH, NKV, hs); });
+  }
 
  private:
   static void enqueue(Stream& s, std::function<void()> task) {

@@ -108,6 +108,15 @@ void attention_backward(float* dqkv,        // (B,T,3C) +=
                         const float* qkv,   // (B,T,3C)
                         const float* att,   // (B,NH,T,T) from attention_forward
                         int64_t B, int64_t T, int64_t C, int64_t NH);
+// One new query against a key/value cache (KV-cached sampling); Note [Decode attention] in
+// kernels_attention.cpp. Query head h reads kv head h / (NH/NKV); every cached position is seen.
+void attention_decode(
+    float* out,       // (NH*hs)
+    float* scratch,   // (NH,T) overwritten: scores, then probabilities
+    const float* q,   // (NH*hs)  the newest position's query heads
+    const float* kv,  // (T, 2*NKV*hs)  per position NKV key heads | NKV value heads
+    int64_t T,        // cached positions, the newest included; >= 1
+    int64_t NH, int64_t NKV, int64_t hs);
 
 // kernels_loss.cpp
 void softmax_cross_entropy_forward(float* losses,           // (N)  -log probs[i][targets[i]]
@@ -188,6 +197,8 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
                        int64_t NH);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+void attention_decode(float* out, float* scratch, const float* q, const float* kv, int64_t T,
+                      int64_t NH, int64_t NKV, int64_t hs);
 void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,
                                    const int32_t* targets, int64_t N, int64_t V);
 void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets,

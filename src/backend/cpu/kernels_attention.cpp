@@ -17,10 +17,38 @@
 // with the default OMP_WAIT_POLICY: forward 33-120 ms head by head, 28-34 ms in phases (both
 // ~25 ms with OMP_WAIT_POLICY=passive). The price is that the T x T blocks go through memory
 // between phases instead of staying in cache.
+//
+// Note [Decode attention]
+// attention_decode is one query row against a key/value cache: the last row (t = T-1) of
+// attention_forward. It does the forward's float operations in the forward's order wherever that
+// order is this file's to choose:
+//  - score s_t = (q . k_t) * scale: the dot product an FMA chain over i = 0, 1, ..., hs-1 from
+//    +0, then one multiply by scale. That is what an sgemm micro-kernel does for one element of
+//    alpha * q k^T (one accumulator, one FMA per k, alpha applied once at the end).
+//  - the softmax: causal_softmax_row itself, on the row of T scores (max, exp_fast of the
+//    max-subtracted score, the vectorized sum, one reciprocal, one multiply per probability).
+//  - out = sum_t p_t v_t: each element an FMA chain over t = 0, 1, ..., T-1 from +0.
+// What it cannot reproduce is the order inside the forward's two sgemms: OpenBLAS chooses its
+// micro-kernels at run time by CPU (DYNAMIC_ARCH), by shape (edge kernels for leftover rows and
+// columns, separate small-matrix kernels) and by thread split, splits K into blocks whose partial
+// sums it adds into C, and not all of those use one FMA chain per element. Measured on 0.3.21
+// with its Cooperlake kernels, T from 1 to 1100 and hs from 1 to 128: decode equals the
+// forward's last row bit for bit in 55 of 140 shapes (hs = 16, 64, 128 with T up to 300, mostly)
+// and is within 1.5e-6 of it, relative to the row's largest value, in the others. So decode
+// agrees with the forward's last row to rounding (tests/test_kernels_decode.cpp states the bound),
+// while the reference pair (cpu::ref, plain loops in one order) agrees bit for bit.
+//
+// Layout and threads: the scores go by (kv head, tile of kDecodeKeyTile keys): the tile is
+// transposed once into a small buffer, so that the FMA chains of its keys run in SIMD lanes, and
+// serves all NH/NKV query heads that read that kv head. The softmax goes by query head, the
+// weighted sum by (query head, block of kDecodeColumns output columns). Every output element and
+// score is one chain in the fixed order above whichever thread computes it: the result does not
+// depend on the thread count. No cblas calls (Note [Fast kernels and the sgemm thread pool]).
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
@@ -78,6 +106,60 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 // End of the row block holding row t.
 int64_t block_end(int64_t t, int64_t T) {
   return std::min(T, (t / kRowBlock + 1) * kRowBlock);
+}
+
+// Note [Decode attention]: keys per score task (SIMD lanes of the FMA chains) and output columns
+// per weighted-sum task.
+constexpr int64_t kDecodeKeyTile = 32;
+constexpr int64_t kDecodeColumns = 64;
+
+// Scores of the n <= kDecodeKeyTile keys from t0 for the query heads h0 .. h0+heads-1, which all
+// read the key head that starts at k:
+//   scratch[h*T + t0 + u] = (q_h . k_{t0+u}) * scale, the dot product an FMA chain over i.
+[[gnu::noinline]] void decode_score_tile(float* scratch,  // (NH,T)  columns t0 .. t0+n written
+                                         float* kt,       // (hs, kDecodeKeyTile) overwritten
+                                         const float* q,  // (NH*hs)
+                                         const float* k,  // key head of position 0; ld apart
+                                         int64_t ld, int64_t T, int64_t t0, int64_t n, int64_t h0,
+                                         int64_t heads, int64_t hs, float scale) {
+  // kt[i][u] = key t0+u, element i; lanes u >= n hold 0 and are never stored.
+  for (int64_t u = 0; u < n; u++) {
+    const float* key = k + (t0 + u) * ld;
+    for (int64_t i = 0; i < hs; i++) kt[i * kDecodeKeyTile + u] = key[i];
+  }
+  for (int64_t u = n; u < kDecodeKeyTile; u++) {
+    for (int64_t i = 0; i < hs; i++) kt[i * kDecodeKeyTile + u] = 0.0f;
+  }
+  for (int64_t h = h0; h < h0 + heads; h++) {
+    const float* qh = q + h * hs;
+    float acc[kDecodeKeyTile] = {};
+    for (int64_t i = 0; i < hs; i++) {
+      const float qi = qh[i];
+      const float* ki = kt + i * kDecodeKeyTile;
+#pragma omp simd
+      for (int64_t u = 0; u < kDecodeKeyTile; u++) acc[u] = std::fma(qi, ki[u], acc[u]);
+    }
+    float* row = scratch + h * T + t0;
+    for (int64_t u = 0; u < n; u++) row[u] = acc[u] * scale;
+  }
+}
+
+// o[c] = sum over t of p[t] * v[t*ld + c], c < width (kDecodeColumns when kFull): each an FMA
+// chain over t = 0 .. T-1 from 0. With kFull the accumulators are a fixed set of registers.
+template <bool kFull>
+[[gnu::noinline]] void decode_weighted_sum(float* o,        // (width)
+                                           const float* p,  // (T)  probabilities
+                                           const float* v,  // value head of position 0; ld apart
+                                           int64_t ld, int64_t T, int64_t width) {
+  const int64_t w = kFull ? kDecodeColumns : width;
+  float acc[kDecodeColumns] = {};
+  for (int64_t t = 0; t < T; t++) {
+    const float pt = p[t];
+    const float* vt = v + t * ld;
+#pragma omp simd
+    for (int64_t c = 0; c < w; c++) acc[c] = std::fma(pt, vt[c], acc[c]);
+  }
+  std::copy(acc, acc + w, o);
 }
 
 }  // namespace
@@ -172,6 +254,42 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         const int64_t c1 = std::min(T, c0 + kRowBlock);
         sgemm(true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * 3 * C, 3 * C,
               1.0f, dk + c0 * 3 * C, 3 * C);
+      }
+    }
+  }
+}
+
+// Note [Decode attention]. Three work-shared loops in one parallel region (the barriers between
+// them order scores -> softmax -> weighted sum).
+void attention_decode(float* out, float* scratch, const float* q, const float* kv, int64_t T,
+                      int64_t NH, int64_t NKV, int64_t hs) {
+  STRATA_CHECK(T >= 1 && NKV > 0 && NH % NKV == 0 && hs > 0);
+  const int64_t rep = NH / NKV, ld = 2 * NKV * hs;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t key_tiles = (T + kDecodeKeyTile - 1) / kDecodeKeyTile;
+  const int64_t column_blocks = (hs + kDecodeColumns - 1) / kDecodeColumns;
+#pragma omp parallel if (NH * T * hs >= kMinParallelWork)
+  {
+    std::unique_ptr<float[]> kt(new float[hs * kDecodeKeyTile]);  // (hs, kDecodeKeyTile)
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < NKV * key_tiles; task++) {
+      const int64_t g = task / key_tiles, t0 = (task % key_tiles) * kDecodeKeyTile;
+      decode_score_tile(scratch, kt.get(), q, kv + g * hs, ld, T, t0,
+                        std::min(kDecodeKeyTile, T - t0), g * rep, rep, hs, scale);
+    }
+#pragma omp for schedule(static)
+    for (int64_t h = 0; h < NH; h++) causal_softmax_row(scratch + h * T, T - 1, T);
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < NH * column_blocks; task++) {
+      const int64_t h = task / column_blocks, c0 = (task % column_blocks) * kDecodeColumns;
+      const int64_t width = std::min(kDecodeColumns, hs - c0);
+      float* o = out + h * hs + c0;                     // (width)
+      const float* p = scratch + h * T;                 // (T)
+      const float* v = kv + (NKV + h / rep) * hs + c0;  // (T, width), ld apart
+      if (width == kDecodeColumns) {
+        decode_weighted_sum<true>(o, p, v, ld, T, width);
+      } else {
+        decode_weighted_sum<false>(o, p, v, ld, T, width);
       }
     }
   }

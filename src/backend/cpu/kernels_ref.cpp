@@ -188,6 +188,42 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   }
 }
 
+// The last row (t = T-1) of attention_forward above, operation for operation, with key/value
+// head h / (NH/NKV) read from the cache: so decoding the newest position gives the bits of the
+// full forward's last row (of repeat_kv_forward then attention_forward when NKV < NH).
+void attention_decode(float* out, float* scratch, const float* q, const float* kv, int64_t T,
+                      int64_t NH, int64_t NKV, int64_t hs) {
+  STRATA_CHECK(T >= 1 && NKV > 0 && NH % NKV == 0 && hs > 0);
+  const int64_t rep = NH / NKV, ld = 2 * NKV * hs;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t h = 0; h < NH; h++) {
+    const float* qh = q + h * hs;
+    const float* k0 = kv + (h / rep) * hs;        // key of position t at k0 + t*ld
+    const float* v0 = kv + (NKV + h / rep) * hs;  // value of position t at v0 + t*ld
+    float* row = scratch + h * T;
+    float max = -INFINITY;
+    for (int64_t t = 0; t < T; t++) {
+      const float* k = k0 + t * ld;
+      float s = 0.0f;
+      for (int64_t i = 0; i < hs; i++) s += qh[i] * k[i];
+      row[t] = s * scale;
+      if (row[t] > max) max = row[t];
+    }
+    float sum = 0.0f;
+    for (int64_t t = 0; t < T; t++) {
+      row[t] = std::exp(row[t] - max);
+      sum += row[t];
+    }
+    for (int64_t t = 0; t < T; t++) row[t] /= sum;
+    float* o = out + h * hs;
+    for (int64_t i = 0; i < hs; i++) {
+      float s = 0.0f;
+      for (int64_t t = 0; t < T; t++) s += row[t] * v0[t * ld + i];
+      o[i] = s;
+    }
+  }
+}
+
 // ---- softmax cross-entropy ----------------------------------------------------------------------
 
 void softmax_cross_entropy_forward(float* losses, float* probs, const float* logits,

@@ -277,6 +277,10 @@ class CudaDevice final : public Device {
                           int64_t NH, int64_t NKV, int64_t hs) override {
     cuda_repeat_kv_backward(stream(s), dinp, dout, B, T, NH, NKV, hs);
   }
+  void attention_decode(Stream& s, float* out, float* scratch, const float* q, const float* kv,
+                        int64_t T, int64_t NH, int64_t NKV, int64_t hs) override {
+    cuda_attention_decode(stream(s), out, scratch, q, kv, T, NH, NKV, hs);
+  }
 
   Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                     const float* grad, int64_t n, const AdamWHyper& h) override {

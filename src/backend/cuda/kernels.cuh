@@ -20,9 +20,9 @@
 // same bits on every run and on every GPU of one architecture, whatever its SM count (sm_80 and
 // sm_90 run different machine code, whose fused multiply-adds may differ). Where the summation
 // order differs from the CPU's (layernorm, bias and sum_squares reductions, the softmaxes,
-// attention, GELU's tanhf, rmsnorm, SwiGLU's expf), CPU and CUDA agree to rounding; add,
-// scaled_add, the conversions, embedding forward/backward, the cross-entropy backward, rope and
-// repeat_kv reproduce cpu::ref bit for bit.
+// attention and attention_decode, GELU's tanhf, rmsnorm, SwiGLU's expf), CPU and CUDA agree to
+// rounding; add, scaled_add, the conversions, embedding forward/backward, the cross-entropy
+// backward, rope and repeat_kv reproduce cpu::ref bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -117,6 +117,14 @@ void cuda_attention_backward(cudaStream_t stream,
                              const float* qkv,   // (B,T,3C)
                              const float* att,   // (B,NH,T) from cuda_attention_forward
                              int64_t B, int64_t T, int64_t C, int64_t NH);
+// One new query against a key/value cache (Device::attention_decode; Note [Decode attention on
+// CUDA] in kernels_attention.cu). Any hs >= 1; T >= 1, T <= 65535 * 128.
+void cuda_attention_decode(cudaStream_t stream,
+                           float* out,       // (NH*hs)
+                           float* scratch,   // (NH,T) overwritten: scores, then probabilities
+                           const float* q,   // (NH*hs)
+                           const float* kv,  // (T, 2*NKV*hs)  NKV key heads | NKV value heads
+                           int64_t T, int64_t NH, int64_t NKV, int64_t hs);
 
 // ---- kernels_loss.cu ----------------------------------------------------------------------------
 void cuda_softmax_cross_entropy_forward(cudaStream_t stream,
