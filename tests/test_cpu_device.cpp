@@ -235,6 +235,20 @@ TEST(CpuDevice, LlamaOpsThroughStreamsMatchDirectKernelCalls) {
   EXPECT_TRUE(same(got.dwte, want.dwte)) << "embedding dwte";
 }
 
+// attention_decode through the device: the arguments reach the kernel in the interface's order.
+TEST(CpuDevice, AttentionDecodeThroughAStreamMatchesTheDirectKernelCall) {
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("compute");
+  const int64_t T = 13, NH = 6, NKV = 3, hs = 10;
+  const auto q = test::random_floats(NH * hs, 30);
+  const auto kv = test::random_floats(T * 2 * NKV * hs, 31);
+  std::vector<float> got(NH * hs), want(NH * hs), scratch_dev(NH * T), scratch(NH * T);
+  dev->attention_decode(*s, got.data(), scratch_dev.data(), q.data(), kv.data(), T, NH, NKV, hs);
+  s->synchronize();
+  cpu::attention_decode(want.data(), scratch.data(), q.data(), kv.data(), T, NH, NKV, hs);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+}
+
 // ---- optional slots (Note [Optional device capabilities])
 // ----------------------------------------
 

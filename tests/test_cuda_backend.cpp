@@ -21,6 +21,7 @@
 #include <ostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -557,6 +558,55 @@ TEST_F(CudaBackendTest, RepeatKvIsBitExact) {
     });
     EXPECT_TRUE(same_bits(out, out_n)) << "out";
     EXPECT_TRUE(same_bits(dinp, in_n)) << "dinp";
+  }
+}
+
+// KV-cached attention of one query. The scores and exponentials are the CPU's bits, the row sum
+// goes in another fixed order (Note [Decode attention on CUDA]), so the two agree to rounding.
+// Odd head sizes and one above the fused forward's 128, NH/NKV = 1, 2, 4, several key tiles;
+// out and scratch start as NaN on both sides.
+TEST_F(CudaBackendTest, AttentionDecodeMatchesCpu) {
+  struct Case {
+    int64_t T, NH, NKV, hs;
+  };
+  for (Case c : {Case{1, 4, 4, 64}, Case{7, 8, 2, 33}, Case{300, 8, 2, 64}, Case{1000, 32, 8, 128},
+                 Case{129, 4, 1, 200}, Case{2050, 12, 12, 5}}) {
+    const auto [T, NH, NKV, hs] = c;
+    SCOPED_TRACE(testing::Message() << "T=" << T << " NH=" << NH << " NKV=" << NKV << " hs=" << hs);
+    Twin q = twin(random_floats(NH * hs, 61, -2.0f, 2.0f));
+    Twin kv = twin(random_floats(T * 2 * NKV * hs, 62, -2.0f, 2.0f));
+    Twin out = twin(std::vector<float>(NH * hs, NAN));
+    Twin scratch = twin(std::vector<float>(NH * T, NAN));
+    both([&](Device& d, Stream& s, bool g) {
+      d.attention_decode(s, out.f32(g), scratch.f32(g), q.f32(g), kv.f32(g), T, NH, NKV, hs);
+    });
+    EXPECT_LE(nmse(out, NH * hs), kF32Nmse);
+    const std::vector<float> g = download(out.gpu.data(), NH * hs);
+    EXPECT_LE(test::max_rel_error(g.data(), out.cpu.f32(), NH * hs), 1e-5);
+  }
+}
+
+// On the GPU alone: decoding the newest position gives the fused causal forward's last row, to
+// rounding (the forward's online softmax sums in tiles of 32 keys).
+TEST_F(CudaBackendTest, AttentionDecodeMatchesTheFusedForwardsLastRow) {
+  for (auto [T, C, NH] :
+       {std::tuple<int64_t, int64_t, int64_t>{200, 768, 12}, {37, 96, 4}, {130, 256, 2}}) {
+    SCOPED_TRACE(testing::Message() << "T=" << T << " C=" << C << " NH=" << NH);
+    const int64_t hs = C / NH;
+    const std::vector<float> qkv = random_floats(T * 3 * C, 63, -2.0f, 2.0f);  // (T,3C)
+    std::vector<float> kv(T * 2 * C);  // (T,2C): the k | v part of each row
+    for (int64_t t = 0; t < T; t++) {
+      std::memcpy(kv.data() + t * 2 * C, qkv.data() + t * 3 * C + C, 2 * C * sizeof(float));
+    }
+    Twin qkv_t = twin(qkv), kv_t = twin(kv), out = zeros(T * C), dec = zeros(C);
+    Twin scratch = zeros(NH * T);
+    Buffer att = gpu().alloc(gpu().attention_saved_floats(1, T, NH) * 4).value();
+    gpu().attention_forward(*gpu_stream_, out.f32(true), att.f32(), qkv_t.f32(true), 1, T, C, NH);
+    gpu().attention_decode(*gpu_stream_, dec.f32(true), scratch.f32(true),
+                           qkv_t.f32(true) + (T - 1) * 3 * C, kv_t.f32(true), T, NH, NH, hs);
+    const std::vector<float> fwd = download(out.gpu.data(), T * C);
+    const std::vector<float> got = download(dec.gpu.data(), C);
+    EXPECT_LE(test::nmse(got.data(), fwd.data() + (T - 1) * C, C), kF32Nmse);
   }
 }
 
