@@ -149,7 +149,7 @@ TEST_P(GenerateArch, BlockDecodeGivesEveryRowOfTheForward) {
   s->synchronize();
   const double err = test::max_rel_error(got.data(), want.data(), T * C);
   std::printf("%s: decode vs forward max rel error %.3g\n", GetParam().c_str(), err);
-  EXPECT_LE(err, 1e-6);
+  EXPECT_LE(err, 5e-6);  // attention_decode may sum in another order than the forward's sgemm
 }
 
 INSTANTIATE_TEST_SUITE_P(Generate, GenerateArch, ::testing::Values("gpt2", "llama"));
