@@ -267,107 +267,12 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(std::string_view j
   STRATA_ASSIGN_OR_RETURN(t->ignore_merges_,
                           bool_field(model, "ignore_merges", false, "model", err));
 
-  // The vocabulary: token string -> id, and id -> bytes.
-  auto vocab_it = model.find("vocab");
-  if (vocab_it == model.end() || !vocab_it->is_object() || vocab_it->empty()) {
-    return err("model.vocab", "must be a non-empty object {token: id}");
-  }
-  std::unordered_map<std::string, int32_t> id_of;  // token string -> id
-  id_of.reserve(vocab_it->size());
+  // The vocabulary, then the merges and added tokens that name its tokens.
+  std::unordered_map<std::string, int32_t> id_of;          // token string -> id
   std::vector<std::pair<int32_t, std::string>> not_bytes;  // tokens outside the alphabet
-  for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-    const json& v = it.value();
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
-      return err("model.vocab[" + quoted(json(it.key())) + "]",
-                 "is " + quoted(v) + ", not an id in [0, " + std::to_string(kMaxTokenId) + "]");
-    }
-    const int32_t id = static_cast<int32_t>(v.get<int64_t>());
-    if (static_cast<size_t>(id) >= t->tokens_.size()) {
-      t->tokens_.resize(static_cast<size_t>(id) + 1);
-      t->present_.resize(static_cast<size_t>(id) + 1);
-    }
-    if (t->present_[static_cast<size_t>(id)]) {
-      return err("model.vocab[" + quoted(json(it.key())) + "]", "repeats id " + std::to_string(id));
-    }
-    TokenBytes b = token_bytes(it.key());
-    if (b.ok) {
-      t->tokens_[static_cast<size_t>(id)] = std::move(b.bytes);
-      t->present_[static_cast<size_t>(id)] = true;
-    } else {
-      not_bytes.emplace_back(id, it.key());
-    }
-    id_of.emplace(it.key(), id);
-  }
-  for (uint32_t b = 0; b < 256; ++b) {
-    std::string s;
-    append_utf8(byte_to_unicode(static_cast<uint8_t>(b)), &s);
-    auto it = id_of.find(s);
-    if (it == id_of.end()) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      return err("model.vocab", std::string("has no token for byte ") + hex + " (" +
-                                    quoted(json(s)) + "), which byte-level BPE needs");
-    }
-    t->byte_ids_[b] = it->second;
-  }
-
-  // Merges, rank = position.
-  auto merges_it = model.find("merges");
-  if (merges_it == model.end() || !merges_it->is_array()) {
-    return err("model.merges", "must be an array");
-  }
-  t->merges_.reserve(merges_it->size());
-  for (size_t i = 0; i < merges_it->size(); ++i) {
-    STRATA_ASSIGN_OR_RETURN(auto parts, merge_parts((*merges_it)[i], i, err));
-    const std::string field = "model.merges[" + std::to_string(i) + "]";
-    auto a = id_of.find(parts.first);
-    auto b = id_of.find(parts.second);
-    auto ab = id_of.find(parts.first + parts.second);
-    const std::string* unknown = a == id_of.end()    ? &parts.first
-                                 : b == id_of.end()  ? &parts.second
-                                 : ab == id_of.end() ? nullptr
-                                                     : &parts.first;
-    if (a == id_of.end() || b == id_of.end() || ab == id_of.end()) {
-      const std::string name = unknown != nullptr ? *unknown : parts.first + parts.second;
-      return err(field, quoted((*merges_it)[i]) + " names " + quoted(json(name)) +
-                            ", which is not in model.vocab");
-    }
-    t->merges_[pair_key(a->second, b->second)] = Merge{static_cast<int32_t>(i), ab->second};
-  }
-
-  // Added tokens: ids of their own or of the vocab; their bytes are their content.
-  auto added_it = root.find("added_tokens");
-  if (added_it != root.end() && !added_it->is_null()) {
-    if (!added_it->is_array()) return err("added_tokens", "must be an array");
-    for (size_t i = 0; i < added_it->size(); ++i) {
-      const json& a = (*added_it)[i];
-      const std::string field = "added_tokens[" + std::to_string(i) + "]";
-      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-          !a.contains("content") || !a["content"].is_string() ||
-          a["content"].get_ref<const std::string&>().empty()) {
-        return err(field, "must be {\"id\": N, \"content\": \"...\"} with non-empty content");
-      }
-      const int64_t id64 = a["id"].get<int64_t>();
-      if (id64 < 0 || id64 > kMaxTokenId) {
-        return err(field + ".id", "is " + std::to_string(id64) + ", not an id in [0, " +
-                                      std::to_string(kMaxTokenId) + "]");
-      }
-      const int32_t id = static_cast<int32_t>(id64);
-      const std::string content = a["content"].get<std::string>();
-      if (static_cast<size_t>(id) >= t->tokens_.size()) {
-        t->tokens_.resize(static_cast<size_t>(id) + 1);
-        t->present_.resize(static_cast<size_t>(id) + 1);
-      }
-      std::string& slot = t->tokens_[static_cast<size_t>(id)];
-      if (t->present_[static_cast<size_t>(id)] && slot != content) {
-        return err(field, "gives id " + std::to_string(id) + " to " + quoted(json(content)) +
-                              ", which model.vocab gives to another token");
-      }
-      slot = content;
-      t->present_[static_cast<size_t>(id)] = true;
-      t->added_.push_back({content, id});
-    }
-  }
+  STRATA_RETURN_IF_ERROR(t->read_vocab(model, &id_of, &not_bytes));
+  STRATA_RETURN_IF_ERROR(t->read_merges(model, id_of));
+  STRATA_RETURN_IF_ERROR(t->read_added_tokens(root));
   for (const auto& [id, s] : not_bytes) {
     if (!t->present_[static_cast<size_t>(id)]) {
       return err("model.vocab[" + quoted(json(s)) + "]",
@@ -388,6 +293,120 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(std::string_view j
     }
   }
   return t;
+}
+
+// model.vocab: token string -> id, and id -> bytes.
+Status BpeTokenizer::read_vocab(const json& model, std::unordered_map<std::string, int32_t>* id_of,
+                                std::vector<std::pair<int32_t, std::string>>* not_bytes) {
+  const Errors err{path_};
+  auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object() || vocab_it->empty()) {
+    return err("model.vocab", "must be a non-empty object {token: id}");
+  }
+  id_of->reserve(vocab_it->size());
+  for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
+    const json& v = it.value();
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
+      return err("model.vocab[" + quoted(json(it.key())) + "]",
+                 "is " + quoted(v) + ", not an id in [0, " + std::to_string(kMaxTokenId) + "]");
+    }
+    const int32_t id = static_cast<int32_t>(v.get<int64_t>());
+    if (static_cast<size_t>(id) >= tokens_.size()) {
+      tokens_.resize(static_cast<size_t>(id) + 1);
+      present_.resize(static_cast<size_t>(id) + 1);
+    }
+    if (present_[static_cast<size_t>(id)]) {
+      return err("model.vocab[" + quoted(json(it.key())) + "]", "repeats id " + std::to_string(id));
+    }
+    TokenBytes b = token_bytes(it.key());
+    if (b.ok) {
+      tokens_[static_cast<size_t>(id)] = std::move(b.bytes);
+      present_[static_cast<size_t>(id)] = true;
+    } else {
+      not_bytes->emplace_back(id, it.key());
+    }
+    id_of->emplace(it.key(), id);
+  }
+  for (uint32_t b = 0; b < 256; ++b) {
+    std::string s;
+    append_utf8(byte_to_unicode(static_cast<uint8_t>(b)), &s);
+    auto it = id_of->find(s);
+    if (it == id_of->end()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      return err("model.vocab", std::string("has no token for byte ") + hex + " (" +
+                                    quoted(json(s)) + "), which byte-level BPE needs");
+    }
+    byte_ids_[b] = it->second;
+  }
+  return Status::ok_status();
+}
+
+// model.merges, rank = position.
+Status BpeTokenizer::read_merges(const json& model,
+                                 const std::unordered_map<std::string, int32_t>& id_of) {
+  const Errors err{path_};
+  auto merges_it = model.find("merges");
+  if (merges_it == model.end() || !merges_it->is_array()) {
+    return err("model.merges", "must be an array");
+  }
+  merges_.reserve(merges_it->size());
+  for (size_t i = 0; i < merges_it->size(); ++i) {
+    STRATA_ASSIGN_OR_RETURN(auto parts, merge_parts((*merges_it)[i], i, err));
+    const std::string field = "model.merges[" + std::to_string(i) + "]";
+    auto a = id_of.find(parts.first);
+    auto b = id_of.find(parts.second);
+    auto ab = id_of.find(parts.first + parts.second);
+    const std::string* unknown = a == id_of.end()    ? &parts.first
+                                 : b == id_of.end()  ? &parts.second
+                                 : ab == id_of.end() ? nullptr
+                                                     : &parts.first;
+    if (a == id_of.end() || b == id_of.end() || ab == id_of.end()) {
+      const std::string name = unknown != nullptr ? *unknown : parts.first + parts.second;
+      return err(field, quoted((*merges_it)[i]) + " names " + quoted(json(name)) +
+                            ", which is not in model.vocab");
+    }
+    merges_[pair_key(a->second, b->second)] = Merge{static_cast<int32_t>(i), ab->second};
+  }
+  return Status::ok_status();
+}
+
+// added_tokens: ids of their own or of the vocab; their bytes are their content.
+Status BpeTokenizer::read_added_tokens(const json& root) {
+  const Errors err{path_};
+  auto added_it = root.find("added_tokens");
+  if (added_it != root.end() && !added_it->is_null()) {
+    if (!added_it->is_array()) return err("added_tokens", "must be an array");
+    for (size_t i = 0; i < added_it->size(); ++i) {
+      const json& a = (*added_it)[i];
+      const std::string field = "added_tokens[" + std::to_string(i) + "]";
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+          !a.contains("content") || !a["content"].is_string() ||
+          a["content"].get_ref<const std::string&>().empty()) {
+        return err(field, "must be {\"id\": N, \"content\": \"...\"} with non-empty content");
+      }
+      const int64_t id64 = a["id"].get<int64_t>();
+      if (id64 < 0 || id64 > kMaxTokenId) {
+        return err(field + ".id", "is " + std::to_string(id64) + ", not an id in [0, " +
+                                      std::to_string(kMaxTokenId) + "]");
+      }
+      const int32_t id = static_cast<int32_t>(id64);
+      const std::string content = a["content"].get<std::string>();
+      if (static_cast<size_t>(id) >= tokens_.size()) {
+        tokens_.resize(static_cast<size_t>(id) + 1);
+        present_.resize(static_cast<size_t>(id) + 1);
+      }
+      std::string& slot = tokens_[static_cast<size_t>(id)];
+      if (present_[static_cast<size_t>(id)] && slot != content) {
+        return err(field, "gives id " + std::to_string(id) + " to " + quoted(json(content)) +
+                              ", which model.vocab gives to another token");
+      }
+      slot = content;
+      present_[static_cast<size_t>(id)] = true;
+      added_.push_back({content, id});
+    }
+  }
+  return Status::ok_status();
 }
 
 std::string BpeTokenizer::name() const {

@@ -39,6 +39,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -117,6 +118,14 @@ class BpeTokenizer final : public Tokenizer {
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  // The parts of from_json: model.vocab (tokens_, present_, byte_ids_; *id_of maps each token
+  // string to its id, *not_bytes lists the tokens outside the byte alphabet), model.merges,
+  // added_tokens.
+  Status read_vocab(const nlohmann::json& model, std::unordered_map<std::string, int32_t>* id_of,
+                    std::vector<std::pair<int32_t, std::string>>* not_bytes);
+  Status read_merges(const nlohmann::json& model,
+                     const std::unordered_map<std::string, int32_t>& id_of);
+  Status read_added_tokens(const nlohmann::json& root);
   void encode_piece(std::string_view piece, std::vector<int32_t>* ids);
   void encode_ordinary(std::string_view text, std::vector<int32_t>* ids);
   // The earliest added token at or after text[from] (leftmost, then longest): its offset and
