@@ -28,6 +28,12 @@ torch=$(/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_sample.py" \
 strata: $strata
 torch:  $torch"
 echo "ok   greedy: 40 tokens past a 32-token context equal PyTorch's"
+nocache=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt-tokens "$prompt" --tokens 40 \
+  --temperature 0 --print-tokens --no-kv-cache)
+[ "$strata" = "$nocache" ] || fail "--no-kv-cache gave other tokens:
+cache:    $strata
+no cache: $nocache"
+echo "ok   --no-kv-cache: the same 40 tokens"
 
 # The same for Llama (GQA, untied head): the cache holds the rotated keys.
 "$STRATA_BIN" train --set model.arch=llama --set model.n_kv_head=2 --set model.tie_embeddings=false \

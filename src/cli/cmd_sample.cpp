@@ -96,7 +96,8 @@ int cmd_sample(const std::vector<std::string>& args) {
                             {"temperature", true, false},
                             {"top-k", true, false},
                             {"seed", true, false},
-                            {"print-tokens", false, false}},
+                            {"print-tokens", false, false},
+                            {"no-kv-cache", false, false}},
                            "sample");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   const ParsedArgs& a = *parsed;
@@ -116,6 +117,7 @@ int cmd_sample(const std::vector<std::string>& args) {
   o.temperature = *temperature;
   o.top_k = static_cast<int64_t>(*top_k);
   o.seed = static_cast<uint64_t>(*seed);
+  o.kv_cache = !a.has("no-kv-cache");
 
   auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);

@@ -198,7 +198,7 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
   for (int64_t n = 0; n < o.new_tokens; ++n) {
     const auto len = static_cast<int64_t>(out.size());
     int64_t row = 0;
-    if (len <= Tmax && cached == len - 1) {  // one new token at the next position
+    if (o.kv_cache && len <= Tmax && cached == len - 1) {  // one new token at the next position
       STRATA_RETURN_IF_ERROR(sampler.decode(out.back(), len - 1));
       cached = len;
     } else {  // the first window, or one that slid: its positions all moved

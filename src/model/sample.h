@@ -35,6 +35,9 @@ struct SampleOptions {
   double temperature = 1.0;  // 0: greedy
   int64_t top_k = 0;         // 0: every token
   uint64_t seed = 1337;
+  // false: every token runs the prefill over its whole window (no key/value cache), the way
+  // sampling worked before the cache; the same tokens, for comparison (bench/sample_kv.sh).
+  bool kv_cache = true;
 };
 
 // Fills slab `slab`'s weights into dst: (slab numel) f32, in layout order.
