@@ -106,7 +106,7 @@ Status encode_file(Tokenizer& tok, const std::string& path, int64_t chunk_bytes,
   } closer{fd};
 
   *stats = EncodeStats();
-  std::string buf;
+  const size_t piece_bytes = static_cast<size_t>(std::min(chunk_bytes, kEncodePieceBytes));
   std::vector<int32_t> ids;
   const auto emit = [&](std::string_view piece) -> Status {
     ids.clear();
@@ -116,23 +116,39 @@ Status encode_file(Tokenizer& tok, const std::string& path, int64_t chunk_bytes,
     stats->tokens += static_cast<int64_t>(ids.size());
     return ids.empty() ? Status::ok_status() : sink(ids);
   };
-  size_t from = 0;  // find_cut has searched buf before here (less a few bytes) already
-  while (true) {
+  std::string buf;      // text read and not encoded yet
+  size_t searched = 0;  // buf[0, searched) holds no cut, but perhaps in its last few bytes
+  bool eof = false;
+  while (!eof) {
     int64_t got = 0;
     STRATA_RETURN_IF_ERROR(read_some(fd, chunk_bytes, &buf, path, &got));
     stats->text_bytes += got;
-    if (got < chunk_bytes) break;  // the end of the file
-    const std::optional<TextCut> cut = tok.find_cut(buf, from);
-    if (!cut) {
-      // No cut yet: read on, and search only the new text next time.
-      from = buf.size() > 8 ? buf.size() - 8 : 0;
-      continue;
+    eof = got < chunk_bytes;
+    const std::string_view text(buf);
+    size_t start = 0;
+    while (start < text.size()) {
+      const std::string_view rest = text.substr(start);
+      std::optional<TextCut> cut;
+      if (rest.size() <= piece_bytes) {
+        if (!eof) break;  // read on: a cut needs the text after it
+        cut = TextCut{rest.size(), rest.size()};
+      } else {
+        // A piece of at most piece_bytes, else the last cut in all the text read (searching
+        // only what no search has seen), else read on; at the end of the file, the rest.
+        cut = tok.find_cut(rest.substr(0, piece_bytes), 0);
+        if (!cut) {
+          cut = tok.find_cut(rest, searched > start + 8 ? searched - start - 8 : 0);
+          searched = text.size();
+        }
+        if (!cut && !eof) break;
+        if (!cut) cut = TextCut{rest.size(), rest.size()};
+      }
+      STRATA_RETURN_IF_ERROR(emit(rest.substr(0, cut->end)));
+      start += cut->resume;
     }
-    STRATA_RETURN_IF_ERROR(emit(std::string_view(buf).substr(0, cut->end)));
-    buf.erase(0, cut->resume);
-    from = 0;
+    buf.erase(0, start);
+    searched = searched > start ? searched - start : 0;
   }
-  if (!buf.empty()) STRATA_RETURN_IF_ERROR(emit(buf));
   return Status::ok_status();
 }
 

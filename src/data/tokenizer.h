@@ -80,10 +80,16 @@ struct EncodeStats {
   int64_t largest_piece = 0;  // bytes
 };
 
-// Note [Streaming cuts]: reads the file in reads of chunk_bytes, encodes it piece by piece and
-// hands each piece's ids to sink in order; together they are encode(whole file). Memory is a
-// few chunks unless the text has no cut for longer. Errors: the file's (not_found, io_error
-// naming "text file <path>"), the tokenizer's, the sink's.
+// Pieces are cut at most this long where the text allows (SentencePiece's encoder is twice as
+// fast and far smaller on 64 KiB pieces than on 4 MiB ones).
+inline constexpr int64_t kEncodePieceBytes = 64 << 10;
+
+// Note [Streaming cuts]: reads the file in reads of chunk_bytes, encodes it in pieces of at most
+// kEncodePieceBytes (and chunk_bytes) ending at the last cut in their span, or, where a span
+// has none, at the last cut in all the text read, and hands each piece's ids to sink in order;
+// together they are encode(whole file). Memory is a few chunks unless the text has no cut for
+// longer. Errors: the file's (not_found, io_error naming "text file <path>"), the tokenizer's,
+// the sink's.
 Status encode_file(Tokenizer& tok, const std::string& path, int64_t chunk_bytes,
                    const std::function<Status(std::span<const int32_t>)>& sink, EncodeStats* stats);
 
