@@ -675,6 +675,23 @@ TEST(EncodeFile, StreamedEqualsWhole) {
                   .ok());
   EXPECT_EQ(stats.pieces, 1);
   EXPECT_EQ(got, encode(*toks[1], cjk));
+  // A stretch without cuts longer than a piece ends the piece at the first cuts after it (the
+  // search doubles its span), not at the end of what was read.
+  const std::string mixed = corpus() + cjk + cjk + cjk + corpus() + corpus();
+  ASSERT_TRUE(write_whole_file(path, mixed, "test").ok());
+  got.clear();
+  ASSERT_TRUE(encode_file(
+                  *toks[1], path, 1000,
+                  [&](std::span<const int32_t> ids) {
+                    got.insert(got.end(), ids.begin(), ids.end());
+                    return Status::ok_status();
+                  },
+                  &stats)
+                  .ok());
+  EXPECT_EQ(got, encode(*toks[1], mixed));
+  EXPECT_GE(stats.largest_piece, static_cast<int64_t>(3 * cjk.size()));
+  EXPECT_LT(stats.largest_piece, static_cast<int64_t>(6 * cjk.size()));
+  EXPECT_GT(stats.pieces, 10);
   // The sink's error stops it; a missing file is not_found.
   expect_error(encode_file(
                    *toks[0], path, 16,

@@ -46,7 +46,7 @@ for _ in $(seq 2200); do cat "$corpus"; done >"$work/big.txt"
 "$check" ids "$tok" "$work/big.txt" "$work/big_whole.json" --whole-only --no-round-trip
 ref bin "$work/big.bin" "$work/big.json"
 ref compare "$work/big_whole.json" "$work/big.json" || fail "the streamed ids differ"
-grep -Eq "uint16\) from 10\.[0-9] MB .*, [0-9]{3} pieces\)" "$work/log" || fail "log: $(cat "$work/log")"
+grep -Eq "uint16\) from 10\.[0-9] MB .*, [0-9]{3} pieces, " "$work/log" || fail "log: $(cat "$work/log")"
 echo "ok   strata prepare writes them as uint16, also 10 MB streamed: $(sed 's/.*: //' "$work/log")"
 
 printf 'one<|endoftext|>two' >"$work/special.txt"

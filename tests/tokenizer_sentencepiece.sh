@@ -51,7 +51,7 @@ for type in bpe unigram; do
   python_ids "$model" "$work/big.txt" "$work/${type}_big_ref.json" whole
   ref bin "$work/$type.bin" "$work/${type}_big.json"
   ref compare "$work/${type}_big_ref.json" "$work/${type}_big.json" || fail "$type: prepare's ids differ"
-  pieces=$(sed -n 's/.*, \([0-9]*\) pieces).*/\1/p' "$work/log")
+  pieces=$(sed -n 's/.*, \([0-9]*\) pieces,.*/\1/p' "$work/log")
   if [ $type = bpe ]; then [ "$pieces" -gt 1 ]; else [ "$pieces" -eq 1 ]; fi ||
     fail "$type: encoded in $pieces pieces: $(cat "$work/log")"
   echo "ok   $type: strata prepare writes Python's ids for 5 MB of text, in $pieces pieces"

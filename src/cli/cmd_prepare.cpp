@@ -44,11 +44,12 @@ int cmd_prepare(const std::vector<std::string>& args) {
   char line[256];
   const double mb = static_cast<double>(stats->text_bytes) / 1e6;
   std::snprintf(line, sizeof line,
-                "%lld tokens (uint%d) from %.1f MB in %.2f s (%.1f MB/s, %lld "
-                "pieces)",
+                "%lld tokens (uint%d) from %.1f MB in %.2f s (%.1f MB/s, %lld pieces, the largest "
+                "%.0f KB)",
                 static_cast<long long>(stats->tokens), stats->token_bytes * 8, mb, stats->seconds,
                 stats->seconds > 0 ? mb / stats->seconds : 0.0,
-                static_cast<long long>(stats->pieces));
+                static_cast<long long>(stats->pieces),
+                static_cast<double>(stats->largest_piece) / 1e3);
   log_info("prepare: " + (*tok)->name() + ": " + a.get("in") + " -> " + a.get("out") + ": " + line);
   return 0;
 }

@@ -24,6 +24,7 @@ Result<PrepareStats> prepare_token_file(Tokenizer& tok, const std::string& text_
   stats.text_bytes = e.text_bytes;
   stats.tokens = e.tokens;
   stats.pieces = e.pieces;
+  stats.largest_piece = e.largest_piece;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

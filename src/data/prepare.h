@@ -15,8 +15,9 @@ inline constexpr int64_t kPrepareChunkBytes = 4 << 20;
 struct PrepareStats {
   int64_t text_bytes = 0;
   int64_t tokens = 0;
-  int token_bytes = 2;  // 2: uint16 (llm.c version 1), 4: uint32 (version 2)
-  int64_t pieces = 0;   // the text was encoded in this many pieces
+  int token_bytes = 2;        // 2: uint16 (llm.c version 1), 4: uint32 (version 2)
+  int64_t pieces = 0;         // the text was encoded in this many pieces
+  int64_t largest_piece = 0;  // bytes
   double seconds = 0;
 };
 

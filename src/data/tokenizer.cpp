@@ -133,13 +133,20 @@ Status encode_file(Tokenizer& tok, const std::string& path, int64_t chunk_bytes,
         if (!eof) break;  // read on: a cut needs the text after it
         cut = TextCut{rest.size(), rest.size()};
       } else {
-        // A piece of at most piece_bytes, else the last cut in all the text read (searching
-        // only what no search has seen), else read on; at the end of the file, the rest.
-        cut = tok.find_cut(rest.substr(0, piece_bytes), 0);
-        if (!cut) {
-          cut = tok.find_cut(rest, searched > start + 8 ? searched - start - 8 : 0);
-          searched = text.size();
+        // The last cut in the first piece_bytes, else in twice as much, and so on, each search
+        // reading only what the one before did not (nor, after a read, what an earlier search
+        // of this text found without a cut); none in all the text read: read on, or at the end
+        // of the file take the rest.
+        size_t w = std::min(rest.size(), piece_bytes), from = 0;
+        if (searched > start + w) {
+          w = searched - start;
+          from = w > 8 ? w - 8 : 0;
         }
+        while (!(cut = tok.find_cut(rest.substr(0, w), from)) && w < rest.size()) {
+          from = w > 8 ? w - 8 : 0;
+          w = std::min(rest.size(), 2 * w);
+        }
+        if (!cut) searched = text.size();
         if (!cut && !eof) break;
         if (!cut) cut = TextCut{rest.size(), rest.size()};
       }

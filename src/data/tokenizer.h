@@ -86,7 +86,7 @@ inline constexpr int64_t kEncodePieceBytes = 64 << 10;
 
 // Note [Streaming cuts]: reads the file in reads of chunk_bytes, encodes it in pieces of at most
 // kEncodePieceBytes (and chunk_bytes) ending at the last cut in their span, or, where a span
-// has none, at the last cut in all the text read, and hands each piece's ids to sink in order;
+// has none, in a span twice as long, and so on, and hands each piece's ids to sink in order;
 // together they are encode(whole file). Memory is a few chunks unless the text has no cut for
 // longer. Errors: the file's (not_found, io_error naming "text file <path>"), the tokenizer's,
 // the sink's.
