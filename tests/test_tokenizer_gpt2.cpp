@@ -107,7 +107,7 @@ TEST_F(Gpt2, FastMergeEqualsNaive) {
 TEST_F(Gpt2, RoundTripAndStreaming) {
   const std::vector<int32_t> whole = encode(*tok_, text_);
   EXPECT_EQ(*tok_->decode(whole), text_);
-  const std::string dir = test::make_temp_dir("tokenizer_gpt2");
+  const std::string dir = test::make_temp_dir("test_tokenizer_gpt2");
   std::string big;
   for (int i = 0; i < 20; i++) big += text_;
   ASSERT_TRUE(write_whole_file(dir + "/big.txt", big, "test").ok());
