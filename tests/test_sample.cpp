@@ -112,6 +112,13 @@ TEST_P(GenerateArch, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
   }
   // Embedding and final slabs once, then every block once per new token.
   EXPECT_EQ(static_cast<int64_t>(asked.size()), 2 + o.new_tokens * m.n_layer);
+  // With room for every block they are read once, and the tokens are the same.
+  asked.clear();
+  o.resident_bytes = layout.total_elems * 4;
+  auto kept = generate(*dev, m, weights, {5, 9, 1}, o);
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  EXPECT_EQ(*kept, *out);
+  EXPECT_EQ(static_cast<int64_t>(asked.size()), 2 + m.n_layer);
 }
 
 // One token at a time through a block with its key/value cache gives each row of the block's

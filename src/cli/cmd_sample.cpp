@@ -2,6 +2,7 @@
 // checkpoint is verified first; its master weights are read tensor by tensor from
 // model.safetensors as each slab is needed, so a model larger than memory samples too.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -85,6 +86,21 @@ Result<std::vector<int32_t>> parse_token_list(const std::string& text) {
   return out;
 }
 
+// Half the memory the kernel reports available (MemAvailable in /proc/meminfo): the default
+// for --resident-bytes, so sampling keeps a model that fits and streams one that does not. 0
+// (stream) when it cannot be read.
+int64_t half_available_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb > 0 ? static_cast<int64_t>(kb) * 1024 / 2 : 0;
+}
+
 }  // namespace
 
 int cmd_sample(const std::vector<std::string>& args) {
@@ -97,7 +113,8 @@ int cmd_sample(const std::vector<std::string>& args) {
                             {"top-k", true, false},
                             {"seed", true, false},
                             {"print-tokens", false, false},
-                            {"no-kv-cache", false, false}},
+                            {"no-kv-cache", false, false},
+                            {"resident-bytes", true, false}},
                            "sample");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   const ParsedArgs& a = *parsed;
@@ -118,6 +135,12 @@ int cmd_sample(const std::vector<std::string>& args) {
   o.top_k = static_cast<int64_t>(*top_k);
   o.seed = static_cast<uint64_t>(*seed);
   o.kv_cache = !a.has("no-kv-cache");
+  o.resident_bytes = half_available_memory();
+  if (a.has("resident-bytes")) {
+    auto bytes = parse_byte_size("resident-bytes", a.get("resident-bytes"));
+    if (!bytes.ok()) return fail(bytes.status().message(), 2);
+    o.resident_bytes = static_cast<int64_t>(std::min<uint64_t>(*bytes, INT64_MAX));
+  }
 
   auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);

@@ -30,6 +30,8 @@ const char* kUsage =
     "            --checkpoint DIR  --prompt TEXT | --prompt-tokens \"1 2 3\"  --tokens N\n"
     "            --temperature T (0: greedy)  --top-k K  --seed S  --print-tokens\n"
     "            --no-kv-cache (recompute the window for every token, for comparison)\n"
+    "            --resident-bytes SIZE (keep the blocks' weights when they fit in SIZE; default\n"
+    "            half the available memory; 0: read every block for every token)\n"
     "  export    write a checkpoint's weights as a Hugging Face GPT-2 or Llama (+ config.json)\n"
     "            --checkpoint DIR (a step-* directory, or a root: its newest)\n"
     "            --out FILE.safetensors | DIR/ (DIR/model.safetensors)  [--shard-size 2GB]:\n"

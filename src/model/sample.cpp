@@ -50,8 +50,13 @@ namespace {
 // buffers (Note [Sampling]).
 class Sampler {
  public:
-  Sampler(Device& dev, const ModelConfig& model, const SlabWeightsFn& weights)
-      : dev_(dev), model_(model), layout_(make_param_layout(model)), weights_(weights) {}
+  Sampler(Device& dev, const ModelConfig& model, const SlabWeightsFn& weights,
+          int64_t resident_bytes)
+      : dev_(dev),
+        model_(model),
+        layout_(make_param_layout(model)),
+        weights_(weights),
+        resident_bytes_(resident_bytes) {}
 
   Status allocate();
   // The window (T tokens at positions 0 .. T-1) through every block; the cache holds their keys
@@ -66,12 +71,16 @@ class Sampler {
 
  private:
   Status fetch(int64_t slab, Buffer& dst);
+  // Block l's weights on the device: the resident copy, or fetched now into block_.
+  Result<float*> block_weights(int64_t l);
 
   Device& dev_;
   const ModelConfig& model_;
   const ParamLayout layout_;
   const SlabWeightsFn& weights_;
+  const int64_t resident_bytes_;
   std::unique_ptr<Stream> s_;
+  std::vector<Buffer> resident_;  // (L) each (block slab): every block, when they fit
   Buffer embed_, final_, block_;  // (embed slab), (final slab), (block slab)
   Buffer x_, y_;                  // (context, C) each: a block's input and output
   Buffer acts_;                   // block_acts_floats of a (1, context) window
@@ -104,7 +113,21 @@ Status Sampler::allocate() {
   STRATA_ASSIGN_OR_RETURN(rope_, upload_rope_table(dev_, model_));
   staged_.resize(static_cast<size_t>(std::max({es, fs, bs})));
   STRATA_RETURN_IF_ERROR(fetch(layout_.embed_slab(), embed_));
-  return fetch(layout_.final_slab(), final_);
+  STRATA_RETURN_IF_ERROR(fetch(layout_.final_slab(), final_));
+  if (model_.n_layer * bs * 4 <= resident_bytes_) {  // every block read once, kept
+    for (int64_t l = 0; l < model_.n_layer; ++l) {
+      STRATA_ASSIGN_OR_RETURN(Buffer b, dev_.alloc(bs * 4));
+      STRATA_RETURN_IF_ERROR(fetch(layout_.block_slab(l), b));
+      resident_.push_back(std::move(b));
+    }
+  }
+  return Status();
+}
+
+Result<float*> Sampler::block_weights(int64_t l) {
+  if (!resident_.empty()) return resident_[static_cast<size_t>(l)].f32();
+  STRATA_RETURN_IF_ERROR(fetch(layout_.block_slab(l), block_));
+  return block_.f32();
 }
 
 Status Sampler::fetch(int64_t slab, Buffer& dst) {
@@ -125,8 +148,8 @@ Status Sampler::prefill(const int32_t* window, int64_t T) {
   const BlockActs a = block_acts_carve(carve, d);
   const int64_t kv = kv_row_floats(d);
   for (int64_t l = 0; l < model_.n_layer; ++l) {
-    STRATA_RETURN_IF_ERROR(fetch(layout_.block_slab(l), block_));
-    block_forward(dev_, *s_, y_.f32(), a, x_.f32(), block_slab_view(layout_, block_.f32(), l), d);
+    STRATA_ASSIGN_OR_RETURN(float* weights, block_weights(l));
+    block_forward(dev_, *s_, y_.f32(), a, x_.f32(), block_slab_view(layout_, weights, l), d);
     // Each position's k|v (the tail of its q|k|v row, k rotated for Llama) into the cache.
     float* cache = cache_.f32() + l * Tmax * kv;
     for (int64_t t = 0; t < T; ++t) {
@@ -150,9 +173,9 @@ Status Sampler::decode(int32_t token, int64_t pos) {
   const DecodeScratch g = decode_scratch_carve(carve, d, Tmax);
   const int64_t kv = kv_row_floats(d);
   for (int64_t l = 0; l < model_.n_layer; ++l) {
-    STRATA_RETURN_IF_ERROR(fetch(layout_.block_slab(l), block_));
+    STRATA_ASSIGN_OR_RETURN(float* weights, block_weights(l));
     block_decode(dev_, *s_, y_.f32(), g, x_.f32(), cache_.f32() + l * Tmax * kv, pos,
-                 block_slab_view(layout_, block_.f32(), l), d);
+                 block_slab_view(layout_, weights, l), d);
     std::swap(x_, y_);
   }
   s_->synchronize();  // `token` lives on this frame
@@ -188,7 +211,7 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
                               std::to_string(model.vocab_size) + " tokens)");
     }
   }
-  Sampler sampler(dev, model, weights);
+  Sampler sampler(dev, model, weights, o.resident_bytes);
   STRATA_RETURN_IF_ERROR(sampler.allocate());
   const int64_t Tmax = model.context_length;
   std::vector<float> host_logits(static_cast<size_t>(model.vocab_size));

@@ -9,13 +9,14 @@
 // costs O(T) attention instead of recomputing the window. Once the sequence outgrows the context
 // the window slides, every position moves, and each token runs the prefill again (as a model
 // with learned or rotary positions must). The head runs for one row: the final norm of that
-// position and the LM head (tied or not). The blocks' weights are fetched one block at a time
-// for every token, so memory is the embedding and final slabs (kept: the head reads them), one
-// block's weights, one window's activations and the cache, never the model: a model larger than
-// memory samples, at the price of reading every block per token. The next token is picked from
-// the logits by pick_token: at temperature 0 the greedy argmax (the lowest index among equal
-// maxima); otherwise the top_k largest logits (all when 0; ties to the lower index), divided by
-// the temperature, softmaxed in double, and one uniform draw from the seeded Rng, so a seed
+// position and the LM head (tied or not). Blocks whose weights together fit
+// SampleOptions::resident_bytes are read once and kept. Otherwise they are fetched one block at
+// a time for every token, so memory is the embedding and final slabs (kept: the head reads
+// them), one block's weights, one window's activations and the cache, never the model: a model
+// larger than memory samples, at the price of reading every block per token. The next token is
+// picked from the logits by pick_token: at temperature 0 the greedy argmax (the lowest index among
+// equal maxima); otherwise the top_k largest logits (all when 0; ties to the lower index), divided
+// by the temperature, softmaxed in double, and one uniform draw from the seeded Rng, so a seed
 // fixes the text on every machine.
 #pragma once
 
@@ -38,6 +39,10 @@ struct SampleOptions {
   // false: every token runs the prefill over its whole window (no key/value cache), the way
   // sampling worked before the cache; the same tokens, for comparison (bench/sample_kv.sh).
   bool kv_cache = true;
+  // When every block's weights together take at most this many bytes they are read once and
+  // kept on the device; otherwise each token reads every block again (a model larger than
+  // memory). 0: always stream.
+  int64_t resident_bytes = 0;
 };
 
 // Fills slab `slab`'s weights into dst: (slab numel) f32, in layout order.
