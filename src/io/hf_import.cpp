@@ -107,48 +107,12 @@ struct Found {
   const StEntry* entry = nullptr;
 };
 
-}  // namespace
-
-Result<HfImportPlan> plan_hf_import(const std::string& dir) {
-  HfImportPlan plan;
-  plan.dir = dir;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    return not_found(dir +
-                     ": no such directory (a Hugging Face model's: config.json and "
-                     "model.safetensors)");
-  }
-  plan.config_path = (fs::path(dir) / "config.json").string();
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json config, read_json_file(plan.config_path));
-  STRATA_ASSIGN_OR_RETURN(plan.model, model_config_from_hf(config, plan.config_path));
-  const ParamLayout layout = make_param_layout(plan.model);
-  const char* arch = enum_name(plan.model.arch);
-
-  // The files, and for shards where the index says each tensor is.
-  const std::string single = (fs::path(dir) / "model.safetensors").string();
-  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
-  std::map<std::string, std::string> shard_of;  // index: tensor -> shard file name
-  std::vector<std::string> names;
-  if (fs::exists(single, ec)) {
-    names.push_back("model.safetensors");
-  } else if (fs::exists(index, ec)) {
-    plan.index = index;
-    STRATA_RETURN_IF_ERROR(read_shard_index(dir, index, names, shard_of));
-  } else {
-    return not_found(dir +
-                     " has neither model.safetensors nor model.safetensors.index.json "
-                     "(Strata imports safetensors weights; pytorch_model.bin is not read)");
-  }
-  std::vector<SafeTensorsHeader> headers;
-  for (const std::string& name : names) {
-    plan.files.push_back((fs::path(dir) / name).string());
-    STRATA_ASSIGN_OR_RETURN(SafeTensorsHeader h, read_safetensors_header(plan.files.back()));
-    headers.push_back(std::move(h));
-  }
-  // Where the errors about a missing tensor point: the file, or the index of the shards.
-  const std::string weights = plan.index.empty() ? plan.files.front() : plan.index;
-
-  // Every tensor once, where the index says it is.
+// Every tensor of the files once, by its name without GPT-2's prefix, where the index (if any)
+// says it is; the index's tensors all in the shards it names.
+Result<std::map<std::string, Found>> find_tensors(
+    const HfImportPlan& plan, const std::vector<std::string>& names,
+    const std::vector<SafeTensorsHeader>& headers,
+    const std::map<std::string, std::string>& shard_of) {
   std::map<std::string, Found> found;
   for (size_t f = 0; f < headers.size(); ++f) {
     for (const StEntry& e : headers[f].tensors) {
@@ -179,7 +143,14 @@ Result<HfImportPlan> plan_hf_import(const std::string& dir) {
     }
   }
 
-  // Each tensor of the layout: present, of HF's shape, a float dtype.
+  return found;
+}
+
+// Each tensor of the layout: present, of HF's shape, a float dtype; moved from `found` into
+// plan.tensors. `weights` names where a missing tensor should have been.
+Status take_layout_tensors(HfImportPlan& plan, const ParamLayout& layout,
+                           std::map<std::string, Found>& found, const std::string& weights) {
+  const char* arch = enum_name(plan.model.arch);
   std::vector<bool> seen_dtype(5, false);
   for (int64_t i = 0; i < static_cast<int64_t>(layout.tensors.size()); ++i) {
     const HfTensor h = hf_tensor(layout, i);
@@ -204,7 +175,18 @@ Result<HfImportPlan> plan_hf_import(const std::string& dir) {
     seen_dtype[static_cast<size_t>(e.dtype)] = true;
     found.erase(it);
   }
-  // What is left must be a buffer HF ignores too.
+  for (StDType t : {StDType::f32, StDType::bf16, StDType::f16}) {
+    if (!seen_dtype[static_cast<size_t>(t)]) continue;
+    plan.dtypes += (plan.dtypes.empty() ? "" : " and ") + std::string(st_dtype_name(t));
+  }
+  return Status();
+}
+
+// What is left after the layout's tensors must be a buffer HF ignores too (or a tied model's
+// lm_head copy); listed in plan.ignored.
+Status check_leftovers(HfImportPlan& plan, const ParamLayout& layout,
+                       const std::map<std::string, Found>& found) {
+  const char* arch = enum_name(plan.model.arch);
   const HfTensor wte = hf_tensor(layout, 0);  // the token embedding leads the layout
   for (const auto& [name, where] : found) {
     const StEntry& e = *where.entry;
@@ -221,10 +203,52 @@ Result<HfImportPlan> plan_hf_import(const std::string& dir) {
     }
     plan.ignored.push_back(e.name);
   }
-  for (StDType t : {StDType::f32, StDType::bf16, StDType::f16}) {
-    if (!seen_dtype[static_cast<size_t>(t)]) continue;
-    plan.dtypes += (plan.dtypes.empty() ? "" : " and ") + std::string(st_dtype_name(t));
+  return Status();
+}
+
+}  // namespace
+
+Result<HfImportPlan> plan_hf_import(const std::string& dir) {
+  HfImportPlan plan;
+  plan.dir = dir;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return not_found(dir +
+                     ": no such directory (a Hugging Face model's: config.json and "
+                     "model.safetensors)");
   }
+  plan.config_path = (fs::path(dir) / "config.json").string();
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json config, read_json_file(plan.config_path));
+  STRATA_ASSIGN_OR_RETURN(plan.model, model_config_from_hf(config, plan.config_path));
+  const ParamLayout layout = make_param_layout(plan.model);
+
+  // The files, and for shards where the index says each tensor is.
+  const std::string single = (fs::path(dir) / "model.safetensors").string();
+  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
+  std::map<std::string, std::string> shard_of;  // index: tensor -> shard file name
+  std::vector<std::string> names;
+  if (fs::exists(single, ec)) {
+    names.push_back("model.safetensors");
+  } else if (fs::exists(index, ec)) {
+    plan.index = index;
+    STRATA_RETURN_IF_ERROR(read_shard_index(dir, index, names, shard_of));
+  } else {
+    return not_found(dir +
+                     " has neither model.safetensors nor model.safetensors.index.json "
+                     "(Strata imports safetensors weights; pytorch_model.bin is not read)");
+  }
+  std::vector<SafeTensorsHeader> headers;
+  for (const std::string& name : names) {
+    plan.files.push_back((fs::path(dir) / name).string());
+    STRATA_ASSIGN_OR_RETURN(SafeTensorsHeader h, read_safetensors_header(plan.files.back()));
+    headers.push_back(std::move(h));
+  }
+  // Where the errors about a missing tensor point: the file, or the index of the shards.
+  const std::string weights = plan.index.empty() ? plan.files.front() : plan.index;
+
+  STRATA_ASSIGN_OR_RETURN(auto found, find_tensors(plan, names, headers, shard_of));
+  STRATA_RETURN_IF_ERROR(take_layout_tensors(plan, layout, found, weights));
+  STRATA_RETURN_IF_ERROR(check_leftovers(plan, layout, found));
   plan.parameter_count = layout.parameter_count;
   return plan;
 }
