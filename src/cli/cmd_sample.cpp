@@ -101,6 +101,32 @@ int64_t half_available_memory() {
   return kb > 0 ? static_cast<int64_t>(kb) * 1024 / 2 : 0;
 }
 
+// The generation flags: --tokens, --temperature, --top-k, --seed, --no-kv-cache,
+// --resident-bytes. invalid_argument naming the flag.
+Result<SampleOptions> sample_options(const ParsedArgs& a) {
+  SampleOptions o;
+  auto tokens = number_flag(a, "tokens", 64, 0, 1 << 20);
+  auto temperature = number_flag(a, "temperature", 1.0, 0, 100);
+  auto top_k = number_flag(a, "top-k", 0, 0, 65536);
+  auto seed = number_flag(a, "seed", 1337, 0, 9007199254740992.0);
+  for (const auto* r : {&tokens, &temperature, &top_k, &seed}) {
+    if (!r->ok()) return r->status();
+  }
+  o.new_tokens = static_cast<int64_t>(*tokens);
+  o.temperature = *temperature;
+  o.top_k = static_cast<int64_t>(*top_k);
+  o.seed = static_cast<uint64_t>(*seed);
+  o.kv_cache = !a.has("no-kv-cache");
+  o.resident_bytes = half_available_memory();
+  if (a.has("resident-bytes")) {
+    auto bytes = parse_byte_size("resident-bytes", a.get("resident-bytes"));
+    if (!bytes.ok()) return bytes.status();
+    o.resident_bytes = static_cast<int64_t>(std::min<uint64_t>(*bytes, INT64_MAX));
+  }
+
+  return o;
+}
+
 }  // namespace
 
 int cmd_sample(const std::vector<std::string>& args) {
@@ -122,25 +148,9 @@ int cmd_sample(const std::vector<std::string>& args) {
   if (a.has("prompt") && a.has("prompt-tokens")) {
     return fail("--prompt and --prompt-tokens are exclusive: give the text or its token ids", 2);
   }
-  SampleOptions o;
-  auto tokens = number_flag(a, "tokens", 64, 0, 1 << 20);
-  auto temperature = number_flag(a, "temperature", 1.0, 0, 100);
-  auto top_k = number_flag(a, "top-k", 0, 0, 65536);
-  auto seed = number_flag(a, "seed", 1337, 0, 9007199254740992.0);
-  for (const auto* r : {&tokens, &temperature, &top_k, &seed}) {
-    if (!r->ok()) return fail(r->status().message(), 2);
-  }
-  o.new_tokens = static_cast<int64_t>(*tokens);
-  o.temperature = *temperature;
-  o.top_k = static_cast<int64_t>(*top_k);
-  o.seed = static_cast<uint64_t>(*seed);
-  o.kv_cache = !a.has("no-kv-cache");
-  o.resident_bytes = half_available_memory();
-  if (a.has("resident-bytes")) {
-    auto bytes = parse_byte_size("resident-bytes", a.get("resident-bytes"));
-    if (!bytes.ok()) return fail(bytes.status().message(), 2);
-    o.resident_bytes = static_cast<int64_t>(std::min<uint64_t>(*bytes, INT64_MAX));
-  }
+  auto options = sample_options(a);
+  if (!options.ok()) return fail(options.status().message(), 2);
+  const SampleOptions& o = *options;
 
   auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);

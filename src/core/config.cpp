@@ -571,27 +571,34 @@ Result<TrainConfig> parse_config(const json& j) {
   return c;
 }
 
+namespace {
+json model_to_json(const ModelConfig& model) {
+  json m = json::object();
+  m["arch"] = enum_name(model.arch);
+  m["vocab_size"] = model.vocab_size;
+  m["context_length"] = model.context_length;
+  m["n_layer"] = model.n_layer;
+  m["n_head"] = model.n_head;
+  m["n_embd"] = model.n_embd;
+  m["n_kv_head"] = model.n_kv_head;
+  m["ffn_hidden"] = model.ffn_hidden;
+  m["rope_theta"] = model.rope_theta;
+  json& r = m["rope_scaling"];
+  r["type"] = enum_name(model.rope_scaling.type);
+  r["factor"] = model.rope_scaling.factor;
+  r["low_freq_factor"] = model.rope_scaling.low_freq_factor;
+  r["high_freq_factor"] = model.rope_scaling.high_freq_factor;
+  r["original_context_length"] = model.rope_scaling.original_context_length;
+  m["norm_eps"] = model.norm_eps;
+  m["tie_embeddings"] = model.tie_embeddings;
+  return m;
+}
+}  // namespace
+
 json config_to_json(const TrainConfig& c) {
   json j = json::object();
   j["device"] = enum_name(c.device);
-  json& m = j["model"];
-  m["arch"] = enum_name(c.model.arch);
-  m["vocab_size"] = c.model.vocab_size;
-  m["context_length"] = c.model.context_length;
-  m["n_layer"] = c.model.n_layer;
-  m["n_head"] = c.model.n_head;
-  m["n_embd"] = c.model.n_embd;
-  m["n_kv_head"] = c.model.n_kv_head;
-  m["ffn_hidden"] = c.model.ffn_hidden;
-  m["rope_theta"] = c.model.rope_theta;
-  json& r = m["rope_scaling"];
-  r["type"] = enum_name(c.model.rope_scaling.type);
-  r["factor"] = c.model.rope_scaling.factor;
-  r["low_freq_factor"] = c.model.rope_scaling.low_freq_factor;
-  r["high_freq_factor"] = c.model.rope_scaling.high_freq_factor;
-  r["original_context_length"] = c.model.rope_scaling.original_context_length;
-  m["norm_eps"] = c.model.norm_eps;
-  m["tie_embeddings"] = c.model.tie_embeddings;
+  j["model"] = model_to_json(c.model);
 
   json& t = j["train"];
   t["batch_size"] = c.batch_size;
@@ -671,11 +678,8 @@ void first_difference(const json& a, const json& b, const std::string& prefix,
 }  // namespace
 
 std::optional<FieldDifference> model_difference(const ModelConfig& a, const ModelConfig& b) {
-  TrainConfig ca, cb;
-  ca.model = a;
-  cb.model = b;
   std::optional<FieldDifference> out;
-  first_difference(config_to_json(ca).at("model"), config_to_json(cb).at("model"), "model", out);
+  first_difference(model_to_json(a), model_to_json(b), "model", out);
   return out;
 }
 
