@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,7 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/file_util.h"
-#include "data/byte_tokenizer.h"
+#include "data/tokenizer.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_tensors.h"
 #include "io/hf_export.h"
@@ -101,6 +102,22 @@ int64_t half_available_memory() {
   return kb > 0 ? static_cast<int64_t>(kb) * 1024 / 2 : 0;
 }
 
+// The text of `ids`. A model's vocabulary may be padded beyond its tokenizer's (GPT-2's 50257
+// to 50304): an id the tokenizer lacks is written "<|id N|>" rather than failing the run.
+Result<std::string> detokenize(const Tokenizer& t, const std::vector<int32_t>& ids) {
+  std::string text;
+  size_t run = 0;  // the start of the current run of ids the tokenizer has
+  for (size_t i = 0; i <= ids.size(); ++i) {
+    if (i < ids.size() && ids[i] >= 0 && ids[i] < t.vocab_size()) continue;
+    STRATA_ASSIGN_OR_RETURN(std::string piece,
+                            t.decode(std::span<const int32_t>(ids.data() + run, i - run)));
+    text += piece;
+    if (i < ids.size()) text += "<|id " + std::to_string(ids[i]) + "|>";
+    run = i + 1;
+  }
+  return text;
+}
+
 // The generation flags: --tokens, --temperature, --top-k, --seed, --no-kv-cache,
 // --resident-bytes. invalid_argument naming the flag.
 Result<SampleOptions> sample_options(const ParsedArgs& a) {
@@ -140,7 +157,8 @@ int cmd_sample(const std::vector<std::string>& args) {
                             {"seed", true, false},
                             {"print-tokens", false, false},
                             {"no-kv-cache", false, false},
-                            {"resident-bytes", true, false}},
+                            {"resident-bytes", true, false},
+                            {"tokenizer", true, false}},
                            "sample");
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   const ParsedArgs& a = *parsed;
@@ -156,22 +174,26 @@ int cmd_sample(const std::vector<std::string>& args) {
   if (!dir.ok()) return fail(dir.status().message(), 2);
   auto plan = plan_hf_export(*dir);  // verifies model.safetensors against the manifest
   if (!plan.ok()) return fail(plan.status().message(), 2);
+  // Text in and out through the tokenizer (byte-level by default); --prompt-tokens skips it in.
+  const std::string tokenizer_path = a.has("tokenizer") ? a.get("tokenizer") : "byte";
+  auto tokenizer = load_tokenizer(tokenizer_path);
+  if (!tokenizer.ok()) return fail(tokenizer.status().message(), 2);
+  if ((*tokenizer)->vocab_size() > plan->model.vocab_size) {
+    return fail("the tokenizer " + (*tokenizer)->name() + " has " +
+                    std::to_string((*tokenizer)->vocab_size()) + " tokens, more than the model's " +
+                    std::to_string(plan->model.vocab_size) +
+                    " (model.vocab_size): give its --tokenizer, or --prompt-tokens",
+                2);
+  }
   std::vector<int32_t> prompt;
   if (a.has("prompt-tokens")) {
     auto ids = parse_token_list(a.get("prompt-tokens"));
     if (!ids.ok()) return fail(ids.status().message(), 2);
     prompt = *ids;
   } else {
-    if (plan->model.vocab_size < 256) {
-      return fail(
-          "--prompt is byte-level text, which needs a vocabulary of 256 tokens; this "
-          "model has " +
-              std::to_string(plan->model.vocab_size) + " (use --prompt-tokens)",
-          2);
-    }
-    for (uint16_t t : byte_tokenize(a.has("prompt") ? a.get("prompt") : std::string("\n"))) {
-      prompt.push_back(t);
-    }
+    auto ids = (*tokenizer)->encode(a.has("prompt") ? a.get("prompt") : std::string("\n"));
+    if (!ids.ok()) return fail(ids.status().message(), 2);
+    prompt = *ids;
   }
   auto weights = CheckpointWeights::open(*plan);
   if (!weights.ok()) return fail(weights.status().message(), 2);
@@ -188,9 +210,9 @@ int cmd_sample(const std::vector<std::string>& args) {
     std::printf("\n");
     return 0;
   }
-  std::vector<uint16_t> ids(out->begin(), out->end());
-  const std::string text = byte_detokenize(ids.data(), static_cast<int64_t>(ids.size()));
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  auto text = detokenize(**tokenizer, *out);
+  if (!text.ok()) return fail(text.status().message(), 1);
+  std::fwrite(text->data(), 1, text->size(), stdout);
   std::printf("\n");
   return 0;
 }
