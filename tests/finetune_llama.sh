@@ -4,7 +4,8 @@
 # imported with --init-from, trained vertically with every state tensor on storage, checkpointed,
 # exported with `strata export`, and PyTorch's Llama (tools/torch_llama.py), loading the export by
 # its Hugging Face names alone, reproduces Strata's logits (tools/torch_export_check.py: 1e-5
-# relative). The loss must fall: the run trained.
+# relative). The loss must fall: the run trained. Resumed from its step-4 checkpoint, the run's
+# step-8 checkpoint is bit-identical.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/finetune_llama"
@@ -18,15 +19,23 @@ fail() { echo "finetune_llama: FAILED: $*" >&2; exit 1; }
   --ctx 64 --rope-scaling --untied
 
 steps=8
-"$STRATA_BIN" train --init-from "$work/base" --quiet \
-  --set train.schedule=vertical --set train.steps=$steps --set train.seq_len=64 \
-  --set train.batch_size=4 --set train.grad_accum=2 --set optim.lr=1e-3 \
-  --set optim.warmup_steps=2 --set "io.dirs=[\"$work/store\"]" \
-  --set offload.params_on_host=0 --set offload.optim_on_host=0 \
-  --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 \
-  --save-every $steps --checkpoint-dir "$work/ckpt" --metrics "$work/metrics.jsonl"
+run=(--set train.schedule=vertical --set train.steps=$steps --set train.seq_len=64
+     --set train.batch_size=4 --set train.grad_accum=2 --set optim.lr=1e-3
+     --set optim.warmup_steps=2 --set "io.dirs=[\"$work/store\"]"
+     --set offload.params_on_host=0 --set offload.optim_on_host=0
+     --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 --save-every 4)
+"$STRATA_BIN" train --init-from "$work/base" --quiet "${run[@]}" --checkpoint-dir "$work/ckpt" \
+  --metrics "$work/metrics.jsonl"
 ckpt="$work/ckpt/step-0000000$steps"
 [ -f "$ckpt/manifest.json" ] || fail "no checkpoint at $ckpt"
+# Resumed from step 4, the Llama's step-8 checkpoint is the same, byte for byte.
+mkdir -p "$work/resumed" && cp -r "$work/ckpt/step-00000004" "$work/resumed/"
+"$STRATA_BIN" train --quiet --config "$work/ckpt/step-00000004/config.json" "${run[@]}" \
+  --checkpoint-dir "$work/resumed" --resume "$work/resumed/step-00000004"
+for f in model.safetensors exp_avg.safetensors exp_avg_sq.safetensors; do
+  cmp -s "$ckpt/$f" "$work/resumed/step-0000000$steps/$f" || fail "resumed $f differs"
+done
+echo "ok   resumed at step 4: the step-$steps checkpoint is bit-identical"
 python3 - "$work/metrics.jsonl" <<'PY'
 import json, sys
 losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
