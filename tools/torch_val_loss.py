@@ -21,7 +21,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_export_check as tec  # noqa: E402
-import torch_gpt2 as tg  # noqa: E402
 
 REL_TOL = 1e-5
 LLMC_MAGIC = 20240520
@@ -48,10 +47,10 @@ def main():
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(2)
-    cfg = tec.config_from_hf(os.path.join(os.path.dirname(os.path.abspath(a.exported)),
-                                          "config.json"))
-    model = tg.GPT2(cfg)
-    tg.load_params(model, tec.load_export(a.exported, cfg))
+    cfg, arch = tec.config_from_hf(os.path.join(os.path.dirname(os.path.abspath(a.exported)),
+                                                "config.json"))
+    model = arch.make(cfg)
+    arch.module.load_params(model, tec.load_export(a.exported, cfg, arch))
     tokens = read_tokens(a.val)
     bt = a.B * a.T
     if tokens.numel() < a.batches * bt + 1:

@@ -52,13 +52,18 @@ std::optional<int64_t> times(std::optional<int64_t> a, std::optional<int64_t> b)
 // At least the elements make_param_layout lays out: each tensor is padded to 16 elements and
 // each slab to 2048 (model/layout.h), so padding adds at most 16 per tensor and 2048 per slab.
 std::optional<int64_t> param_elems_bound(const ModelConfig& m) {
-  // Written for the wider of the two blocks (GPT-2's has biases; Llama's may have a wider MLP and
-  // an untied head), so one bound covers both architectures.
-  const int64_t C = m.n_embd, F = std::max<int64_t>(m.ffn_hidden, 4 * C);
-  const auto embed = sum({product({m.vocab_size + m.context_length, C}), 2 * 16 + 2048});
-  const auto block = sum(
-      {product({4, C, C}), product({3, C, F}), product({9, C}), product({2, F}), 12 * 16 + 2048});
-  const auto final_ = sum({product({m.vocab_size + 2, C}), 3 * 16 + 2048});
+  // GPT-2: wte and wpe; 12 C^2 + 13 C per block; the final LayerNorm. Llama: wte; q|k|v, o,
+  // gate|up, down and two gains per block; the final gain and an untied head. n_head and
+  // n_kv_head are already within their bounds, so the widths below cannot overflow.
+  const int64_t C = m.n_embd, F = m.ffn(), W = C + 2 * m.kv_width();
+  const bool llama = m.arch == ModelArch::llama;
+  const auto embed =
+      sum({product({m.vocab_size + (llama ? 0 : m.context_length), C}), 2 * 16 + 2048});
+  const auto block =
+      llama ? sum({product({W + C, C}), product({3, C, F}), product({2, C}), 12 * 16 + 2048})
+            : sum({product({12, C, C}), product({13, C}), 12 * 16 + 2048});
+  const auto final_ =
+      sum({product({m.tie_embeddings ? 0 : m.vocab_size, C}), product({2, C}), 3 * 16 + 2048});
   return sum({embed, times(block, m.n_layer), final_});
 }
 
@@ -107,7 +112,9 @@ Status check_step_bounds(const TrainConfig& c) {
   // An upper bound of what one block keeps per micro-batch (activations, saved attention state
   // and backward scratch, model/block.h), for all blocks and micro-batches of a step.
   const int64_t C = c.model.n_embd, NH = c.model.n_head;
-  const auto per_block = sum({product({B, T, 32 * C + 4}), product({2, B, NH, T, T})});
+  // Llama adds its MLP width F and the repeated q|k|v: at most 6F more per position.
+  const auto per_block =
+      sum({product({B, T, 32 * C + 6 * c.model.ffn() + 4}), product({2, B, NH, T, T})});
   const auto bytes = times(per_block, product({4, L, M}));
   if (!bytes || *bytes > kMaxStepActivationBytes) {
     return invalid_argument("the activations of one step " +
