@@ -29,7 +29,7 @@ case $kind in
       case $name in tokenizer_gpt2 | tokenizer_llama3 | tokenizer_sentencepiece | tokenizer_unicode) continue ;; esac
       tests+=("$name")
     done
-    extra_targets=(strata)
+    extra_targets=(strata export_logits)  # finetune_llama.sh runs export_logits too
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     ;;
@@ -60,7 +60,7 @@ targets=("${tests[@]}" "${extra_targets[@]}")
 if [ "$kind" = asan ]; then
   for corpus in fuzz/corpus/*/; do targets+=("fuzz_$(basename "$corpus")"); done
 fi
-# Shell tests are not build targets: they need only the strata binary.
+# Shell tests are not build targets: they need the strata binary (and the extra targets).
 build_targets=()
 for t in "${targets[@]}"; do
   [ -f "tests/$t.sh" ] && build_targets+=(strata) || build_targets+=("$t")
