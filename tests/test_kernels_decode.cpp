@@ -40,22 +40,8 @@ constexpr double kTol = 1e-5;
 constexpr double kForwardTol = 5e-6;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-void expect_close(const Floats& got, const Floats& want, const char* what, double tol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  EXPECT_LE(test::max_rel_error(got.data(), want.data(), static_cast<int64_t>(got.size())), tol)
-      << what;
-}
-
-void expect_same_bits(const Floats& got, const Floats& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t first = got.size();
-  for (size_t i = 0; i < got.size() && first == got.size(); i++) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) first = i;
-  }
-  EXPECT_EQ(first, got.size()) << what << ": first difference at " << first << ": "
-                               << (first < got.size() ? got[first] : 0.0f) << " vs "
-                               << (first < got.size() ? want[first] : 0.0f);
-}
+using test::expect_close;
+using test::expect_same_bits;
 
 struct DecodeSize {
   int64_t T, NH, NKV, hs;

@@ -33,21 +33,9 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kEps = 1e-5f;
 
 void expect_close(const Floats& got, const Floats& want, const char* what, double tol = kTol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  EXPECT_LE(test::max_rel_error(got.data(), want.data(), static_cast<int64_t>(got.size())), tol)
-      << what;
+  test::expect_close(got, want, what, tol);
 }
-
-void expect_same_bits(const Floats& got, const Floats& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t first = got.size();
-  for (size_t i = 0; i < got.size() && first == got.size(); i++) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) first = i;
-  }
-  EXPECT_EQ(first, got.size()) << what << ": first difference at " << first << ": "
-                               << (first < got.size() ? got[first] : 0.0f) << " vs "
-                               << (first < got.size() ? want[first] : 0.0f);
-}
+using test::expect_same_bits;
 
 // Runs op with 1, 2 and 3 OpenMP threads and expects the same bits every time.
 template <class Op>

@@ -264,4 +264,22 @@ OptionalSlotRun run_optional_slot(Device& device, Stream& stream, Capability c, 
   return ::testing::AssertionSuccess();
 }
 
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what,
+                  double tol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_LE(max_rel_error(got.data(), want.data(), static_cast<int64_t>(got.size())), tol) << what;
+}
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                      const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t first = got.size();
+  for (size_t i = 0; i < got.size() && first == got.size(); i++) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) first = i;
+  }
+  EXPECT_EQ(first, got.size()) << what << ": first difference at " << first << ": "
+                               << (first < got.size() ? got[first] : 0.0f) << " vs "
+                               << (first < got.size() ? want[first] : 0.0f);
+}
+
 }  // namespace strata::test

@@ -24,6 +24,12 @@ std::vector<int32_t> random_ints(int64_t n, uint64_t seed, int32_t lo, int32_t h
 double max_rel_error(const float* a, const float* b, int64_t n);
 // mse(a,b) / mse(b,0), ggml's NMSE
 double nmse(const float* a, const float* b, int64_t n);
+// Gtest expectations on two float vectors: max_rel_error within tol; every element's bits
+// equal (naming the first that differs). `what` names the tensor in the failure message.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what,
+                  double tol);
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                      const char* what);
 // A 3-block GPT small enough for a test to train in milliseconds (vocab 64, T 16, C 32, B 2,
 // M 3), on `schedule`, parameters and optimizer state on storage in `store_dir`.
 // The value of a config enum by its config name ("vertical", "auto"); aborts the test binary on a
