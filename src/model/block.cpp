@@ -24,21 +24,18 @@ BlockDims block_dims(const Device& dev, const ModelConfig& m, int64_t B, int64_t
 }
 
 namespace {
-bool is_llama(const BlockDims& d) {
-  return d.arch == ModelArch::llama;
-}
 
 void carve_saved(FloatCarver& c, const BlockDims& d, BlockActs& a) {
   const int64_t BT = d.B * d.T, C = d.C;
   a.ln1 = c.take(BT * C);
-  a.ln1_mean = is_llama(d) ? nullptr : c.take(BT);
+  a.ln1_mean = block_is_llama(d) ? nullptr : c.take(BT);
   a.ln1_rstd = c.take(BT);
   a.qkv = c.take(BT * d.qkv_width);
   a.atty = c.take(BT * C);
   a.att = c.take(d.att_saved);
   a.res2 = c.take(BT * C);
   a.ln2 = c.take(BT * C);
-  a.ln2_mean = is_llama(d) ? nullptr : c.take(BT);
+  a.ln2_mean = block_is_llama(d) ? nullptr : c.take(BT);
   a.ln2_rstd = c.take(BT);
   a.fch = c.take(BT * block_fc_width(d));
   a.fch_gelu = c.take(BT * d.F);
@@ -51,8 +48,8 @@ BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   carve_saved(c, d, a);
   a.attproj = c.take(BT * C);  // Note [Saved activations]: forward-only tensors last
   a.fcproj = c.take(BT * C);
-  a.qkv_pre = is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
-  a.qkv_rep = is_llama(d) ? c.take(BT * 3 * C) : nullptr;
+  a.qkv_pre = block_is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
+  a.qkv_rep = block_is_llama(d) ? c.take(BT * 3 * C) : nullptr;
   return a;
 }
 
@@ -73,15 +70,15 @@ BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   g.dfch = c.take(BT * block_fc_width(d));
   g.dfch_gelu = c.take(BT * d.F);
   g.datt = c.take(d.att_scratch);
-  g.qkv_rep = is_llama(d) ? c.take(BT * 3 * C) : nullptr;
-  g.dqkv_rot = is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
-  g.dqkv_pre = is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
+  g.qkv_rep = block_is_llama(d) ? c.take(BT * 3 * C) : nullptr;
+  g.dqkv_rot = block_is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
+  g.dqkv_pre = block_is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
   return g;
 }
 
 void block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
                    const BlockView& w, const BlockDims& d) {
-  if (is_llama(d)) {
+  if (block_is_llama(d)) {
     STRATA_CHECK_MSG(d.rope != nullptr, "a Llama block's forward needs the rope table");
     llama_block_forward(dev, s, out, a, inp, w, d);
   } else {
@@ -92,7 +89,7 @@ void block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const
 void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
                     const BlockGradScratch& g, const float* dout, const float* inp,
                     const BlockActs& a, const BlockView& w, const BlockDims& d) {
-  if (is_llama(d)) {
+  if (block_is_llama(d)) {
     STRATA_CHECK_MSG(d.rope != nullptr, "a Llama block's backward needs the rope table");
     llama_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d);
   } else {

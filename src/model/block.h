@@ -41,9 +41,12 @@ struct BlockDims {
   int64_t att_saved = 0;        // floats attention_forward saves (Device::attention_saved_floats)
   int64_t att_scratch = 0;      // floats of attention_backward's workspace
 };
+inline bool block_is_llama(const BlockDims& d) {
+  return d.arch == ModelArch::llama;
+}
 // The MLP's first matmul's output width: 4C (GPT-2, where F = 4C), gate|up 2F (Llama).
 inline int64_t block_fc_width(const BlockDims& d) {
-  return d.arch == ModelArch::llama ? 2 * d.F : d.F;
+  return block_is_llama(d) ? 2 * d.F : d.F;
 }
 
 // rope may be null where only sizes are needed (a Llama forward then must not run).

@@ -4,11 +4,7 @@
 
 namespace strata {
 
-namespace {
-bool is_llama(const BlockDims& d) {
-  return d.arch == ModelArch::llama;
-}
-}  // namespace
+namespace {}  // namespace
 
 DecodeScratch decode_scratch_carve(FloatCarver& c, const BlockDims& d, int64_t context_length) {
   DecodeScratch g{};
@@ -33,7 +29,7 @@ void block_decode(Device& dev, Stream& s, float* out, const DecodeScratch& g, co
   const int64_t C = d.C, W = d.qkv_width, hs = C / d.NH, kv = kv_row_floats(d);
   const NormSpec norm{d.arch, d.norm_eps};
   norm_forward(dev, s, norm, g.ln1, g.mean, g.rstd, x, w.ln1_w, w.ln1_b, 1, C);
-  if (is_llama(d)) {
+  if (block_is_llama(d)) {
     dev.matmul(s, g.qkv_pre, g.ln1, w.qkv_w, nullptr, 1, W, C, false, true, false);
     // Position pos's cos/sin: the table from its row pos, as a sequence of one at position 0.
     const float* rope_at = d.rope + pos * (hs / 2) * 2;
@@ -47,7 +43,7 @@ void block_decode(Device& dev, Stream& s, float* out, const DecodeScratch& g, co
   dev.add(s, g.res2, x, g.attproj, C);
   norm_forward(dev, s, norm, g.ln2, g.mean, g.rstd, g.res2, w.ln2_w, w.ln2_b, 1, C);
   dev.matmul(s, g.fch, g.ln2, w.fc_w, w.fc_b, 1, block_fc_width(d), C, false, true, false);
-  if (is_llama(d)) {
+  if (block_is_llama(d)) {
     dev.swiglu_forward(s, g.fch_act, g.fch, 1, d.F);
   } else {
     dev.gelu_forward(s, g.fch_act, g.fch, d.F);

@@ -65,8 +65,8 @@ class Sampler {
   // One token at position pos through every block with the cache (positions 0 .. pos-1 cached).
   // Leaves its last block's output in x_ (1, C).
   Status decode(int32_t token, int64_t pos);
-  // The logits (V) of row `row` of x_, on the host: the final norm over rows 0 .. row, then the
-  // head for that row.
+  // The logits (V) of row `row` of x_, on the host: the final norm of that row (the norm is per
+  // position), then the head.
   Status logits(int64_t row, float* host_logits);
 
  private:
@@ -86,7 +86,7 @@ class Sampler {
   Buffer acts_;                   // block_acts_floats of a (1, context) window
   Buffer decode_;                 // decode_scratch_floats
   Buffer cache_;                  // (L, context, kv_row_floats) every block's keys and values
-  Buffer head_;                   // mean, rstd (context each), lnf (C), logits (V)
+  Buffer head_;                   // mean, rstd (1 each), lnf (C), logits (V): one row
   Buffer tokens_;                 // (context) int32
   Buffer rope_;                   // Llama's cos/sin table; empty for GPT-2
   std::vector<float> staged_;     // (largest slab) host staging for the weights
@@ -108,7 +108,7 @@ Status Sampler::allocate() {
   STRATA_ASSIGN_OR_RETURN(acts_, dev_.alloc(block_acts_floats(widest) * 4));
   STRATA_ASSIGN_OR_RETURN(decode_, dev_.alloc(decode_scratch_floats(one, Tmax) * 4));
   STRATA_ASSIGN_OR_RETURN(cache_, dev_.alloc(model_.n_layer * Tmax * kv_row_floats(one) * 4));
-  STRATA_ASSIGN_OR_RETURN(head_, dev_.alloc((2 * Tmax + C + V) * 4));
+  STRATA_ASSIGN_OR_RETURN(head_, dev_.alloc((2 + C + V) * 4));
   STRATA_ASSIGN_OR_RETURN(tokens_, dev_.alloc(Tmax * 4));
   STRATA_ASSIGN_OR_RETURN(rope_, upload_rope_table(dev_, model_));
   staged_.resize(static_cast<size_t>(std::max({es, fs, bs})));
@@ -183,12 +183,12 @@ Status Sampler::decode(int32_t token, int64_t pos) {
 }
 
 Status Sampler::logits(int64_t row, float* host_logits) {
-  const int64_t Tmax = model_.context_length, C = model_.n_embd, V = model_.vocab_size;
+  const int64_t C = model_.n_embd, V = model_.vocab_size;
   const EmbedView e = embed_slab_view(layout_, embed_.f32());
   const FinalView fin = final_slab_view(layout_, final_.f32());
-  float* mean = head_.f32();  // (T)
-  float* rstd = mean + Tmax;  // (T)
-  float* lnf = rstd + Tmax;   // (C) the row's
+  float* mean = head_.f32();  // (1)
+  float* rstd = mean + 1;     // (1)
+  float* lnf = rstd + 1;      // (C) the row's
   float* logits = lnf + C;    // (V)
   // The final norm is per position: only the row's is needed.
   norm_forward(dev_, *s_, final_norm_spec(model_), lnf, mean, rstd, x_.f32() + row * C, fin.lnf_w,
