@@ -226,6 +226,22 @@ TEST(resume_checkpoint, PiecesThatCutTensorsKeepEveryBit) {
   }
 }
 
+// Note [Speculative steps]: with clipping on every step and alpha 0.5, each speculative part 0
+// is repaired, so the checkpoint is taken right after a repair; the resumed run keeps every bit,
+// on host and with everything on storage.
+TEST(resume_checkpoint, RightAfterASpeculativeRepair) {
+  const auto repaired = [](TrainConfig& c) {
+    c.optim.grad_clip = 1e-3f;
+    c.optim.alpha = 0.5;
+    c.optim.speculation = Speculation::on;
+  };
+  expect_resume_bit_identical("vertical", Precision::f32, "_spec", repaired);
+  expect_resume_bit_identical("vertical", Precision::bf16, "_spec_storage", [&](TrainConfig& c) {
+    all_on_storage(c);
+    repaired(c);
+  });
+}
+
 // A saved in-memory checkpoint of the small config, for the bad-input tests.
 std::string saved_checkpoint(const std::string& name, const TrainConfig& c, int64_t step) {
   const std::string dir = test::make_temp_dir(name), root = dir + "/ckpt";

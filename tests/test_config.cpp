@@ -55,7 +55,11 @@ TEST(Config, DefaultParsesToTheStructDefaults) {
   // Floats are written as their shortest decimal, not as the double nearest the float.
   EXPECT_EQ(j["optim"]["lr"].dump(), "0.003");
   // The keys added with the offloaded schedules, with their defaults.
-  EXPECT_EQ(j["optim"]["alpha"], 1.0);
+  EXPECT_EQ(j["optim"]["alpha"], "auto");
+  EXPECT_FALSE(c->optim.alpha.has_value());
+  EXPECT_EQ(c->optim.alpha_or_default(), 1.0);
+  EXPECT_EQ(j["optim"]["speculation"], "auto");
+  EXPECT_EQ(c->optim.speculation, Speculation::automatic);
   EXPECT_EQ(j["memory"]["device_bytes"], 0);
   EXPECT_EQ(j["memory"]["host_bytes"], 0);
   EXPECT_EQ(j["offload"]["params_on_host"], 0.0);
@@ -63,7 +67,6 @@ TEST(Config, DefaultParsesToTheStructDefaults) {
   EXPECT_EQ(j["offload"]["checkpoints_on_host"], 1.0);
   EXPECT_EQ(j["offload"]["grads_on_host"], 0.0);
   EXPECT_TRUE(j["memory"]["device_bytes"].is_number_integer());
-  EXPECT_TRUE(j["optim"]["alpha"].is_number_float());
   for (const char* key :
        {"params_on_host", "optim_on_host", "checkpoints_on_host", "grads_on_host"}) {
     EXPECT_TRUE(j["offload"][key].is_number_float()) << key;
@@ -481,10 +484,15 @@ TEST(Config, MemoryOffloadAndAlphaErrors) {
                {"optim.alpha must be in [0, 1], got 1.5"});
   expect_error(parse_with("optim.alpha=-0.5"), ErrorCode::invalid_argument,
                {"optim.alpha must be in [0, 1], got -0.5"});
-  // alpha < 1 with clipping on (the default grad_clip is 1).
-  expect_error(parse_with("optim.alpha=0.5"), ErrorCode::invalid_argument,
-               {"optim.alpha 0.5 needs optim.grad_clip = 0: with clipping on, no step may run "
-                "before the global gradient norm is known"});
+  expect_error(parse_with("optim.alpha=half"), ErrorCode::invalid_argument,
+               {"optim.alpha must be a number or \"auto\", got \"half\" in --set"});
+  expect_error(parse_with("optim.speculation=maybe"), ErrorCode::invalid_argument,
+               {"optim.speculation", "maybe"});
+  // alpha < 1 with clipping on (the default grad_clip is 1): part 0 speculates.
+  EXPECT_TRUE(parse_with("optim.alpha=0.5").ok());
+  json off = default_config_json();
+  ASSERT_TRUE(apply_set(off, "optim.speculation=off").ok());
+  EXPECT_EQ(parse_config(off)->optim.speculation, Speculation::off);
   // Boundaries that are allowed.
   EXPECT_TRUE(parse_with("memory.device_bytes=0").ok());
   EXPECT_TRUE(parse_with("offload.optim_on_host=1").ok());
@@ -494,6 +502,13 @@ TEST(Config, MemoryOffloadAndAlphaErrors) {
   ASSERT_TRUE(apply_set(j, "optim.grad_clip=0").ok());
   ASSERT_TRUE(apply_set(j, "optim.alpha=0").ok());
   EXPECT_TRUE(parse_config(j).ok());
+  // A number after "auto", and "auto" after a number, from --set and from JSON alike.
+  ASSERT_TRUE(apply_set(j, "optim.alpha=auto").ok());
+  EXPECT_FALSE(parse_config(j)->optim.alpha.has_value());
+  ASSERT_TRUE(apply_set(j, "optim.alpha=0.25").ok());
+  EXPECT_EQ(parse_config(j)->optim.alpha, 0.25);
+  ASSERT_TRUE(merge_config(j, json::parse(R"({"optim": {"alpha": "auto"}})"), "file").ok());
+  EXPECT_FALSE(parse_config(j)->optim.alpha.has_value());
 }
 
 // Fractions below 1 put state on storage; an offloaded schedule then needs io.dirs.

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,11 @@ struct RunResult {
   std::vector<double> losses;
   std::vector<double> norms;
   std::vector<float> params;
+  std::vector<bool> skipped;
+  // With `with_state`: master, m and v of every slab after the last step; per step what the
+  // offloaded trainer's part 0 did (Note [Speculative steps]).
+  std::vector<float> state;
+  std::vector<OffloadTrainer::StepMode> modes;
 };
 
 // (steps, M, B, T) inputs and their next-token targets from the generated English-like corpus,
@@ -86,13 +92,17 @@ Tokens tokens_for(const TrainConfig& c) {
   return t;
 }
 
-// kSteps steps of whichever trainer the config's schedule names, through the Trainer interface.
-RunResult run(const TrainConfig& c) {
+// kSteps steps of whichever trainer the config's schedule names, through the Trainer interface;
+// `setup` sees the offloaded trainer before the first step.
+RunResult run(const TrainConfig& c, bool with_state = false,
+              const std::function<void(OffloadTrainer&)>& setup = {}) {
   auto dev = create_cpu_device();
   auto t = create_trainer(*dev, c);
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   RunResult r;
   if (!t.ok()) return r;
+  auto* offload = dynamic_cast<OffloadTrainer*>(t->get());
+  if (setup && offload != nullptr) setup(*offload);
   const Tokens tok = tokens_for(c);
   const auto& in = tok.inputs;
   const auto& tgt = tok.targets;
@@ -103,10 +113,22 @@ RunResult run(const TrainConfig& c) {
     if (!st.ok()) return r;
     r.losses.push_back(st->loss);
     r.norms.push_back(st->grad_norm);
+    r.skipped.push_back(st->skipped);
+    if (offload != nullptr) r.modes.push_back(offload->last_step_mode());
   }
   r.params.resize(static_cast<size_t>((*t)->layout().total_elems));
   Status rs = (*t)->read_params(r.params.data());
   EXPECT_TRUE(rs.ok()) << rs.to_string();
+  const ParamLayout& layout = (*t)->layout();
+  for (int64_t slab = 0; with_state && slab < static_cast<int64_t>(layout.slabs.size()); ++slab) {
+    const auto n = static_cast<size_t>(layout.slabs[static_cast<size_t>(slab)].numel);
+    std::vector<float> master(n), m(n), v(n);
+    Status ss = (*t)->read_slab_state(slab, master.data(), m.data(), v.data());
+    EXPECT_TRUE(ss.ok()) << ss.to_string();
+    for (const auto* part : {&master, &m, &v}) {
+      r.state.insert(r.state.end(), part->begin(), part->end());
+    }
+  }
   return r;
 }
 RunResult run_in_memory(TrainConfig c) {
@@ -139,6 +161,13 @@ void expect_bit_identical(const RunResult& a, const RunResult& b, const std::str
     if (std::memcmp(&a.params[i], &b.params[i], 4) != 0) differing++;
   }
   EXPECT_EQ(differing, 0u) << what << ": parameters that differ in their bits";
+  ASSERT_EQ(a.norms.size(), b.norms.size()) << what;
+  EXPECT_EQ(std::memcmp(a.norms.data(), b.norms.data(), a.norms.size() * 8), 0) << what << " norms";
+  EXPECT_EQ(a.skipped, b.skipped) << what;
+  ASSERT_EQ(a.state.size(), b.state.size()) << what;
+  EXPECT_TRUE(a.state.empty() ||
+              std::memcmp(a.state.data(), b.state.data(), a.state.size() * 4) == 0)
+      << what << ": master weights or moments differ in their bits";
 }
 
 void expect_close_to_reference(const RunResult& r, const RunResult& ref, const std::string& what) {
@@ -246,6 +275,88 @@ TEST(equiv_offload, ClippingEngages) {
   for (double n : r.norms) clipped += n > 1.0;
   EXPECT_GE(clipped, 3);
 }
+
+// ---- Speculative steps (Note [Speculative steps] in sched/schedule_spec.h) --------------------
+
+using Mode = OffloadTrainer::StepMode;
+int count_modes(const RunResult& r, Mode m) {
+  return static_cast<int>(std::count(r.modes.begin(), r.modes.end(), m));
+}
+
+// Vertical with clipping on: alpha 0.5 with optim.speculation `mode` against alpha 1 (every step
+// waits for the norm), parameters, moments, norms and losses, on host (1) or storage (0).
+struct SpecPair {
+  RunResult spec, exact;
+};
+SpecPair spec_against_exact(double on_host, float clip, Speculation mode, const std::string& tag,
+                            const std::function<void(OffloadTrainer&)>& setup = {}) {
+  const std::string dir = test::make_temp_dir("equiv_spec_" + tag);
+  TrainConfig base = placed(small_config(), "vertical", on_host, dir);
+  base.optim.grad_clip = clip;
+  TrainConfig spec = base;
+  spec.optim.alpha = 0.5;
+  spec.optim.speculation = mode;
+  base.optim.alpha = 1.0;
+  return {run(spec, true, setup), run(base, true, setup)};
+}
+
+class SpeculationExact : public ::testing::TestWithParam<double> {};
+
+// Clipping that never triggers: every step speculates and nothing is redone.
+TEST_P(SpeculationExact, NeverClips) {
+  const auto [spec, exact] = spec_against_exact(GetParam(), 1e9f, Speculation::on, "never");
+  expect_bit_identical(spec, exact, "speculation, no clipping");
+  EXPECT_EQ(count_modes(spec, Mode::speculated), kSteps);
+}
+
+// Clipping that always triggers: every speculative step is repaired.
+TEST_P(SpeculationExact, AlwaysClips) {
+  const auto [spec, exact] = spec_against_exact(GetParam(), 1e-3f, Speculation::on, "always");
+  expect_bit_identical(spec, exact, "speculation, clipping every step");
+  EXPECT_EQ(count_modes(spec, Mode::repaired), kSteps);
+}
+
+// Clipping on some steps: the threshold between the norms of an unclipped run.
+TEST_P(SpeculationExact, ClipsOnSomeSteps) {
+  const auto [probe, unused] = spec_against_exact(GetParam(), 1e9f, Speculation::on, "probe");
+  std::vector<double> norms = probe.norms;
+  std::sort(norms.begin(), norms.end());
+  const auto threshold = static_cast<float>(norms[norms.size() / 2]);
+  const auto [spec, exact] = spec_against_exact(GetParam(), threshold, Speculation::on, "some");
+  expect_bit_identical(spec, exact, "speculation, clipping on some steps");
+  EXPECT_GE(count_modes(spec, Mode::repaired), 1);
+  EXPECT_GE(count_modes(spec, Mode::speculated), 1);
+}
+
+// A non-finite gradient on step 4: the speculative step is undone and the step skipped, exactly
+// as alpha 1 skips it.
+TEST_P(SpeculationExact, NonFiniteGradientIsSkipped) {
+  const auto poison = [](OffloadTrainer& t) { t.poison_gradient_for_test(4, 1); };
+  const auto [spec, exact] =
+      spec_against_exact(GetParam(), 1.0f, Speculation::on, "nonfinite", poison);
+  expect_bit_identical(spec, exact, "speculation, non-finite gradient at step 4");
+  ASSERT_EQ(spec.skipped.size(), static_cast<size_t>(kSteps));
+  EXPECT_TRUE(spec.skipped[4]);
+  EXPECT_EQ(std::count(spec.skipped.begin(), spec.skipped.end(), true), 1);
+  EXPECT_EQ(spec.modes[4], Mode::repaired);
+}
+
+// "auto" waits for the norm once clipping is frequent, and "off" always waits: the same bits.
+TEST_P(SpeculationExact, AutoAndOffAreExactToo) {
+  const auto [autom, exact] = spec_against_exact(GetParam(), 1e-3f, Speculation::automatic, "auto");
+  expect_bit_identical(autom, exact, "speculation auto, clipping every step");
+  // Nothing had clipped before step 0; after it, with no cost of waiting measured yet, the
+  // default rate decides (later choices follow measured times, so they are not asserted).
+  ASSERT_GE(autom.modes.size(), 2u);
+  EXPECT_EQ(autom.modes[0], Mode::repaired);
+  EXPECT_EQ(autom.modes[1], Mode::waited);
+  const auto [off, exact2] = spec_against_exact(GetParam(), 1e9f, Speculation::off, "off");
+  expect_bit_identical(off, exact2, "speculation off");
+  EXPECT_EQ(count_modes(off, Mode::waited), kSteps);
+}
+
+INSTANTIATE_TEST_SUITE_P(equiv_speculation, SpeculationExact, ::testing::Values(1.0, 0.0),
+                         [](const auto& info) { return info.param > 0 ? "host" : "storage"; });
 
 // ---- bf16 working weights -----------------------------------------------------------------------
 

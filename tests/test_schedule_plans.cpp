@@ -121,6 +121,38 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
   }
 }
 
+// With speculation (Note [Speculative steps]): every plan a run may choose between, for each
+// split with a part 0: what the previous iteration left (nothing, part 1, both parts), whether
+// this one speculates or defers part 0, the flushes and the repair; mixed placements.
+TEST(plan_schedules, SpeculativeVariantsPassChecker) {
+  for (int L : kBlocks) {
+    for (int M : kMicro) {
+      ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::storage);
+      s.params_at = placement_by_fraction(L, 0.5);
+      s.optim_at = placement_by_fraction(L, 0.34);
+      s.grads_at = placement_by_fraction(L, 0.5);
+      for (int64_t split : {s.block_elems / 2, s.block_elems}) {
+        for (int pending = 0; pending < 3; ++pending) {
+          for (int kind = 0; kind < 4; ++kind) {  // speculate, defer, flush, repair
+            s.split_elems = split;
+            s.pending_steps = pending > 0;
+            s.pending_part0 = pending == 2;
+            s.iteration = kind < 2;
+            s.speculative = kind == 0;
+            s.defer_part0 = kind == 1;
+            s.repair = kind == 3;
+            if (kind >= 2 && pending == 0 && !s.repair) continue;  // nothing to flush
+            Status v = check_all(make_vertical_plan(s));
+            EXPECT_TRUE(v.ok()) << "L=" << L << " M=" << M << " split=" << split
+                                << " pending=" << pending << " kind=" << kind << ": "
+                                << v.to_string();
+          }
+        }
+      }
+    }
+  }
+}
+
 // Happens-before (Note [Happens-before in plans]): deps and queue order, transitively. False
 // for a plan whose edges are not indices (check_plan rejects those).
 bool happens_before(const Plan& p, int32_t a, int32_t b) {

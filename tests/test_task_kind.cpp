@@ -61,10 +61,14 @@ TEST(TaskSignature, NamesWhatIsWrong) {
   foreign.uses.push_back(slot_read(p.dev, Role::saved));
   test::expect_error(p.check(foreign), ErrorCode::invalid_argument,
                      {"as 'saved', which block_step does not have"});
-  Task read_only_state = step_task(p);
-  read_only_state.uses.erase(read_only_state.uses.begin() + 2);  // state only read
-  test::expect_error(p.check(read_only_state), ErrorCode::invalid_argument,
-                     {"'state' must be read and written"});
+  Task write_only_state = step_task(p);
+  write_only_state.uses.erase(write_only_state.uses.begin() + 1);  // state only written
+  test::expect_error(p.check(write_only_state), ErrorCode::invalid_argument,
+                     {"'state' must be read"});
+  Task read_state_out = step_task(p);  // Note [Speculative steps]: state_out is written only
+  read_state_out.uses.push_back(slot_read(p.c, Role::state_out));
+  test::expect_error(p.check(read_state_out), ErrorCode::invalid_argument,
+                     {"'state_out' must be written"});
   Task unnamed = step_task(p);
   unnamed.uses.push_back(slot_read(p.dev));  // no role
   test::expect_error(p.check(unnamed), ErrorCode::invalid_argument, {"'unspecified'"});

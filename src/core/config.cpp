@@ -113,10 +113,24 @@ Status type_error(const json& base, const json& v, const std::string& key,
 Status merge_object(json& base, const json& overlay, const std::string& prefix,
                     const std::string& source);
 
+// Keys that take a number or the word "auto" (the default): optim.alpha. The only keys whose
+// type is not the default's (parse_optim reads it).
+bool number_or_auto(const std::string& key) {
+  return key == "optim.alpha";
+}
+
 // Replaces base with v after checking that v has base's type. Integers are stored as int64 and
 // floats as double whatever form the overlay used, so a later overlay is checked against the
 // type the default declared, not against whatever an earlier overlay wrote.
 Status merge_value(json& base, const json& v, const std::string& key, const std::string& source) {
+  if (number_or_auto(key)) {
+    if (!(v.is_number() || v == "auto")) {
+      return invalid_argument(key + " must be a number or \"auto\", got " + show(v) + " in " +
+                              source);
+    }
+    base = v.is_number() ? json(v.get<double>()) : v;
+    return Status::ok_status();
+  }
   switch (base.type()) {
     case json::value_t::object:
       if (!v.is_object()) return type_error(base, v, key, source);
@@ -281,7 +295,7 @@ Status apply_set(json& base, const std::string& assignment) {
     }
     target = &target->at(part);
   }
-  const bool string_target = target != nullptr && target->is_string();
+  const bool string_target = target != nullptr && target->is_string() && !number_or_auto(key);
   if (!string_target) {
     // Nesting too deep is an error, not a string: the parser would accept it (Note [Bounded JSON
     // nesting]). A string field never parses as anything but a string, so it is not checked.
@@ -457,14 +471,13 @@ Status parse_optim(const json& full, OptimConfig& op) {
   STRATA_RETURN_IF_ERROR(check_range("optim.weight_decay", op.weight_decay, 0, false, kInf, true));
   STRATA_RETURN_IF_ERROR(check_range("optim.grad_clip", op.grad_clip, 0, false, kInf, true));
   STRATA_RETURN_IF_ERROR(check_non_negative("optim.warmup_steps", op.warmup_steps));
-  STRATA_RETURN_IF_ERROR(read_fraction(full, "optim", "alpha", &op.alpha));
-  // A clipped step needs the global gradient norm, known only after the whole backward.
-  if (op.alpha < 1 && op.grad_clip != 0) {
-    return invalid_argument("optim.alpha " + double_text(op.alpha) +
-                            " needs optim.grad_clip = 0: with clipping on, no step may run "
-                            "before the global gradient norm is known");
+  op.alpha.reset();
+  if (full.at("optim").at("alpha") != "auto") {
+    double alpha = 1;
+    STRATA_RETURN_IF_ERROR(read_fraction(full, "optim", "alpha", &alpha));
+    op.alpha = alpha;
   }
-  return Status::ok_status();
+  return read_enum(full, "optim", "speculation", &op.speculation);
 }
 
 Status parse_data(const json& full, TrainConfig& c) {
@@ -623,7 +636,8 @@ json config_to_json(const TrainConfig& c) {
   o["weight_decay"] = float_json(c.optim.weight_decay);
   o["grad_clip"] = float_json(c.optim.grad_clip);
   o["warmup_steps"] = c.optim.warmup_steps;
-  o["alpha"] = c.optim.alpha;
+  o["alpha"] = c.optim.alpha ? json(*c.optim.alpha) : json("auto");
+  o["speculation"] = enum_name(c.optim.speculation);
 
   json& d = j["data"];
   d["train"] = c.data_train;

@@ -13,7 +13,8 @@
 //              original_context_length}, norm_eps, tie_embeddings},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision,
 //              eval_every, eval_batches, sample_every, sample_tokens},
-//    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha},
+//    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha,
+//              speculation},
 //    "data":  {train, val, format},
 //    "io":    {engine, queue_depth, block_size, workers, read_bytes_per_s, write_bytes_per_s,
 //              faults, dirs, stripe_unit, checksums},
@@ -76,12 +77,20 @@ struct OptimConfig {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // max global gradient norm; 0 turns clipping off
   int64_t warmup_steps = 40;
-  // GreedySnake's α split (docs/design.md §5), in [0, 1]: the fraction of each block's params whose
-  // optimizer step runs during the next iteration's forward, just before the block is fetched
-  // (vertical schedule); the rest (1 - α) runs during backward, overlapped with the backward of
-  // earlier blocks. Below 1 it needs grad_clip = 0: a clipped step cannot run before every
-  // gradient, hence the global norm, is known (Note [Optimizer split] in sched/schedule_spec.h).
-  double alpha = 1.0;
+  // GreedySnake's α split (docs/design.md §5.7), in [0, 1]: the fraction of each block's params
+  // whose optimizer step runs during the next iteration's forward, just before the block is
+  // fetched (vertical schedule); the rest (1 - α) runs during backward, overlapped with the
+  // backward of earlier blocks. nullopt is "auto": `strata train --profile HW.json` picks α from
+  // the planner's simulation of the run's own plans, and without a profile it is 1 (alpha()).
+  // With clipping on, the backward part runs speculatively (Note [Speculative steps] in
+  // sched/schedule_spec.h).
+  std::optional<double> alpha;
+  double alpha_or_default() const { return alpha.value_or(1.0); }
+  // Whether a vertical step with clipping on and α < 1 speculates (runs part 0 in backward with
+  // the clip factor assumed 1, validated once the norm is known) or waits for the norm (both
+  // parts in the next forward): "auto" chooses per step from how often the norm clipped lately
+  // (sched/speculation_policy.h); "on" and "off" force either. Bit-identical results either way.
+  Speculation speculation = Speculation::automatic;
 };
 
 // The storage engine and the striped store (docs/design.md §4). Used by `strata bench-io` and by

@@ -1,5 +1,6 @@
 // The choices a config makes by name (train.schedule, train.precision, activations.policy,
-// activations.tier, io.engine, data.format, device, model.arch, model.rope_scaling.type), parsed
+// activations.tier, io.engine, data.format, device, model.arch, model.rope_scaling.type,
+// optim.speculation), parsed
 // once into enums: everything past parse_config switches on the enum, and the name of each value is
 // written here only (enum_names).
 #pragma once
@@ -28,6 +29,7 @@ enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };  // data.format
 enum class DeviceKind : uint8_t { cpu, cuda };                    // device
 enum class ModelArch : uint8_t { gpt2, llama };                   // model.arch
 enum class RopeScalingKind : uint8_t { none, llama3 };            // model.rope_scaling.type
+enum class Speculation : uint8_t { automatic, on, off };          // optim.speculation
 
 // Each value with its config name.
 template <typename E, size_t N>
@@ -68,6 +70,9 @@ constexpr EnumNames<ModelArch, 2> enum_names(ModelArch) {
 }
 constexpr EnumNames<RopeScalingKind, 2> enum_names(RopeScalingKind) {
   return {{{RopeScalingKind::none, "none"}, {RopeScalingKind::llama3, "llama3"}}};
+}
+constexpr EnumNames<Speculation, 3> enum_names(Speculation) {
+  return {{{Speculation::automatic, "auto"}, {Speculation::on, "on"}, {Speculation::off, "off"}}};
 }
 
 // The config's name of a value ("in_memory", "auto", "raw_u16", ...).

@@ -98,7 +98,7 @@ RunChoice choice_of(const TrainConfig& cfg) {
   c.optim_on_host = cfg.offload.optim_on_host;
   c.checkpoints_on_host = cfg.offload.checkpoints_on_host;
   c.grads_on_host = cfg.offload.grads_on_host;
-  c.alpha = cfg.optim.alpha;
+  c.alpha = cfg.optim.alpha_or_default();
   return c;
 }
 
@@ -188,8 +188,6 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
   SearchResult res;
   Status last_error = invalid_argument("planner: no configuration to try");
   bool found = false;
-  // Exact clipping needs the norm before any step: alpha 1 (Note [Optimizer split]).
-  const bool clip = cfg.optim.grad_clip > 0;
   auto try_one = [&](const RunChoice& c) -> Result<Prediction> {
     auto p = predict(apply_choice(cfg, c), profile);
     if (p.ok()) {
@@ -209,7 +207,9 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
       c.schedule = sched;
       c.batch_size = B;
       c.micro_batches = N / B;
-      c.alpha = sched == Schedule::vertical && !clip ? 0.5 : 1.0;
+      // With clipping on, part 0 speculates (Note [Speculative steps]): the plan simulated is
+      // the one of a step whose norm does not clip.
+      c.alpha = sched == Schedule::vertical ? 0.5 : 1.0;
       // Placement: more on host never costs time in this model (it only removes transfers), so
       // for each gradient and optimizer fraction take the largest params fraction that fits,
       // checkpoints on host first; the simulator picks among those.
@@ -234,7 +234,7 @@ Result<SearchResult> search(const TrainConfig& cfg, const HardwareProfile& profi
         if (placed) break;
       }
       if (!placed) continue;
-      if (sched == Schedule::vertical && !clip) {
+      if (sched == Schedule::vertical) {
         RunChoice a = best.choice;
         for (double al : o.alphas) {
           if (al == best.choice.alpha) continue;

@@ -3,6 +3,7 @@
 // returns (executor.h: completion).
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/kernels.h"
 #include "model/gpt.h"
@@ -257,7 +258,10 @@ Status OffloadTrainer::do_grad_accumulate(const BoundPlan& bp, const Task& t) {
 }
 
 Status OffloadTrainer::do_grad_sumsq(const BoundPlan& bp, const Task& t) {
-  const float* g = f32_of(bp, t, Role::grad);
+  float* g = f32_of(bp, t, Role::grad);
+  if (t.block >= 0 && t.block == poison_block_ && steps_done_ == poison_step_) {
+    g[0] = std::numeric_limits<float>::quiet_NaN();  // poison_gradient_for_test
+  }
   if (t.block >= 0) {
     cpu::sum_squares(&slab_sumsq_[static_cast<size_t>(layout_.block_slab(t.block))], g,
                      block_elems_);
@@ -278,7 +282,7 @@ Status OffloadTrainer::do_grad_norm(const BoundPlan&, const Task&) {
   state_.lr = lr_at(schedule_, steps_done_);
   state_.skip = !is_finite_norm(total);
   if (state_.skip) {
-    if (split_elems_ > 0) {
+    if (split_elems_ > 0 && !speculative_) {
       return invalid_argument(
           "non-finite gradient norm with optim.alpha < 1: the backward part of the step "
           "already ran, so it cannot be skipped exactly; use optim.alpha = 1");
@@ -305,7 +309,12 @@ OffloadTrainer::StepState OffloadTrainer::early_step_state() const {
 }
 
 Status OffloadTrainer::do_block_step(const BoundPlan& bp, const Task& t) {
-  if (t.part != 0) return step_block_part(bp, t, state_);
+  // A step that reads the clip slot runs after the norm: the norm's state. Otherwise it is an
+  // early part 0 (Note [Optimizer split]), which assumes a finite gradient that does not clip:
+  // speculatively with clipping on (Note [Speculative steps]: validated after the norm), or as
+  // the step itself with clipping off.
+  if (reads_role(t, Role::clip)) return step_block_part(bp, t, state_);
+  if (speculative_) return step_block_part(bp, t, early_step_state());
   const double sumsq = slab_sumsq_[static_cast<size_t>(layout_.block_slab(t.block))];
   if (!is_finite_norm(sumsq)) {
     return invalid_argument(
@@ -322,6 +331,12 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   const float* grad = f32_of(bp, t, Role::grad);    // (block elems)
   float* master = f32_of(bp, t, Role::state);       // (3, pe): master, m, v of the part
   float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params, f32 or bf16
+  // Note [Speculative steps]: the state before the step stays where it is; the step works on
+  // its copy in state_out.
+  if (float* out = f32_of(bp, t, Role::state_out); out != nullptr) {
+    std::memcpy(out, master, static_cast<size_t>(3 * pe * 4));
+    master = out;
+  }
   // bf16 mode (Note [Precision modes]): the part's range of the bf16 working params, written by
   // AdamW in the same sweep as the master.
   bf16_t* out_bf16 = bf16_ ? reinterpret_cast<bf16_t*>(params_out) + lo : nullptr;

@@ -25,18 +25,19 @@ struct OffloadTrainer::SlotMemory {
   Buffer buf;         // device or host tier
   size_t extent = 0;  // storage tier: the store's extent
   // Training state the slot holds (Note [Asynchronous checkpoints]): the slabs whose master and
-  // moments live in it (a block's optimizer part, or the embed group's state for the embedding
-  // and final slabs; none for other slots), and whether it is a block's part 1, which the
-  // vertical schedule's pending steps write.
+  // moments live in it (a block's optimizer part or its speculative part 0, or the embed group's
+  // state for the embedding and final slabs; none for other slots), and which part of a block's
+  // state it is (0, 1; -1: none, or the whole), which the vertical schedule's pending steps may
+  // write.
   std::vector<int64_t> state_slabs;
-  bool part1 = false;
+  int32_t part = -1;
 };
 
 struct OffloadTrainer::BoundPlan {
   Plan plan;
   std::vector<TaskAction> actions;  // one per task
   std::vector<SlotMemory*> slots;   // one per plan slot
-  bool pending_steps = false, iteration = true;
+  PlanKey key;
   PlanTraffic traffic;         // bytes one run of the plan moves (static: plan_traffic)
   int64_t acts_forwarded = 0;  // saved sets per step served from host instead of storage
 };

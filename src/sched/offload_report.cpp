@@ -17,7 +17,7 @@ std::vector<std::string> OffloadTrainer::describe() const {
                      format_bytes(bytes[static_cast<size_t>(Tier::storage)]) + " storage";
   if (vertical_) {
     char alpha[64];
-    std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g", cfg_.optim.alpha);
+    std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g", cfg_.optim.alpha_or_default());
     line += alpha;
   }
   std::vector<std::string> lines = {line};
@@ -35,6 +35,12 @@ void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const
   line["acts_storage_read_bytes"] = t.of(StateKind::acts, Resource::storage_read);
   line["acts_storage_write_bytes"] = t.of(StateKind::acts, Resource::storage_write);
   line["acts_forwarded_sets"] = last_->acts_forwarded;
+  // Note [Speculative steps]: what the step's part 0 did.
+  if (speculative_) {
+    static constexpr const char* kModes[] = {"plain", "speculated", "repaired", "waited"};
+    line["speculation"] = kModes[static_cast<size_t>(last_mode_)];
+    line["clip_rate"] = policy_.clip_rate();
+  }
   // What the run holds: the plans' peak per tier (the budgets' fit) and the store's size.
   line["planned_device_bytes"] = planned_bytes_[static_cast<size_t>(Tier::device)];
   line["planned_host_bytes"] = planned_bytes_[static_cast<size_t>(Tier::host)];

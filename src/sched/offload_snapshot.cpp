@@ -29,13 +29,13 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   }
   // Preference: the order in which the next run first writes each slab's state (pending
   // part-1 writes excepted: they make slabs ready), then the slabs it does not write.
-  const BoundPlan& next = vertical_ ? *plans_[pending_ ? 1 : 0] : *plans_[0];
+  const BoundPlan& next = plan_for(iteration_key(speculative_ && !policy_.speculate()));
   std::vector<int64_t> order;
   for (const Task& t : next.plan.tasks) {
     for (const SlotUse& u : t.uses) {
       if (!u.write) continue;
       const SlotMemory& m = *next.slots[static_cast<size_t>(u.slot)];
-      if (pending_ && m.part1) continue;
+      if (pending_write(m)) continue;
       for (int64_t slab : m.state_slabs) {
         if (std::find(order.begin(), order.end(), slab) == order.end()) order.push_back(slab);
       }
@@ -47,11 +47,9 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   snapshot_ = std::make_shared<SnapshotGate>(std::move(order));
   // The vertical schedule's part-1 updates of the step just done are still pending: those slabs
   // are ready once the next run has written them (gated_actions counts the writes).
-  snapshot_pending_writes_ = pending_;
-  if (pending_) {
-    for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-      if (memory_.count(names::optim_store(l, 1)) != 0) snapshot_->hold(layout_.block_slab(l));
-    }
+  snapshot_pending_writes_ = pending_ != Pending::none;
+  if (snapshot_pending_writes_) {
+    for (int64_t l = 0; l < cfg_.model.n_layer; ++l) snapshot_->hold(layout_.block_slab(l));
   }
   float* stage = snapshot_stage_.bytes() > 0 ? snapshot_stage_.f32() : nullptr;
   return StateSnapshot{snapshot_, [this, stage](int64_t slab, const SlabPieceFn& take) {
@@ -69,10 +67,10 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
     for (const SlotUse& u : bp.plan.tasks[i].uses) {
       if (!u.write) continue;
       const SlotMemory& m = *bp.slots[static_cast<size_t>(u.slot)];
-      const bool pending_write = snapshot_pending_writes_ && m.part1;
+      const bool finishes_step = snapshot_pending_writes_ && pending_write(m);
       for (int64_t slab : m.state_slabs) {
-        (pending_write ? finishes : waits).push_back(slab);
-        if (pending_write) pending_writes[static_cast<size_t>(slab)]++;
+        (finishes_step ? finishes : waits).push_back(slab);
+        if (finishes_step) pending_writes[static_cast<size_t>(slab)]++;
       }
     }
     if (finishes.empty() && waits.empty()) continue;
@@ -88,13 +86,15 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
   if (snapshot_pending_writes_) {
     for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
       const int64_t slab = layout_.block_slab(l);
-      if (memory_.count(names::optim_store(l, 1)) != 0) {
-        snapshot_->expect_writes(slab, pending_writes[static_cast<size_t>(slab)]);
-      }
+      snapshot_->expect_writes(slab, pending_writes[static_cast<size_t>(slab)]);
     }
     snapshot_pending_writes_ = false;  // only this run finishes the last step's updates
   }
   return actions;
+}
+
+bool OffloadTrainer::pending_write(const SlotMemory& m) const {
+  return (m.part == 1 && pending_ != Pending::none) || (m.part == 0 && pending_ == Pending::both);
 }
 
 }  // namespace strata

@@ -226,7 +226,7 @@ Status OffloadTrainer::state_pieces(int64_t slab, float* stage, const SlabPieceF
 }
 
 Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
-  pending_ = false;
+  pending_ = Pending::none;
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
     return embed_slab_pieces(IoOp::write, slab, optim_stage0(), fill);
   }

@@ -36,13 +36,14 @@ int64_t embed_group_elems(const ParamLayout& layout) {
 // whole I/O blocks of the working params (whole checksum chunks when checksums are on, since
 // parts are written separately): 1024 elements in f32, 2048 in bf16. Note [Optimizer split].
 int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
-  if (cfg.schedule != Schedule::vertical || cfg.optim.alpha >= 1.0) return 0;
-  if (cfg.optim.alpha <= 0.0) return n;
+  const double alpha = cfg.optim.alpha_or_default();
+  if (cfg.schedule != Schedule::vertical || alpha >= 1.0) return 0;
+  if (alpha <= 0.0) return n;
   const int64_t width = cfg.precision == Precision::bf16 ? 2 : 4;  // bytes per working param
   const int64_t io_block = kIoAlign / width;
   const int64_t align =
       cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit / width, io_block) : io_block;
-  const auto a = static_cast<int64_t>(std::llround((1.0 - cfg.optim.alpha) * n / align)) * align;
+  const auto a = static_cast<int64_t>(std::llround((1.0 - alpha) * n / align)) * align;
   return std::clamp<int64_t>(a, 0, n);
 }
 
@@ -97,6 +98,14 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   }
   s.pending_steps = pending_steps;
   s.iteration = iteration;
+  // With clipping on, part 0 speculates, or waits with speculation off (Note [Speculative
+  // steps]): the plans of a step whose norm does not clip.
+  if (s.split_elems > 0 && cfg.optim.grad_clip > 0) {
+    const bool wait = cfg.optim.speculation == Speculation::off;
+    s.defer_part0 = wait;
+    s.pending_part0 = wait && pending_steps;
+    s.speculative = !wait && iteration;
+  }
   return s;
 }
 
@@ -115,6 +124,47 @@ OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
   embed_elems_ = embed_group_elems(layout_);
   slab_sumsq_.assign(layout_.slabs.size(), 0.0);
   dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum);
+  speculative_ = vertical_ && split_elems_ > 0 && cfg.optim.grad_clip > 0;
+  policy_ = SpeculationPolicy(cfg.optim.speculation);
+}
+
+std::vector<PlanKey> OffloadTrainer::plan_keys() const {
+  if (!vertical_) return {PlanKey{}};
+  // What an iteration leaves pending: part 1 after an early part 0, both when part 0 waited.
+  const Pending early = split_elems_ < block_elems_ ? Pending::part1 : Pending::none;
+  if (!speculative_) {
+    return {{.pending = Pending::none}, {.pending = early}, {.pending = early, .iteration = false}};
+  }
+  const Speculation mode = cfg_.optim.speculation;
+  std::vector<bool> defers;
+  if (mode != Speculation::off) defers.push_back(false);
+  if (mode != Speculation::on) defers.push_back(true);
+  std::vector<PlanKey> keys;
+  for (Pending pending : {Pending::none, early, Pending::both}) {
+    const bool reachable =
+        pending == Pending::none ||
+        (pending == Pending::both ? mode != Speculation::on : mode != Speculation::off);
+    if (!reachable) continue;
+    for (bool defer : defers) {
+      const PlanKey k{.pending = pending, .defer_part0 = defer};
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    }
+    if (pending != Pending::none) keys.push_back({.pending = pending, .iteration = false});
+  }
+  if (mode != Speculation::off) keys.push_back({.iteration = false, .repair = true});
+  return keys;
+}
+
+OffloadTrainer::BoundPlan& OffloadTrainer::plan_for(const PlanKey& key) const {
+  for (const auto& bp : plans_) {
+    if (bp->key == key) return *bp;
+  }
+  return *plans_.front();  // plan_keys() holds every key a run asks for
+}
+
+PlanKey OffloadTrainer::iteration_key(bool defer_part0) const {
+  if (!vertical_) return PlanKey{};
+  return {.pending = pending_, .defer_part0 = speculative_ && defer_part0};
 }
 
 OffloadTrainer::~OffloadTrainer() {
@@ -146,14 +196,11 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
   t->dims_.rope = t->rope_.f32();
   STRATA_RETURN_IF_ERROR(t->decide_activation_policy());
-  // Vertical: the first iteration, the steady one (part-1 steps pending from the previous), and
-  // the flush. Horizontal: one plan.
-  const std::vector<std::pair<bool, bool>> kinds =
-      t->vertical_ ? std::vector<std::pair<bool, bool>>{{false, true}, {true, true}, {true, false}}
-                   : std::vector<std::pair<bool, bool>>{{false, true}};
-  for (auto [pending, iteration] : kinds) {
+  // Vertical: the first iteration, the steady ones (steps pending from the previous), the
+  // flush, and with speculation its repair. Horizontal: one plan.
+  for (const PlanKey& key : t->plan_keys()) {
     t->plans_.push_back(std::make_unique<BoundPlan>());
-    STRATA_RETURN_IF_ERROR(t->build(pending, iteration, *t->plans_.back()));
+    STRATA_RETURN_IF_ERROR(t->build(key, *t->plans_.back()));
   }
   STRATA_RETURN_IF_ERROR(t->allocate_slots());
   for (auto& bp : t->plans_) {
@@ -252,10 +299,14 @@ Status OffloadTrainer::decide_activation_policy() {
   return Status::ok_status();
 }
 
-Status OffloadTrainer::build(bool pending_steps, bool iteration, BoundPlan& out) {
-  out.pending_steps = pending_steps;
-  out.iteration = iteration;
-  ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, pending_steps, iteration);
+Status OffloadTrainer::build(const PlanKey& key, BoundPlan& out) {
+  out.key = key;
+  const bool iteration = key.iteration;
+  ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, key.pending != Pending::none, iteration);
+  spec.pending_part0 = key.pending == Pending::both;
+  spec.defer_part0 = key.defer_part0;
+  spec.speculative = speculative_ && iteration && !key.defer_part0;
+  spec.repair = key.repair;
   if (!spec.acts_at.empty()) spec.acts_at = acts_policy_;  // "auto" decided per block
   out.plan = make_offload_plan(spec, cfg_.schedule);
   out.traffic = plan_traffic(out.plan);
@@ -318,7 +369,10 @@ Status OffloadTrainer::allocate_slots() {
     for (const auto& [name, part] : optim_parts(l)) {
       SlotMemory& m = *memory_.at(name);
       m.state_slabs = {layout_.block_slab(l)};
-      m.part1 = part == 1;
+      m.part = part;
+    }
+    if (memory_.count(names::optim_spec(l)) != 0) {
+      memory_.at(names::optim_spec(l))->state_slabs = {layout_.block_slab(l)};
     }
   }
 
@@ -379,12 +433,29 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
     std::memcpy(tok + k * 2 * BT, inputs + k * BT, static_cast<size_t>(BT * 4));
     std::memcpy(tok + k * 2 * BT + BT, targets + k * BT, static_cast<size_t>(BT * 4));
   }
-  BoundPlan& bp = vertical_ ? *plans_[pending_ ? 1 : 0] : *plans_[0];
+  const bool defer = speculative_ && !policy_.speculate();
+  BoundPlan& bp = plan_for(iteration_key(defer));
+  const auto run_t0 = std::chrono::steady_clock::now();
   Status st = run(bp);
+  const double run_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_t0).count();
+  double repair_s = 0;
+  if (st.ok() && speculative_ && !defer) st = settle_speculation(repair_s);
   if (!st.ok()) {
     return Status(st.code(), "step " + std::to_string(steps_done_) + ": " + st.message());
   }
-  pending_ = vertical_ && split_elems_ < block_elems_;
+  if (vertical_) {
+    pending_ = bp.key.defer_part0            ? Pending::both
+               : split_elems_ < block_elems_ ? Pending::part1
+                                             : Pending::none;
+  }
+  if (speculative_) {
+    const bool clipped = state_.skip || state_.grad_scale != 1.0f;
+    last_mode_ = defer ? StepMode::waited : clipped ? StepMode::repaired : StepMode::speculated;
+    const bool before = policy_.speculate();
+    policy_.record(clipped, !defer, run_s, repair_s);
+    if (steps_done_ == 0 || policy_.speculate() != before) log_info(policy_.why());
+  }
 
   StepStats s;
   s.step = steps_done_;
@@ -410,16 +481,46 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
 }
 
 Status OffloadTrainer::finish() {
-  if (!pending_) return Status::ok_status();
+  if (pending_ == Pending::none) return Status::ok_status();
   // The flush is not a step: the last step's report (and trace) stays what last_report shows.
   ExecutionReport step_report = last_report_;
   BoundPlan* step_plan = last_;
-  Status st = run(*plans_[2]);
+  Status st = run(plan_for({.pending = pending_, .iteration = false}));
   last_report_ = std::move(step_report);
   last_ = step_plan;
   if (!st.ok()) return Status(st.code(), "final optimizer steps: " + st.message());
-  pending_ = false;
+  pending_ = Pending::none;
   return Status::ok_status();
+}
+
+Status OffloadTrainer::settle_speculation(double& repair_s) {
+  // Note [Speculative steps]: a finite norm that does not clip has clip factor exactly 1, which
+  // is what part 0 assumed.
+  if (state_.skip || state_.grad_scale != 1.0f) {
+    // The repair is part of the step: the step's report (and trace) stays the iteration's.
+    ExecutionReport step_report = last_report_;
+    BoundPlan* step_plan = last_;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = run(plan_for({.iteration = false, .repair = true}));
+    repair_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_report_ = std::move(step_report);
+    last_ = step_plan;
+    if (!st.ok())
+      return Status(st.code(), "repairing the speculative optimizer steps: " + st.message());
+  }
+  adopt_speculative_state();
+  return Status::ok_status();
+}
+
+void OffloadTrainer::adopt_speculative_state() {
+  // Between runs nothing reads either slot; the names keep their roles and their state_slabs,
+  // the memory behind them trades places.
+  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    SlotMemory& store = *memory_.at(names::optim_store(l, 0));
+    SlotMemory& spec = *memory_.at(names::optim_spec(l));
+    std::swap(store.buf, spec.buf);
+    std::swap(store.extent, spec.extent);
+  }
 }
 
 const Plan& OffloadTrainer::last_plan() const {

@@ -17,10 +17,11 @@
 //    (horizontal), then kept per block until stepped, on host or storage (offload.grads_on_host).
 //
 // Exactness: every step sees the global gradient norm (clipping and skipping exactly as the
-// in-memory trainer); with optim.alpha < 1 (clipping off) the backward part of a step runs before
-// the norm is known, so a non-finite gradient then stops training with an error instead of being
-// skipped inexactly. Placement never changes a bit: the same plan shape runs the same kernels in
-// the same order whatever tier a slot is on.
+// in-memory trainer). With optim.alpha < 1 the backward part of a step runs before the norm is
+// known: with clipping on it is speculative, validated and repaired when the norm clips (Note
+// [Speculative steps] in schedule_spec.h); with clipping off a non-finite gradient stops
+// training with an error instead of being skipped inexactly. Placement never changes a bit: the
+// same plan shape runs the same kernels in the same order whatever tier a slot is on.
 #pragma once
 
 #include <array>
@@ -42,11 +43,24 @@
 #include "sched/offload_workspace.h"
 #include "sched/plan.h"
 #include "sched/schedule_spec.h"
+#include "sched/speculation_policy.h"
 #include "sched/trainer.h"
 
 namespace strata {
 
 // The plan inputs for a config (exposed for tests, the planner and the fit check).
+// Which plan of a vertical run (Note [Speculative steps] in schedule_spec.h): what the previous
+// iteration left pending, whether this is an iteration (else the flush of what is pending, or
+// the repair), and whether it defers part 0. Horizontal runs use the default key.
+enum class Pending : uint8_t { none, part1, both };
+struct PlanKey {
+  Pending pending = Pending::none;
+  bool iteration = true;
+  bool defer_part0 = false;
+  bool repair = false;
+  bool operator==(const PlanKey&) const = default;
+};
+
 ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bool pending_steps,
                                    bool iteration);
 // Makes the plan of an offloaded schedule (horizontal or vertical).
@@ -85,7 +99,7 @@ class OffloadTrainer final : public Trainer {
   void set_progress(int64_t steps_done, int64_t adam_steps) override {
     steps_done_ = steps_done;
     adam_steps_ = adam_steps;
-    pending_ = false;
+    pending_ = Pending::none;
   }
   const ParamLayout& layout() const override { return layout_; }
   int64_t tokens_per_step() const override {
@@ -106,6 +120,21 @@ class OffloadTrainer final : public Trainer {
   std::array<int64_t, kTierCount> planned_bytes() const { return planned_bytes_; }
   // Where the store lives ("" when nothing is on storage).
   std::string store_description() const;
+  // Vertical with clipping on and alpha < 1 (Note [Speculative steps]): the policy choosing per
+  // step, and what the last step did. Costs for the policy from a simulation (planner).
+  void set_speculation_costs(double spec_s, double wait_s, double repair_s,
+                             const std::string& source) {
+    policy_.set_costs(spec_s, wait_s, repair_s, source);
+  }
+  bool speculates() const { return speculative_; }
+  enum class StepMode : uint8_t { plain, speculated, repaired, waited };
+  StepMode last_step_mode() const { return last_mode_; }
+  // For tests of skipping: the gradient of block `block` gets a NaN on step `step` (0-based),
+  // just before its sum of squares, so every step that reads it sees it.
+  void poison_gradient_for_test(int64_t step, int32_t block) {
+    poison_step_ = step;
+    poison_block_ = block;
+  }
 
  private:
   struct SlotMemory;
@@ -118,7 +147,18 @@ class OffloadTrainer final : public Trainer {
   };
 
   OffloadTrainer(Device& dev, const TrainConfig& cfg);
-  Status build(bool pending_steps, bool iteration, BoundPlan& out);
+  // The plans this run may use (PlanKey), built and checked.
+  std::vector<PlanKey> plan_keys() const;
+  Status build(const PlanKey& key, BoundPlan& out);
+  BoundPlan& plan_for(const PlanKey& key) const;
+  // The next iteration's plan, given what is pending and whether it defers part 0.
+  PlanKey iteration_key(bool defer_part0) const;
+  // Note [Speculative steps]: validates the speculative part 0 of the step just run (repairing it
+  // when the norm clipped or was not finite), then makes optim.spec the state.
+  Status settle_speculation(double& repair_s);
+  void adopt_speculative_state();
+  // Whether the next run's writes of slot m finish the last step's pending updates.
+  bool pending_write(const SlotMemory& m) const;
   // activations.policy "auto": per block keep / offload / recompute, logged with the reasons.
   Status decide_activation_policy();
   double measure_block_forward_s();
@@ -216,7 +256,7 @@ class OffloadTrainer final : public Trainer {
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<TensorStore> store_;
   std::unordered_map<std::string, std::unique_ptr<SlotMemory>> memory_;  // by slot name
-  std::vector<std::unique_ptr<BoundPlan>> plans_;  // first, steady, flush (vertical) / one
+  std::vector<std::unique_ptr<BoundPlan>> plans_;                        // one per plan_keys()
   BoundPlan* last_ = nullptr;
   std::array<int64_t, kTierCount> planned_bytes_{};
   std::vector<ActPolicy> acts_policy_;  // per block (vertical with saved activations)
@@ -247,7 +287,13 @@ class OffloadTrainer final : public Trainer {
   int64_t steps_done_ = 0;
   int64_t adam_steps_ = 0;  // updates applied
   double last_norm_sumsq_ = 0;
-  bool pending_ = false;  // vertical: part-1 steps of the last iteration not applied yet
+  Pending pending_ = Pending::none;  // vertical: steps of the last iteration not applied yet
+  // Vertical, clipping on, alpha < 1: part 0 may speculate (Note [Speculative steps]).
+  bool speculative_ = false;
+  SpeculationPolicy policy_{Speculation::automatic};
+  StepMode last_mode_ = StepMode::plain;
+  int64_t poison_step_ = -1;
+  int32_t poison_block_ = -1;
   bool record_trace_ = false;
   float dloss_ = 0;
   ExecutionReport last_report_;

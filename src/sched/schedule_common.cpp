@@ -20,7 +20,7 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s) {
       b.slot(names::kEmbedOptim, offload_tier(s.embed_optim), s.embed_optim_bytes, true);
   c.embed_params_host = b.slot(names::kEmbedParamsHost, Tier::host, s.embed_param_bytes);
   c.sums = b.slot(names::kGradSums, Tier::host, int64_t{8} * (s.blocks + 2));
-  c.clip = b.slot(names::kGradClip, Tier::host, 8, s.pending_steps);
+  c.clip = b.slot(names::kGradClip, Tier::host, 8, s.pending_steps || s.repair);
   c.losses = b.slot(names::kLosses, Tier::host, s.losses_bytes);
   return c;
 }
@@ -92,12 +92,17 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   const int64_t p_off = x.part == 1 ? part_bytes(s.block_param_bytes, n, a, 0) : 0;
 
   const int32_t state = b.to_host(TaskKind::optim_read, tag, x.state_store, state_ring, O);
+  const int32_t dest = x.state_out >= 0 ? x.state_out : x.state_store;
+  // On host a separate destination is written by the step itself; through a stage, by the
+  // stage's write-back.
+  const bool step_writes_out = state == x.state_store && dest != x.state_store;
   std::vector<SlotUse> uses = {slot_read(x.grad, Role::grad), slot_read(state, Role::state),
-                               slot_write(state, Role::state),
                                slot_write(x.params_out, Role::params)};
+  uses.push_back(step_writes_out ? slot_write(dest, Role::state_out)
+                                 : slot_write(state, Role::state));
   if (x.needs_norm) uses.push_back(slot_read(c.clip, Role::clip));
   b.task(TaskKind::block_step, tag, std::move(uses), O);
-  if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, x.state_store, O);
+  if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, dest, O);
   if (x.params_store != x.params_out) {
     b.transfer_range(TaskKind::params_write, tag, x.params_out, p_off, x.params_store, p_off, P);
   }

@@ -61,10 +61,13 @@ void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec&
 // AdamW runs on cpu_optim and writes the part's range of the new working params into
 // `params_out` at the part's offset; when `params_store` is not params_out (params on storage)
 // that range is then written to the store. Shared by both schedules.
+// `state_out`, when not -1, is where the new state goes instead of back into state_store (a
+// slot on state_store's tier: Note [Speculative steps]).
 struct OptimizerStep {
   int32_t block = -1, part = -1;
   int32_t grad = -1, state_store = -1, params_out = -1, params_store = -1;
   bool needs_norm = true;
+  int32_t state_out = -1;
 };
 void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
                         const OptimizerStep& step, SlotRing& state_ring);

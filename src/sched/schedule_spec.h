@@ -19,11 +19,38 @@ enum class Placement : uint8_t { device, host, storage };
 // two parts give the same bits as one step over the whole slab. The vertical schedule steps
 // part 0 in backward, as soon as the block's gradient is on host, and part 1 in the next
 // iteration's forward, just before the block's parameters are fetched (GreedySnake's alpha
-// split; alpha = split_elems / block_elems). Part 0 cannot see the global gradient norm, so it
-// is only allowed with clipping off (config.h, optim.alpha); with clipping on every step is
-// part 1 (split_elems = 0): exact, and deferred until the norm is known. Optimizer state is
-// stored per part ("optim.store.blkL.p0/.p1": master, m, v of that range) so each part is one
-// contiguous extent; working parameters stay one slab and parts write their range of it.
+// split; alpha = 1 - split_elems / block_elems). Part 0 runs before the global norm is known:
+// with clipping off it is the step itself (a non-finite gradient then stops the run), with
+// clipping on it is speculative (Note [Speculative steps]). An iteration may also defer part 0
+// (`defer_part0`): both parts then run in the next forward, which is alpha = 1's schedule over
+// the same state layout. Optimizer state is stored per part ("optim.store.blkL.p0/.p1": master,
+// m, v of that range) so each part is one contiguous extent; working parameters stay one slab
+// and parts write their range of it.
+
+// Note [Speculative steps]
+// With clipping on and alpha < 1 (`speculative`), part 0 of each block steps in backward as if
+// the clip factor were 1 and the gradient finite, which is what the exact step does whenever the
+// norm does not clip (clip_scale is then exactly 1, and AdamW's g * 1 is g). Validation comes
+// with the norm, at the end of the iteration:
+//  - state: the speculative step reads "optim.store.blkL.p0" and writes its result to
+//    "optim.spec.blkL.p0" (on host, or through the optimizer stage to its own extent), so the
+//    state before the step survives until the norm is known;
+//  - gradient: the block's whole gradient is kept (its store on host, or written whole to
+//    storage) until the next iteration's backward replaces it;
+//  - valid (finite and not clipped): the trainer swaps the memory behind the two names, so
+//    "optim.store" names the new state. Nothing is copied or redone;
+//  - not valid: the repair plan (`repair`) runs at once, before the step ends: per block it reads
+//    the state before the step and the kept gradient, steps part 0 with the true clip factor (or,
+//    for a non-finite norm, skips: the state is copied unchanged and the working params are
+//    rewritten from the master), writes "optim.spec" and the params; then the same swap.
+// So every step boundary holds exactly the exact step's state: checkpoints, evaluation and
+// finish() never see a speculative value, and results are bit-identical to alpha = 1's. Part 1
+// always waits for the norm, as before. Between plans a name still means one piece of memory;
+// only the swap, between runs, changes which.
+// The cost: part 0's state once more (host memory, or storage), part 0's gradient range written to
+// storage when gradients live there, and a repair pass over part 0 of every block when a step
+// clips. Whether a step speculates or waits (`defer_part0`) is chosen per step by the trainer
+// (sched/speculation_policy.h), since waiting is cheaper where the norm clips often.
 
 // What a block's backward reads (docs/design.md §6): its forward, recomputed from its checkpoint,
 // or the saved set (Note [Saved activations] in model/block.h) kept on the device or offloaded.
@@ -61,11 +88,18 @@ struct ScheduleSpec {
   // Note [Optimizer split] (vertical only): part 0 has split_elems of block_elems elements.
   int64_t block_elems = 0;
   int64_t split_elems = 0;
-  // Vertical only: the previous iteration left its part-1 steps for this plan to run, before
-  // each block's first fetch; `iteration` false makes a plan that runs only those (the flush
-  // after the last step).
+  // Vertical only: the previous iteration left its part-1 steps (and its part-0 steps too, with
+  // `pending_part0`) for this plan to run, before each block's first fetch; `iteration` false
+  // makes a plan that runs only those (the flush after the last step), or with `repair` the
+  // repair of a speculative part 0 (Note [Speculative steps]).
   bool pending_steps = false;
+  bool pending_part0 = false;
   bool iteration = true;
+  // Vertical only (Note [Speculative steps]): part 0 waits for the next forward instead of
+  // stepping in backward; part 0's step in backward is speculative; the repair plan.
+  bool defer_part0 = false;
+  bool speculative = false;
+  bool repair = false;
   // Vertical only: per block (size `blocks`, or empty: recompute everywhere), and the bytes of one
   // block's saved set for one micro-batch. The last block runs forward and backward together and
   // needs none of this.

@@ -38,17 +38,26 @@ class VerticalPlan {
         tiers_(block_tiers(s)),
         has_part0_(s.split_elems > 0),
         has_part1_(s.block_elems <= 0 || s.split_elems < s.block_elems),
+        early_part0_(has_part0_ && !s.defer_part0),
+        keep_whole_grad_(s.defer_part0 || s.speculative),
         c_(add_common_slots(b_, s)) {
     add_block_slots();
     add_acts_slots();
     add_buffers();
     pending_.assign(static_cast<size_t>(L_), s.pending_steps && has_part1_);
+    pending0_.assign(static_cast<size_t>(L_), s.pending_steps && s.pending_part0 && has_part0_);
     params_slot_.assign(static_cast<size_t>(L_), -1);
   }
 
   Plan build() {
-    if (!s_.iteration) {  // the flush: only the pending steps
-      for (int l = 0; l < L_; ++l) pending_step(l, /*fetch=*/false);
+    if (!s_.iteration) {  // the flush: only the pending steps; or the repair
+      for (int l = 0; l < L_; ++l) {
+        if (s_.repair) {
+          repair_part0(l);
+        } else {
+          pending_step(l, /*fetch=*/false);
+        }
+      }
       return b_.take();
     }
     add_iteration_start(b_, c_, s_);
@@ -85,10 +94,15 @@ class VerticalPlan {
         }
       }
       optim_store_.push_back(parts);
-      // Read by the pending part-1 steps before this iteration's backward writes it again. On
-      // storage only part 1's range is ever written and read (part 0 steps from the stage).
-      grad_store_.push_back(
-          b_.slot(names::grad_store(l), tiers_.grads[l], s_.block_grad_bytes, s_.pending_steps));
+      optim_spec_.push_back(s_.speculative || s_.repair
+                                ? b_.slot(names::optim_spec(l), tiers_.optim[l],
+                                          part_bytes(s_.block_optim_bytes, n, a, 0))
+                                : -1);
+      // Read by the pending steps (and the repair) before this iteration's backward writes it
+      // again. On storage only the ranges they need are written and read (an early part 0
+      // steps from the stage).
+      grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], s_.block_grad_bytes,
+                                    s_.pending_steps || s_.repair));
       ckpt_.emplace_back(static_cast<size_t>(M_), -1);
       for (int i = 0; s_.iteration && i < M_; ++i) {
         const int m = vertical_micro_batch(l, i, M_);
@@ -150,12 +164,16 @@ class VerticalPlan {
                             tiers_.optim_on_storage || s_.embed_optim == Placement::storage);
     grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, s_.block_grad_bytes,
                             tiers_.grads_on_storage && s_.iteration);
-    grad_rstage_ = add_ring(b_, names::kGradRstage, Tier::host, s_.block_grad_bytes,
-                            tiers_.grads_on_storage && has_part1_);
+    grad_rstage_ =
+        add_ring(b_, names::kGradRstage, Tier::host, s_.block_grad_bytes,
+                 tiers_.grads_on_storage && (has_part1_ || s_.pending_part0 || s_.repair));
   }
 
   // ---- Parameters and the optimizer split (Note [Optimizer split]) ----------------------------
-  void step(int l, int part, int32_t grad, int32_t params_out, bool needs_norm) {
+  // `speculative`: part 0 stepped before the norm is known, or its repair, into the block's
+  // optim.spec slot (Note [Speculative steps]).
+  void step(int l, int part, int32_t grad, int32_t params_out, bool needs_norm,
+            bool speculative = false) {
     add_optimizer_step(b_, c_, s_,
                        {.block = l,
                         .part = part,
@@ -163,30 +181,35 @@ class VerticalPlan {
                         .state_store = optim_store_[l][part],
                         .params_out = params_out,
                         .params_store = params_store_[l],
-                        .needs_norm = needs_norm},
+                        .needs_norm = needs_norm,
+                        .state_out = speculative ? optim_spec_[l] : -1},
                        optim_stage_);
   }
 
-  // The pending part-1 step of block l (the previous iteration's gradient), then, when `fetch`,
-  // the block's params read toward the device. On storage, part 1's new params land in the
-  // fetch's stage and only part 0's range is read from storage. Returns the host slot the
+  // The pending steps of block l (the previous iteration's gradient: part 1, and part 0 when
+  // that iteration deferred it), then, when `fetch`, the block's params read toward the device.
+  // On storage, the new params land in the fetch's stage and only the range no pending step
+  // writes (part 0's, when it ran in backward) is read from storage. Returns the host slot the
   // device copy reads from.
   int32_t pending_step(int l, bool fetch) {
     const int k = fetch_count_++ % 2;
     const bool on_storage = tiers_.params[l] == Tier::storage;
     int32_t src = params_store_[l];
-    if (pending_[l]) {
-      pending_[l] = false;
+    if (pending_[l] || pending0_[l]) {
+      const bool part0 = pending0_[l], part1 = pending_[l];
+      pending_[l] = pending0_[l] = false;
       if (on_storage) {
         src = params_stage_.slots[k];
         const int64_t part0_bytes =
             part_bytes(s_.block_param_bytes, s_.block_elems, s_.split_elems, 0);
-        if (fetch && part0_bytes > 0) {
+        if (fetch && !part0 && part0_bytes > 0) {
           b_.transfer(TaskKind::params_read, {.block = l, .part = 0}, params_store_[l], src,
                       part0_bytes);
         }
       }
-      step(l, 1, part1_grad(l), src, true);
+      const int32_t grad = pending_grad(l, part0 ? 0 : 1);
+      if (part0) step(l, 0, grad, src, true);
+      if (part1) step(l, 1, grad, src, true);
     } else if (on_storage && fetch) {
       src = params_stage_.slots[k];
       b_.transfer(TaskKind::params_read, {.block = l}, params_store_[l], src, s_.block_param_bytes);
@@ -259,39 +282,60 @@ class VerticalPlan {
   }
 
   // ---- Gradients ------------------------------------------------------------------------------
-  // Part 1's byte range of block l's gradient (Note [Optimizer split]) from src to dst, at the
-  // same offset on both sides, so the part-1 step finds it where it belongs in either slot.
-  void move_part1_grad(TaskKind kind, int l, int32_t src, int32_t dst) {
-    const int64_t at = part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0);
-    b_.transfer_range(kind, {.block = l, .part = 1}, src, at, dst, at, s_.block_grad_bytes - at);
+  // The byte range of block l's gradient from part `from` on (Note [Optimizer split]: part 1's,
+  // or from part 0 the whole block), or part 0's alone (`only_part0`), from src to dst at the
+  // same offset on both sides, so a step finds it where it belongs in either slot.
+  void move_grad(TaskKind kind, int l, int32_t src, int32_t dst, int from,
+                 bool only_part0 = false) {
+    const int64_t at0 = part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0);
+    const int64_t at = from == 0 ? 0 : at0;
+    const int64_t end = only_part0 ? at0 : s_.block_grad_bytes;
+    b_.transfer_range(kind, {.block = l, .part = only_part0 ? 0 : (from == 0 ? -1 : 1)}, src, at,
+                      dst, at, end - at);
   }
-  // The host slot holding block l's gradient for its part-1 step: its store on host, or part 1's
-  // range read back into a stage.
-  int32_t part1_grad(int l) {
+  // The host slot holding block l's gradient for its pending steps from part `from` on: its
+  // store on host, or that range read back into a stage.
+  int32_t pending_grad(int l, int from) {
     if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
     const int32_t stage = grad_rstage_.take();
-    move_part1_grad(TaskKind::grad_read, l, grad_store_[l], stage);
+    move_grad(TaskKind::grad_read, l, grad_store_[l], stage, from);
     return stage;
+  }
+
+  // The repair of block l's speculative part 0 (Note [Speculative steps]): its kept gradient,
+  // the state before the step, and the true clip factor (or a skip), into optim.spec and the
+  // working params.
+  void repair_part0(int l) {
+    int32_t grad = grad_store_[l];
+    if (b_.tier(grad) == Tier::storage) {
+      grad = grad_rstage_.take();
+      move_grad(TaskKind::grad_read, l, grad_store_[l], grad, 0, /*only_part0=*/true);
+    }
+    const bool on_storage = tiers_.params[l] == Tier::storage;
+    step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], true, true);
   }
 
   void zero_grad(int l) {
     b_.task(TaskKind::grad_zero, {.block = l}, {slot_write(grad_acc_[l % 2], Role::grad)});
   }
-  // The gradient leaves the device once; its sum of squares, then part 0's step (clipping
-  // off), run on cpu_optim while compute goes on with earlier blocks. A gradient kept on storage
-  // passes through a host stage, where those read it, and only part 1's range, which waits for
-  // the next plan, is written out.
+  // The gradient leaves the device once; its sum of squares, then part 0's step (unless
+  // deferred; speculative with clipping on), run on cpu_optim while compute goes on with
+  // earlier blocks. A gradient kept on storage passes through a host stage, where those read it,
+  // and only what a later plan needs is written out: part 1's range, or the whole gradient when
+  // part 0 waits or may be repaired.
   void finish_block(int l) {
     const bool grad_on_storage = b_.tier(grad_store_[l]) == Tier::storage;
     const int32_t grad = grad_on_storage ? grad_wstage_.take() : grad_store_[l];
     b_.transfer(TaskKind::grad_out, {.block = l}, grad_acc_[l % 2], grad, s_.block_grad_bytes);
     add_grad_sumsq(b_, c_, l, grad, s_.block_grad_bytes);
-    if (has_part0_) {
+    if (early_part0_) {
       const bool on_storage = tiers_.params[l] == Tier::storage;
-      step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false);
+      step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false,
+           s_.speculative);
     }
-    if (grad_on_storage && has_part1_)
-      move_part1_grad(TaskKind::grad_write, l, grad, grad_store_[l]);
+    if (grad_on_storage && (has_part1_ || keep_whole_grad_)) {
+      move_grad(TaskKind::grad_write, l, grad, grad_store_[l], keep_whole_grad_ ? 0 : 1);
+    }
   }
 
   // ---- Forward --------------------------------------------------------------------------------
@@ -407,12 +451,15 @@ class VerticalPlan {
   const int L_, M_;
   const BlockTiers tiers_;
   const bool has_part0_, has_part1_;
+  const bool early_part0_;      // part 0 steps in backward (Note [Optimizer split])
+  const bool keep_whole_grad_;  // the whole gradient waits for a later plan, not part 1's range
   PlanBuilder b_;
   const CommonSlots c_;
 
   // Per block: state between plans, checkpoints and saved sets ([block][micro-batch]).
   std::vector<int32_t> params_store_, grad_store_;
   std::vector<std::array<int32_t, 2>> optim_store_;  // [block][part]
+  std::vector<int32_t> optim_spec_;  // [block]: part 0 after a speculative step, or -1
   std::vector<std::vector<int32_t>> ckpt_, acts_;
   bool any_acts_offloaded_ = false, any_acts_on_storage_ = false;
   // Device double buffers and per-micro-batch gradients of activations.
@@ -423,10 +470,11 @@ class VerticalPlan {
       acts_rstage_, grad_wstage_, grad_rstage_;
 
   // Progress through the iteration.
-  int fetch_count_ = 0;        // params fetches so far: picks params.buf / params.stage
-  int act_k_ = 0;              // act.buf holding the current micro-batch's input
-  int bwd_j_ = 0;              // bwd.in.buf (and acts.in.buf) of the current backward micro-batch
-  std::vector<bool> pending_;  // part-1 steps not yet emitted, per block
+  int fetch_count_ = 0;         // params fetches so far: picks params.buf / params.stage
+  int act_k_ = 0;               // act.buf holding the current micro-batch's input
+  int bwd_j_ = 0;               // bwd.in.buf (and acts.in.buf) of the current backward micro-batch
+  std::vector<bool> pending_;   // part-1 steps not yet emitted, per block
+  std::vector<bool> pending0_;  // part-0 steps deferred by the previous iteration, not emitted
   std::vector<int32_t> params_slot_;  // device buffer holding each block's params
   struct QueuedFetch {
     int block = -1;

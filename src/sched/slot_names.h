@@ -27,6 +27,10 @@ inline std::string params_store(int64_t l) {  // working params, host or storage
 inline std::string optim_store(int64_t l, int32_t part = -1) {
   return "optim.store" + blk(l) + (part >= 0 ? ".p" + std::to_string(part) : std::string());
 }
+// A block's part-0 state after a speculative step, until validated (Note [Speculative steps]).
+inline std::string optim_spec(int64_t l) {
+  return "optim.spec" + blk(l) + ".p0";
+}
 inline std::string grad_store(int64_t l) {  // a block's gradient until its step, host or storage
   return "grad.store" + blk(l);
 }

@@ -15,6 +15,7 @@ enum class Access : uint8_t {
   write,
   read_write,
   write_maybe_read,  // written; also read when the task accumulates into it
+  read_maybe_write,  // read; also written when the task has no separate output for it
 };
 
 struct RoleSpec {
@@ -44,6 +45,9 @@ constexpr RoleSpec rw(Role r) {
 }
 constexpr RoleSpec acc(Role r) {
   return {r, Access::write_maybe_read, false};
+}
+constexpr RoleSpec upd(Role r) {
+  return {r, Access::read_maybe_write, false};
 }
 
 constexpr KindInfo transfer(const char* name, const char* label, Resource r, StateKind moves,
@@ -133,8 +137,9 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      false,
      Resource::cpu_optim,
      StateKind::none,
-     {rd(Role::grad), rw(Role::state), wr(Role::params), rd(Role::clip, true)},
-     4},
+     {rd(Role::grad), upd(Role::state), wr(Role::params), rd(Role::clip, true),
+      wr(Role::state_out, true)},
+     5},
     {"embed_step",
      "adamw",
      true,
@@ -159,6 +164,8 @@ bool access_fits(Access a, bool reads, bool writes) {
       return reads && writes;
     case Access::write_maybe_read:
       return writes;
+    case Access::read_maybe_write:
+      return reads;
   }
   return false;
 }
@@ -173,6 +180,8 @@ const char* access_name(Access a) {
       return "read and written";
     case Access::write_maybe_read:
       return "written";
+    case Access::read_maybe_write:
+      return "read";
   }
   return "?";
 }
@@ -217,9 +226,9 @@ const char* task_kind_name(TaskKind k) {
 
 const char* role_name(Role r) {
   static constexpr std::array<const char*, kRoleCount> kNames = {
-      "unspecified", "src",  "dst",    "params", "input", "output", "saved",
-      "grad",        "dact", "tokens", "losses", "state", "clip",   "sums"};
-  static_assert(static_cast<int>(Role::sums) + 1 == kRoleCount);
+      "unspecified", "src",    "dst",    "params", "input", "output", "saved",    "grad",
+      "dact",        "tokens", "losses", "state",  "clip",  "sums",   "state_out"};
+  static_assert(static_cast<int>(Role::state_out) + 1 == kRoleCount);
   return static_cast<int>(r) < kRoleCount ? kNames[static_cast<size_t>(r)] : "?";
 }
 

@@ -53,8 +53,9 @@ enum class TaskKind : uint8_t {
   grad_accumulate,  // {src read, grad [read+]write}: grad = [grad +] src
   grad_sumsq,       // {grad read, sums write}: the slabs' sums of squares
   grad_norm,        // {sums read, clip write}: global norm -> clip factor (or skip)
-  block_step,       // {grad read, state read+write, params write, [clip read]}: AdamW, one part
-  embed_step,       // {grad read, clip read, state read+write, params write}
+  block_step,  // {grad read, state read[+write], params write, [clip read], [state_out write]}:
+               // AdamW, one part; into state_out when it has one (Note [Speculative steps])
+  embed_step,  // {grad read, clip read, state read+write, params write}
 };
 inline constexpr int kTaskKindCount = 28;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
@@ -75,8 +76,10 @@ enum class Role : uint8_t {
   state,        // optimizer state (master, m, v)
   clip,         // the clip factor (or "skip") from the global norm
   sums,         // per-slab sums of squares of the gradient
+  state_out,    // where a step writes optimizer state it read from `state` (Note [Speculative
+                // steps] in schedule_spec.h)
 };
-inline constexpr int kRoleCount = 14;
+inline constexpr int kRoleCount = 15;
 const char* role_name(Role r);  // "params", ...
 
 // Which kind of state a transfer moves (Plan statistics count bytes per state and resource).
