@@ -4,9 +4,13 @@
 #   model: GPT, 8 blocks x C=384 (6 heads), vocab 256, T=256: 14.4M parameters, f32 on the CPU;
 #          micro-batch B=1 x T=256, M in {1, 2, 4, 8, 16} micro-batches (256..4096 tokens/iter).
 #   placement: params and optimizer state on storage (io.dirs), block-input checkpoints on host.
-#   runs per M, back to back: horizontal (clip off), vertical (clip off, alpha chosen per M,
-#          below) and vertical_clip (clip on, so alpha 1: every optimizer step exact, its I/O deferred
-#          whole to the next forward) — the cost of exact clipping on this schedule.
+#   runs per M, back to back: horizontal (clip off); vertical (clip off, alpha chosen per M by
+#          the trainer, below); vertical_clip (clip on at alpha 1: every optimizer step waits for
+#          the norm, its I/O deferred whole to the next forward: exact clipping before
+#          speculation); vertical_spec (clip on at a threshold no step reaches, alpha chosen, the
+#          backward part of each step speculative: Note [Speculative steps]); vertical_always
+#          (clip on at a threshold every step exceeds, alpha chosen, speculation "auto": it
+#          repairs step 0, then waits for the norm).
 # Per run, figures are medians over the steps after step 0 (warm-up; vertical's first iteration
 # also has no pending optimizer steps). The report puts tokens/s, iteration time and the
 # roofline ideal (the busiest resource's busy time; compute and cpu_optim counted as one, since
@@ -28,19 +32,24 @@
 # here first (an unthrottled vertical run) rather than hard-coded, since it depends on the CPU;
 # r = P/c, rounded to a whole MB/s.
 #
-# Alpha (the part of each block's optimizer step run in the next forward). Even bytes are not
-# even time: the forward holds about a quarter of the compute (the backward also recomputes), so
-# near the crossover alpha 0.5 leaves the forward storage-bound and the backward compute-bound.
-# Per M the script picks the alpha with the least predicted time of a two-phase model (within a
-# phase compute, reads and writes overlap; the phases add: schedules_report.py phase_time), as
-# GreedySnake's LP does; x = 1 gives 0.5 at M = 1, 2 and 8, 0.35 at M = 4, 1 at M = 16.
+# Alpha (the part of each block's optimizer step run in the next forward) is the trainer's own
+# choice (optim.alpha "auto"): `strata profile` measures this machine once, and each vertical run
+# gets --profile, so the planner simulates the run's own plans (at the run's rate limits) for
+# each alpha and takes the fastest (docs/design.md §5.7). The choice is read back from the run's
+# log into the table.
+#
+# The cost of clipping: clip_spec_cost = vertical / vertical_spec tokens/s (clipping that never
+# triggers, with speculation; goal <= 1.03) and clip_always_cost = vertical_clip /
+# vertical_always tokens/s (clipping in every step: the speculation policy against alpha 1;
+# goal <= 1.03); clip_on_cost (vertical / vertical_clip) is what exact clipping cost before.
 #
 # Env overrides: STRATA_BIN (default: build it, then $STRATA_BUILD_DIR/strata), OUT_DIR (report,
 # runs, trace; default $STRATA_BUILD_DIR/bench_out), STRATA_BENCH_STORE (where the store file
 # goes; default under OUT_DIR; a real disk is best, tmpfs works since the limiter sets the pace),
 # STRATA_BENCH_STEPS (4), STRATA_BENCH_MS ("1 2 4 8 16"), STRATA_BENCH_LAYERS (8),
-# STRATA_BENCH_RATE (bytes/s; skips the calibration), STRATA_BENCH_ALPHA (auto: per M; or a
-# number for every M; with STRATA_BENCH_RATE and no number, 0.5).
+# STRATA_BENCH_RATE (bytes/s; skips the calibration), STRATA_BENCH_ALPHA (auto: the trainer's
+# choice from the profile; or a number for every M), STRATA_BENCH_PROFILE (a profile to use
+# instead of measuring one).
 #   usage: bench/schedules.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,19 +70,18 @@ store=$(mktemp -d "${STRATA_BENCH_STORE:-$out}/store.XXXXXX")
 trap 'rm -rf "$store"' EXIT
 report=(/usr/bin/python3 bench/schedules_report.py)
 
-common=(--set "model.n_layer=$layers" --set "model.n_embd=$embd" --set "model.n_head=$heads"
+model=(--set "model.n_layer=$layers" --set "model.n_embd=$embd" --set "model.n_head=$heads"
   --set "model.vocab_size=$vocab" --set "model.context_length=$seq" --set "train.seq_len=$seq"
-  --set "train.batch_size=$batch" --set "train.steps=$steps" --set "io.dirs=[\"$store\"]"
+  --set "train.batch_size=$batch")
+common=("${model[@]}" --set "train.steps=$steps" --set "io.dirs=[\"$store\"]"
   --set offload.params_on_host=0 --set offload.optim_on_host=0
   --set offload.checkpoints_on_host=1 --set offload.grads_on_host=1)
 declare -A flags=(
   [horizontal]="--set train.schedule=horizontal --set optim.grad_clip=0"
   [vertical]="--set train.schedule=vertical --set optim.grad_clip=0"
-  [vertical_clip]="--set train.schedule=vertical --set optim.grad_clip=1 --set optim.alpha=1")
-
-block_bytes() {  # one block's f32 params: 12C^2 weights + 13C biases and norms
-  echo $((4 * (12 * embd * embd + 13 * embd)))
-}
+  [vertical_clip]="--set train.schedule=vertical --set optim.grad_clip=1 --set optim.alpha=1"
+  [vertical_spec]="--set train.schedule=vertical --set optim.grad_clip=1e6"
+  [vertical_always]="--set train.schedule=vertical --set optim.grad_clip=1e-6")
 
 run() {  # name M rate [extra flags...] -> $runs/<name>_M<M>.jsonl (and .log)
   local name=$1 m=$2 rate=$3
@@ -91,7 +99,6 @@ run() {  # name M rate [extra flags...] -> $runs/<name>_M<M>.jsonl (and .log)
 
 if [ -n "${STRATA_BENCH_RATE:-}" ]; then
   rate=$STRATA_BENCH_RATE calib_c=
-  [ "$alpha" = auto ] && alpha=0.5  # the per-M choice needs the calibrated compute time
   echo "schedules: rate $rate B/s from STRATA_BENCH_RATE (no calibration)" >&2
 else
   echo "schedules: calibrating c (unthrottled vertical, M=$calib_m)" >&2
@@ -100,27 +107,37 @@ else
     --layers "$layers" --embd $embd --micro-batches $calib_m)
 fi
 
+# The alpha of the runs that choose it: the trainer's, from a profile of this machine.
+alpha_flags=(--set "optim.alpha=$alpha")
+if [ "$alpha" = auto ]; then
+  prof=${STRATA_BENCH_PROFILE:-$out/profile.json}
+  if [ -z "${STRATA_BENCH_PROFILE:-}" ]; then
+    echo "schedules: strata profile (for the trainer's choice of alpha)" >&2
+    "$STRATA_BIN" profile --out "$prof" --dir "$store" --quiet "${model[@]}" \
+      >"$runs/profile.log" 2>&1 || { cat "$runs/profile.log" >&2; exit 1; }
+  fi
+  alpha_flags=(--profile "$prof")
+fi
+
 i=0
+runs_per_m=(horizontal vertical vertical_clip vertical_spec vertical_always)
 for m in $ms; do
   # Rotate which schedule goes first so that a slow spell on the machine does not always land
   # on the same one.
-  order=(horizontal vertical vertical_clip)
-  order=("${order[@]:i%3}" "${order[@]:0:i%3}")
-  # Vertical's alpha: per M, the least predicted time of the phase model (schedules_report.py
-  # phase_time) for x = P/(r c), or the fixed STRATA_BENCH_ALPHA.
-  a=$alpha
-  if [ "$alpha" = auto ]; then
-    x=$(/usr/bin/python3 -c "print($(block_bytes) / ($rate * $calib_c))")
-    a=$("${report[@]}" alpha --m "$m" --x "$x")
-  fi
-  echo "$a" >"$runs/alpha_M$m"
+  order=("${runs_per_m[@]:i%5}" "${runs_per_m[@]:0:i%5}")
   for name in "${order[@]}"; do
     echo "schedules: M=$m $name" >&2
     extra=()
-    [ "$name" = vertical ] && extra=(--set "optim.alpha=$a")
+    [[ $name == vertical || $name == vertical_spec || $name == vertical_always ]] &&
+      extra=("${alpha_flags[@]}")
     [ "$name" = vertical ] && [ "$m" = "$trace_m" ] && extra+=(--trace "$out/vertical_trace.json")
     run "$name" "$m" "$rate" "${extra[@]}"
   done
+  # The alpha the vertical run took (logged by the trainer), or the fixed one.
+  a=$alpha
+  [ "$alpha" = auto ] &&
+    a=$(sed -n 's/.*optim.alpha auto: \([0-9.]*\).*/\1/p' "$runs/vertical_M$m.log" | head -1)
+  echo "${a:-1}" >"$runs/alpha_M$m"
   i=$((i + 1))
 done
 

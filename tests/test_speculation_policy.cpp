@@ -60,5 +60,21 @@ TEST(SpeculationPolicy, MeasuredCostsReplaceThePrediction) {
   EXPECT_FALSE(p.speculate()) << p.why();
 }
 
+// Near the break-even the choice holds: waiting measured 1% cheaper does not switch a
+// speculating run (each switch costs a step doing both), 10% does.
+TEST(SpeculationPolicy, SwitchesOnlyForAClearGain) {
+  SpeculationPolicy p(Speculation::automatic, 10);
+  p.set_costs(1.0, 1.02, 1.0, "simulated");
+  EXPECT_TRUE(p.speculate());
+  p.record(false, false, 0.99, 0.0);  // waiting measured at 0.99 s
+  EXPECT_TRUE(p.speculate()) << p.why();
+  for (int i = 0; i < 4; ++i) p.record(false, false, 0.90, 0.0);  // median 0.90
+  EXPECT_FALSE(p.speculate()) << p.why();
+  // Predicted costs that favour waiting even with no clip: the first step waits.
+  SpeculationPolicy q(Speculation::automatic, 10);
+  q.set_costs(1.1, 1.0, 1.0, "simulated");
+  EXPECT_FALSE(q.speculate()) << q.why();
+}
+
 }  // namespace
 }  // namespace strata

@@ -285,12 +285,15 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
     cfg = load_config_from_args(a);
   }
   if (!cfg.ok()) return SetupError{cfg.status().message()};
-  // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h).
-  if (a.has("profile") && !a.has("auto")) return SetupError{"--profile is only used with --auto"};
+  // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h). Else
+  // optim.alpha "auto" is simulated with --profile, when given.
   if (a.has("auto")) {
     cfg = auto_configure(*cfg, a.get("profile"));
     if (!cfg.ok()) return SetupError{cfg.status().message()};
   }
+  AlphaChoice predicted;
+  cfg = resolve_auto_alpha(*cfg, a.get("profile"), &predicted);
+  if (!cfg.ok()) return SetupError{cfg.status().message()};
   run.cfg = *cfg;
   const TrainConfig& c = run.cfg;
 
@@ -348,6 +351,10 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto trainer = create_trainer(*run.device, c);
   if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
   run.trainer = std::move(*trainer);
+  if (predicted.wait_iter_s > 0) {
+    run.trainer->set_speculation_costs(predicted.iter_s, predicted.wait_iter_s, predicted.repair_s,
+                                       "simulated");
+  }
   run.quiet = a.has("quiet");
   return std::nullopt;
 }

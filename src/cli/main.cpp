@@ -16,6 +16,7 @@ const char* kUsage =
     "            --trace FILE  --report FILE.html (needs --metrics)  --quiet\n"
     "            --save-every N --checkpoint-dir DIR [--keep K] [--save-sync]  --resume DIR\n"
     "            --auto --profile HW.json (the planner picks schedule, B x M, placement, alpha)\n"
+    "            --profile HW.json alone: optim.alpha \"auto\" is simulated with it\n"
     "            --init-from HF_DIR (start from a Hugging Face GPT-2 or Llama: config + weights)\n"
     "  prepare   turn a text file into tokens (llm.c .bin: uint16, or uint32 over 65536 ids)\n"
     "            --in TEXT --out FILE.bin  --tokenizer byte (default) | tokenizer.json | x.model\n"

@@ -138,6 +138,79 @@ TierBudgets planner_budgets(const TrainConfig& cfg, const HardwareProfile& p) {
   return b;
 }
 
+namespace {
+
+// The simulated iteration of the plan `spec` describes, with the config's storage rates.
+Result<SimResult> simulate_spec(const TrainConfig& cfg, const HardwareProfile& profile,
+                                const ScheduleSpec& spec, const Plan& plan, bool record_trace) {
+  CostContext ctx = cost_context(spec, static_cast<double>(cfg.batch_size * cfg.seq_len));
+  ctx.read_bytes_per_s = static_cast<double>(cfg.io.read_bytes_per_s);
+  ctx.write_bytes_per_s = static_cast<double>(cfg.io.write_bytes_per_s);
+  SimOptions so = sim_options(profile);
+  so.record_trace = record_trace;
+  return simulate(plan, task_durations(plan, profile, ctx), so);
+}
+
+// The simulated seconds of a variant of the steady plan: planner_spec(cfg) changed by `change`.
+template <typename Change>
+Result<double> simulate_variant(const TrainConfig& cfg, const HardwareProfile& profile,
+                                Change&& change) {
+  ScheduleSpec spec = planner_spec(cfg, profile);
+  change(spec);
+  const Plan plan = make_offload_plan(spec, cfg.schedule);
+  STRATA_RETURN_IF_ERROR(check_plan(plan, planner_budgets(cfg, profile)));
+  STRATA_ASSIGN_OR_RETURN(SimResult sim, simulate_spec(cfg, profile, spec, plan, false));
+  return sim.iter_s;
+}
+
+}  // namespace
+
+Result<AlphaChoice> choose_alpha(const TrainConfig& cfg, const HardwareProfile& profile,
+                                 const std::vector<double>& alphas) {
+  AlphaChoice best;
+  bool found = false;
+  Status last = invalid_argument("planner: no alpha to try");
+  for (double alpha : alphas) {
+    TrainConfig c = cfg;
+    c.optim.alpha = alpha;
+    auto p = predict(c, profile);
+    if (!p.ok()) {
+      last = p.status();
+      continue;
+    }
+    if (alpha == 1.0) best.alpha1_iter_s = p->iter_s;
+    if (!found || p->iter_s < best.iter_s) {
+      best.alpha = alpha;
+      best.iter_s = p->iter_s;
+    }
+    found = true;
+  }
+  if (!found) return last;
+  if (best.alpha1_iter_s == 0) {
+    TrainConfig c = cfg;
+    c.optim.alpha = 1.0;
+    STRATA_ASSIGN_OR_RETURN(Prediction p1, predict(c, profile));
+    best.alpha1_iter_s = p1.iter_s;
+  }
+  if (cfg.optim.grad_clip > 0 && best.alpha < 1) {
+    TrainConfig c = cfg;
+    c.optim.alpha = best.alpha;
+    // Note [Speculative steps]: the waiting iteration (part 0 deferred, both parts pending) and
+    // the repair plan.
+    STRATA_ASSIGN_OR_RETURN(best.wait_iter_s, simulate_variant(c, profile, [](ScheduleSpec& s) {
+                              s.speculative = false;
+                              s.defer_part0 = true;
+                              s.pending_part0 = true;
+                            }));
+    STRATA_ASSIGN_OR_RETURN(best.repair_s, simulate_variant(c, profile, [](ScheduleSpec& s) {
+                              s.speculative = false;
+                              s.iteration = false;
+                              s.repair = true;
+                            }));
+  }
+  return best;
+}
+
 Result<Prediction> predict(const TrainConfig& cfg, const HardwareProfile& profile, bool keep_plan) {
   if (!is_offloaded(cfg.schedule)) {
     return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
@@ -150,12 +223,7 @@ Result<Prediction> predict(const TrainConfig& cfg, const HardwareProfile& profil
   const ScheduleSpec spec = planner_spec(cfg, profile);
   Plan plan = make_offload_plan(spec, cfg.schedule);
   STRATA_RETURN_IF_ERROR(check_plan(plan, planner_budgets(cfg, profile)));
-  CostContext ctx = cost_context(spec, static_cast<double>(cfg.batch_size * cfg.seq_len));
-  ctx.read_bytes_per_s = static_cast<double>(cfg.io.read_bytes_per_s);
-  ctx.write_bytes_per_s = static_cast<double>(cfg.io.write_bytes_per_s);
-  SimOptions so = sim_options(profile);
-  so.record_trace = keep_plan;
-  STRATA_ASSIGN_OR_RETURN(SimResult sim, simulate(plan, task_durations(plan, profile, ctx), so));
+  STRATA_ASSIGN_OR_RETURN(SimResult sim, simulate_spec(cfg, profile, spec, plan, keep_plan));
   Prediction pr;
   pr.choice = choice_of(cfg);
   pr.iter_s = sim.iter_s;
@@ -325,6 +393,38 @@ Result<TrainConfig> auto_configure(const TrainConfig& cfg, const std::string& pr
                 r.best.bound.c_str());
   log_info(line);
   return apply_choice(cfg, c);
+}
+
+Result<TrainConfig> resolve_auto_alpha(const TrainConfig& cfg, const std::string& profile_path,
+                                       AlphaChoice* costs) {
+  if (cfg.optim.alpha.has_value() || cfg.schedule != Schedule::vertical) return cfg;
+  TrainConfig out = cfg;
+  if (profile_path.empty()) {
+    out.optim.alpha = 1.0;
+    log_info(
+        "optim.alpha auto: 1 (no --profile to simulate this run's plans with; `strata profile "
+        "--out HW.json` measures one)");
+    return out;
+  }
+  STRATA_ASSIGN_OR_RETURN(HardwareProfile prof, load_profile(profile_path));
+  STRATA_ASSIGN_OR_RETURN(AlphaChoice a, choose_alpha(cfg, prof));
+  out.optim.alpha = a.alpha;
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "optim.alpha auto: %.2f from the simulation of this run's plans (profile %s): "
+                "predicted %.3f s/iteration against %.3f s at alpha 1",
+                a.alpha, prof.name.c_str(), a.iter_s, a.alpha1_iter_s);
+  std::string text = line;
+  if (a.wait_iter_s > 0) {
+    std::snprintf(line, sizeof line,
+                  "; with clipping on, part 0 speculates: %.3f s waiting for the norm instead, "
+                  "+%.3f s to repair a step that clips",
+                  a.wait_iter_s, a.repair_s);
+    text += line;
+  }
+  log_info(text);
+  if (costs != nullptr) *costs = a;
+  return out;
 }
 
 }  // namespace strata

@@ -97,6 +97,19 @@ struct Sensitivity {
 };
 std::vector<Sensitivity> sensitivity(const TrainConfig& cfg, const HardwareProfile& profile);
 
+// optim.alpha "auto" for a vertical run (docs/design.md §5.7): of `alphas`, the alpha whose
+// steady iteration the simulator predicts fastest (the first of equals), and its prediction
+// beside alpha 1's. With clipping on, also what the speculation policy weighs (Note [Choosing to
+// speculate] in sched/speculation_policy.h): the steady iteration when part 0 waits for the
+// norm, and the repair a clipped speculative step adds.
+struct AlphaChoice {
+  double alpha = 1;
+  double iter_s = 0, alpha1_iter_s = 0;
+  double wait_iter_s = 0, repair_s = 0;  // 0 without clipping (no speculation)
+};
+Result<AlphaChoice> choose_alpha(const TrainConfig& cfg, const HardwareProfile& profile,
+                                 const std::vector<double>& alphas = SearchOptions{}.alphas);
+
 }  // namespace strata
 
 namespace strata {
@@ -104,4 +117,11 @@ namespace strata {
 // config's sequences per step, placement, alpha) applied to cfg, with a one-line log of the choice
 // and its prediction. invalid_argument when the profile is missing or bad, or nothing fits.
 Result<TrainConfig> auto_configure(const TrainConfig& cfg, const std::string& profile_path);
+
+// `strata train` with optim.alpha "auto": for the vertical schedule with a profile, choose_alpha's
+// alpha, logged with its prediction (and the step costs the speculation policy starts from,
+// into `costs` when not null); without a profile alpha 1, logged with how to get one. Other
+// schedules: unchanged.
+Result<TrainConfig> resolve_auto_alpha(const TrainConfig& cfg, const std::string& profile_path,
+                                       AlphaChoice* costs);
 }  // namespace strata

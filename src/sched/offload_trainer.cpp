@@ -434,6 +434,7 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
     std::memcpy(tok + k * 2 * BT + BT, targets + k * BT, static_cast<size_t>(BT * 4));
   }
   const bool defer = speculative_ && !policy_.speculate();
+  const Pending pending_before = pending_;
   BoundPlan& bp = plan_for(iteration_key(defer));
   const auto run_t0 = std::chrono::steady_clock::now();
   Status st = run(bp);
@@ -453,7 +454,11 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
     const bool clipped = state_.skip || state_.grad_scale != 1.0f;
     last_mode_ = defer ? StepMode::waited : clipped ? StepMode::repaired : StepMode::speculated;
     const bool before = policy_.speculate();
-    policy_.record(clipped, !defer, run_s, repair_s);
+    // Costs to weigh come from steady steps only: step 0 warms up (first touch of every
+    // buffer), and a step that switches also does the other kind's part-0 work.
+    const bool steady =
+        steps_done_ > 0 && pending_before == (defer ? Pending::both : Pending::part1);
+    policy_.record(clipped, !defer, steady ? run_s : 0.0, steps_done_ > 0 ? repair_s : 0.0);
     if (steps_done_ == 0 || policy_.speculate() != before) log_info(policy_.why());
   }
 

@@ -123,7 +123,7 @@ class OffloadTrainer final : public Trainer {
   // Vertical with clipping on and alpha < 1 (Note [Speculative steps]): the policy choosing per
   // step, and what the last step did. Costs for the policy from a simulation (planner).
   void set_speculation_costs(double spec_s, double wait_s, double repair_s,
-                             const std::string& source) {
+                             const std::string& source) override {
     policy_.set_costs(spec_s, wait_s, repair_s, source);
   }
   bool speculates() const { return speculative_; }

@@ -23,13 +23,15 @@ namespace strata {
 //    device once per block into its own slot ("grad.store.blkL"), or, when the block's gradient
 //    lives on storage, into a host stage from which only part 1's range is written out (read
 //    back before the pending step); its sum of squares is taken on cpu_optim.
-//  - optimizer (Note [Optimizer split]): part 0 of a block (split_elems elements; only with
-//    clipping off) is stepped right after its gradient reached host, while earlier blocks'
+//  - optimizer (Note [Optimizer split]): part 0 of a block (split_elems elements; speculative
+//    with clipping on, Note [Speculative steps]; deferred with the rest when defer_part0) is
+//    stepped right after its gradient reached host, while earlier blocks'
 //    backward computes; part 1 is left pending and this plan's successor (pending_steps) steps
 //    it just before the block's first fetch, in forward, reading the state ahead and writing
 //    the new params straight into the stage the fetch copies from (part 0's range is read from
 //    storage into the same stage), so no block is ever computed with stale weights. The flush
-//    plan (iteration = false) runs only the pending steps, after the last iteration.
+//    plan (iteration = false) runs only the pending steps, after the last iteration; the repair
+//    plan (repair) redoes every block's speculative part 0 (Note [Speculative steps]).
 //  - the embedding group steps after the global norm at the end of the iteration (its state on
 //    host, or on storage stepped in chunks: Note [Embed step in chunks]; it is needed first thing
 //    in the next forward).

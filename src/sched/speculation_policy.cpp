@@ -24,7 +24,9 @@ void SpeculationPolicy::Cost::add(double s) {
 }
 
 SpeculationPolicy::SpeculationPolicy(Speculation mode, int32_t window)
-    : mode_(mode), window_(std::max<int32_t>(window, 1)) {}
+    : mode_(mode), window_(std::max<int32_t>(window, 1)) {
+  decide(true);
+}
 
 void SpeculationPolicy::set_costs(double spec_s, double wait_s, double repair_s,
                                   const std::string& source) {
@@ -32,6 +34,7 @@ void SpeculationPolicy::set_costs(double spec_s, double wait_s, double repair_s,
   wait_.predicted = wait_s;
   repair_.predicted = repair_s;
   source_ = source;
+  decide(true);
 }
 
 void SpeculationPolicy::record(bool clipped, bool speculated, double iteration_s, double repair_s) {
@@ -39,6 +42,7 @@ void SpeculationPolicy::record(bool clipped, bool speculated, double iteration_s
   if (static_cast<int32_t>(clipped_.size()) > window_) clipped_.pop_front();
   (speculated ? spec_ : wait_).add(iteration_s);
   if (speculated && clipped) repair_.add(repair_s);
+  decide(false);
 }
 
 double SpeculationPolicy::clip_rate() const {
@@ -47,12 +51,23 @@ double SpeculationPolicy::clip_rate() const {
   return static_cast<double>(n) / static_cast<double>(clipped_.size());
 }
 
-bool SpeculationPolicy::speculate() const {
-  if (mode_ != Speculation::automatic) return mode_ == Speculation::on;
+void SpeculationPolicy::decide(bool fresh) {
+  if (mode_ != Speculation::automatic) {
+    choice_ = mode_ == Speculation::on;
+    return;
+  }
   const double p = clip_rate();
   const double s = spec_.value(), w = wait_.value(), r = repair_.value();
-  if (s > 0 && w > 0 && r > 0) return s + p * r <= w;
-  return p <= kDefaultRate;
+  if (!(s > 0 && w > 0 && r > 0)) {
+    choice_ = p <= kDefaultRate;
+    return;
+  }
+  const double gain = w - (s + p * r);  // > 0: speculating is cheaper
+  if (fresh) {
+    choice_ = gain >= 0;
+  } else if (choice_ ? gain < -kSwitchMargin * w : gain > kSwitchMargin * w) {
+    choice_ = !choice_;
+  }
 }
 
 std::string SpeculationPolicy::why() const {

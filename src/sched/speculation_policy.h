@@ -18,22 +18,27 @@ namespace strata {
 // steps whatever they did, since a waiting step learns from its norm whether it would have
 // clipped. The costs come from the planner's simulation of the run's own plans when a profile
 // was given (set_costs), and from the run's own measured times as they arrive (each the median
-// of its last few measurements); until all three are known, the rule is p <= kDefaultRate.
-// The first step speculates: nothing has clipped yet. "on" and "off" (optim.speculation) force
-// the choice; whichever is made, the result is bit-identical.
+// of its last few measurements, taken only from steady steps: a step that switches between the
+// two does both kinds of part-0 work once); until all three are known, the rule is
+// p <= kDefaultRate. Once the costs are known a choice is changed only for a gain above
+// kSwitchMargin of a step: near the break-even, noise in the measurements would otherwise flip
+// it back and forth, and each switch costs a step that does both. The first step speculates
+// unless the predicted costs say waiting is cheaper even when nothing clips. "on" and "off"
+// (optim.speculation) force the choice; whichever is made, the result is bit-identical.
 class SpeculationPolicy {
  public:
   static constexpr double kDefaultRate = 0.25;
+  static constexpr double kSwitchMargin = 0.05;
   explicit SpeculationPolicy(Speculation mode, int32_t window = 20);
 
   // Predicted costs in seconds of a step that speculates with a valid norm, one that waits, and
   // the repair a clipped speculative step adds; `source` says where they come from, for the log.
   void set_costs(double spec_s, double wait_s, double repair_s, const std::string& source);
   // After a step: whether its norm clipped or was non-finite, whether it speculated, the seconds
-  // of its iteration and of its repair (0: none ran).
+  // of its iteration and of its repair (0: not a cost to weigh, e.g. a switching step, or none).
   void record(bool clipped, bool speculated, double iteration_s, double repair_s);
 
-  bool speculate() const;
+  bool speculate() const { return choice_; }
   // The fraction of the recent steps whose norm clipped (0 before any).
   double clip_rate() const;
   // One line: the choice for the next step and why.
@@ -46,8 +51,11 @@ class SpeculationPolicy {
     double value() const;     // the median seen, else the prediction (0: unknown)
     void add(double s);
   };
+  // Re-evaluates choice_ from the rate and the costs, with the margin unless `fresh`.
+  void decide(bool fresh);
   Speculation mode_;
   int32_t window_;
+  bool choice_ = true;
   std::deque<bool> clipped_;
   Cost spec_, wait_, repair_;
   std::string source_;

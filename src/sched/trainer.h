@@ -110,6 +110,11 @@ class Trainer {
   // ---- reporting (optional: the in-memory trainer has nothing to add) -------------------------
   // Lines for the run's log before step 1 (the plan's memory per tier, the store).
   virtual std::vector<std::string> describe() const { return {}; }
+  // What a simulation predicts a step costs (seconds): speculating with a norm that does not clip,
+  // waiting for the norm, and repairing a step that clips (Note [Choosing to speculate] in
+  // sched/speculation_policy.h); ignored by a trainer that never speculates.
+  virtual void set_speculation_costs(double spec_s, double wait_s, double repair_s,
+                                     const std::string& source) {}
   // Adds the last step's schedule-specific figures to its metrics line (docs/design.md §10).
   virtual void add_step_metrics(nlohmann::json& line, double iter_s) const {}
   // With tracing on, the next steps record timings and last_step_trace() is the last one as
