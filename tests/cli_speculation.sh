@@ -2,8 +2,9 @@
 # CTest `cli_speculation`: speculative optimizer steps and alpha "auto" through `strata train`
 # (Note [Speculative steps] in src/sched/schedule_spec.h; docs/design.md §5.7).
 #  1. vertical, clipping on in every step, alpha 0.5 with optim.speculation on: every step is
-#     repaired (metrics say so), and losses and the exported weights equal the alpha 1 run's bit
-#     for bit; with "auto" the run waits for the norm after the first clip, same bits;
+#     repaired (metrics say so), and losses and the checkpoints (every 2 steps, written behind
+#     training while repairs and switches happen) equal the alpha 1 run's bit for bit; with
+#     "auto" the run waits for the norm after the first clip, same bits;
 #  2. optim.alpha "auto" with --profile: the log names the alpha the simulation chose and the
 #     step costs; without a profile alpha 1, saying how to get one;
 #  3. a missing profile and a bad optim.speculation are one-line errors, exit 2.
@@ -20,7 +21,7 @@ run() {  # name [flags...]: metrics and log under $work, an export of the final 
   local name=$1
   shift
   "$STRATA_BIN" train "${model[@]}" "$@" --metrics "$work/$name.jsonl" \
-    --save-every 6 --checkpoint-dir "$work/ckpt_$name" 2>"$work/$name.log"
+    --save-every 2 --keep 3 --checkpoint-dir "$work/ckpt_$name" 2>"$work/$name.log"
 }
 
 # 1. Exactness through the CLI.
@@ -33,13 +34,16 @@ import json, sys, hashlib, glob, os
 work = sys.argv[1]
 def rows(name):
     return [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
-def weights(name):
-    step = sorted(glob.glob(f"{work}/ckpt_{name}/step-*"))[-1]
-    h = hashlib.sha256()
-    for f in sorted(os.listdir(step)):
-        if f.endswith(".safetensors"):
-            h.update(open(os.path.join(step, f), "rb").read())
-    return h.hexdigest()
+def weights(name):  # per checkpoint: a hash of its tensor files (weights and moments)
+    out = []
+    for step in sorted(glob.glob(f"{work}/ckpt_{name}/step-*")):
+        h = hashlib.sha256()
+        for f in sorted(os.listdir(step)):
+            if f.endswith(".safetensors"):
+                h.update(open(os.path.join(step, f), "rb").read())
+        out.append((os.path.basename(step), h.hexdigest()))
+    assert len(out) == 3, out
+    return out
 exact, spec, auto = rows("exact"), rows("spec"), rows("auto")
 assert [r["speculation"] for r in spec] == ["repaired"] * 6, [r.get("speculation") for r in spec]
 modes = [r["speculation"] for r in auto]
@@ -47,7 +51,7 @@ assert modes[0] == "repaired" and modes[1] == "waited", modes
 assert "speculation" not in exact[0], "alpha 1 has nothing to speculate"
 for other, name in ((spec, "spec"), (auto, "auto")):
     assert [r["loss"] for r in other] == [r["loss"] for r in exact], name
-    assert weights(name) == weights("exact"), f"{name}: checkpoint differs from alpha 1's"
+    assert weights(name) == weights("exact"), f"{name}: a checkpoint differs from alpha 1's"
 print("speculation: 6/6 steps repaired, auto", modes, "- losses and checkpoints bit-identical")
 PY
 
