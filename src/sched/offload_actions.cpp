@@ -284,8 +284,9 @@ Status OffloadTrainer::do_grad_norm(const BoundPlan&, const Task&) {
   if (state_.skip) {
     if (split_elems_ > 0 && !speculative_) {
       return invalid_argument(
-          "non-finite gradient norm with optim.alpha < 1: the backward part of the step "
-          "already ran, so it cannot be skipped exactly; use optim.alpha = 1");
+          "non-finite gradient norm with optim.alpha < 1 and clipping off: the backward part of "
+          "the step already ran, so it cannot be skipped exactly; use optim.alpha = 1, or "
+          "clipping on (optim.grad_clip > 0), whose speculative steps are repaired");
     }
     return Status::ok_status();
   }

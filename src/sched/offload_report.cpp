@@ -19,6 +19,10 @@ std::vector<std::string> OffloadTrainer::describe() const {
     char alpha[64];
     std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g", cfg_.optim.alpha_or_default());
     line += alpha;
+    if (speculative_) {
+      line += std::string(", part 0 speculative with clipping on (optim.speculation ") +
+              enum_name(cfg_.optim.speculation) + ")";
+    }
   }
   std::vector<std::string> lines = {line};
   if (store_) lines.push_back("store: " + store_description());
