@@ -1,6 +1,7 @@
 // The simulator and cost model on hand-built plans with known answers (docs/design.md §7): pure
-// compute, pure I/O, perfect overlap, a serial chain, a slot-limited pipeline; plus shared cores,
-// forward deps, cycles, and the trace.
+// compute, pure I/O, perfect overlap, a serial chain, a slot-limited pipeline; plus shared cores
+// (each side at its own pace, storage traffic slowing compute), weights reused in the vertical
+// order, a fresh gradient's zeroing, forward deps, cycles, the trace, and the profile's JSON.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -8,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+#include "plan/planner.h"
 #include "plan/profile.h"
 #include "plan/simulator.h"
+#include "sched/offload_trainer.h"
 #include "sched/plan.h"
 #include "sched/plan_builder.h"
 #include "sched/plan_checker.h"
@@ -158,7 +162,7 @@ TEST(Simulator, SharedCoresStretchBothWhileTheyOverlap) {
   add(p, Resource::cpu_optim, "o");
   SimOptions o;
   o.shared_cores = true;
-  o.shared_speed = 0.5;
+  o.compute_speed = o.optim_speed = 0.5;
   auto r = simulate(p, {2, 1}, o);
   ASSERT_TRUE(r.ok());
   // Both at half speed until the optimizer's 1 s of work is done at t = 2; compute then has
@@ -168,6 +172,41 @@ TEST(Simulator, SharedCoresStretchBothWhileTheyOverlap) {
   EXPECT_NEAR(r->roofline_s, 3, kEps);  // compute + cpu_optim counted as one
   auto plain = simulate(p, {2, 1});
   EXPECT_NEAR(plain->iter_s, 2, kEps);
+  // Each side at its own pace: the optimizer's 1 s at 0.25 takes until t = 4, compute does
+  // 0.9 x 4 = 3.6 s of work by then: its 2 s are done at 2 / 0.9.
+  o.compute_speed = 0.9;
+  o.optim_speed = 0.25;
+  r = simulate(p, {2, 1}, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->report.timings[0].end_s, 2 / 0.9, kEps);
+  // Alone from then on: 1 - 0.25 x 2 / 0.9 of its work left at full pace.
+  EXPECT_NEAR(r->report.timings[1].end_s, 2 / 0.9 + 1 - 0.25 * 2 / 0.9, kEps);
+}
+
+TEST(Simulator, StorageTrafficSlowsCompute) {
+  Plan p;
+  add(p, Resource::compute, "c");
+  add(p, Resource::storage_read, "r", {}, 100);
+  add(p, Resource::storage_write, "w", {}, 50);
+  SimOptions o;
+  o.shared_cores = true;
+  o.io_s_per_byte = 0.002;
+  // Reads at 100 B/s and writes at 50 B/s for their first second: compute's pace is
+  // 1 - 0.002 x 150 = 0.7, then 1 once they are done: 2 - 0.7 = 1.3 s of work left.
+  auto r = simulate(p, {2, 1, 1}, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 1 + 1.3, kEps);
+  // The pace never drops below kMinComputePace.
+  o.io_s_per_byte = 1;
+  r = simulate(p, {2, 1, 1}, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->iter_s, 1 + 2 - kMinComputePace, kEps);
+  // A profile without shared cores (a GPU server) never applies it.
+  HardwareProfile gpu;
+  gpu.io_s_per_byte = 1;
+  EXPECT_EQ(sim_options(gpu).io_s_per_byte, 0);
+  gpu.shared_cores = true;
+  EXPECT_EQ(sim_options(gpu).io_s_per_byte, 1);
 }
 
 TEST(Simulator, ForwardDepsAndCycles) {
@@ -220,6 +259,88 @@ TEST(CostModel, TaskKindsFollowTheProfile) {
   for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(d[i], want[i], kEps) << p.describe(i);
 }
 
+// A block task on the compute queue reading `params` for `block`.
+int32_t block_task(Plan& p, TaskKind kind, int block, int32_t params, double flops = 100) {
+  Task t{.kind = kind, .resource = Resource::compute, .label = "t"};
+  t.block = block;
+  t.flops = flops;
+  t.uses = {slot_read(params, Role::params)};
+  return p.add_task(std::move(t));
+}
+
+TEST(CostModel, WeightsReusedFollowsTheComputeQueue) {
+  Plan p;
+  const int32_t b0 = p.add_slot("params.buf0", Tier::device, 8),
+                b1 = p.add_slot("params.buf1", Tier::device, 8);
+  block_task(p, TaskKind::block_forward, 0, b0);                  // 0: first use
+  block_task(p, TaskKind::block_forward, 0, b0);                  // 1: reused
+  add(p, Resource::compute, "loss", {}, 0, TaskKind::head_loss);  // 2: not a block task
+  block_task(p, TaskKind::block_backward, 0, b0);                 // 3: reused across the loss
+  add(p, Resource::h2d, "fetch", {}, 8, TaskKind::params_fetch);  // 4: another queue
+  block_task(p, TaskKind::block_forward, 1, b1);                  // 5: another block
+  block_task(p, TaskKind::block_forward, 1, b0);                  // 6: same block, another slot
+  block_task(p, TaskKind::block_forward, 1, b0);                  // 7: reused
+  const std::vector<bool> want = {false, true, false, true, false, false, false, true};
+  EXPECT_EQ(weights_reused(p), want);
+  // Faster by the profile's speed-up (interpolated like the rate tables); none without one.
+  HardwareProfile prof = round_profile();
+  CostContext ctx;
+  ctx.tokens = 10;
+  EXPECT_NEAR(task_durations(p, prof, ctx)[1], 1.0, kEps);  // 100 FLOPs at 100 FLOP/s
+  prof.block_fwd_reuse = {{1, 2}, {100, 4}};                // 3x at 10 tokens
+  prof.block_bwd_reuse = {{1, 5}};
+  const std::vector<double> d = task_durations(p, prof, ctx);
+  EXPECT_NEAR(d[0], 1.0, kEps);
+  EXPECT_NEAR(d[1], 1.0 / 3, kEps);
+  EXPECT_NEAR(d[3], 100.0 / (5 * 50), kEps);  // no recompute recorded: all at the backward rate
+  EXPECT_NEAR(d[6], 1.0, kEps);
+}
+
+// The trainer's own plans: in the vertical order every micro-batch of a block after its first
+// reuses the block's weights, and the last block's fused backward those of its forward; the
+// horizontal order fetches a block anew for every task.
+TEST(CostModel, WeightsReusedInTheTrainersPlans) {
+  TrainConfig c;
+  c.model.n_layer = 3;
+  c.model.n_embd = 32;
+  c.model.n_head = 2;
+  c.model.vocab_size = 64;
+  c.model.context_length = 16;
+  c.seq_len = 16;
+  c.batch_size = 1;
+  c.grad_accum = 4;
+  c.optim.grad_clip = 0;
+  c.optim.alpha = 0.5;
+  c.offload.grads_on_host = 1;
+  HardwareProfile prof = round_profile();
+  const auto count = [&](Schedule s) {
+    c.schedule = s;
+    const std::vector<bool> r = weights_reused(make_offload_plan(planner_spec(c, prof), s));
+    return std::count(r.begin(), r.end(), true);
+  };
+  const int L = 3, M = 4;
+  EXPECT_EQ(count(Schedule::vertical), 2 * (L - 1) * (M - 1) + 2 * M - 1);
+  EXPECT_EQ(count(Schedule::horizontal), 0);
+}
+
+TEST(CostModel, AFreshGradientIsZeroedFirst) {
+  Plan p;
+  const int32_t params = p.add_slot("params", Tier::device, 8),
+                grad = p.add_slot("grad", Tier::device, 16);
+  Task bwd{.kind = TaskKind::block_backward, .resource = Resource::compute, .label = "bwd"};
+  bwd.block = 0;
+  bwd.flops = 100;
+  bwd.fused = true;
+  bwd.uses = {slot_read(params, Role::params), slot_write(grad, Role::grad)};
+  p.add_task(bwd);  // horizontal: a per-micro-batch gradient, zeroed then written
+  bwd.uses = {slot_read(params, Role::params), slot_read(grad, Role::grad),
+              slot_write(grad, Role::grad)};
+  p.add_task(bwd);  // vertical: accumulated into, zeroed once by its own task
+  const std::vector<double> d = task_durations(p, round_profile(), {});
+  EXPECT_NEAR(d[0], 100.0 / 50 + 16.0 / 8, kEps);
+  EXPECT_NEAR(d[1], 100.0 / 50, kEps);
+}
+
 TEST(Simulator, TraceIsTheExecutorsFormat) {
   Plan p = slot_pipeline(3, 2);
   auto r = simulate(p, alternating(3, 1, 2));
@@ -250,6 +371,64 @@ TEST(Profile, JsonRoundTripAndErrors) {
   EXPECT_FALSE(profile_from_json(j, "hw.json").ok());
   EXPECT_NEAR(rate_at({{100, 1}, {10000, 3}}, 1000), 2, kEps);  // log-linear
   EXPECT_NEAR(rate_at({{100, 1}, {10000, 3}}, 1), 1, kEps);
+}
+
+TEST(Profile, MeasuredFieldsRoundTrip) {
+  HardwareProfile p = round_profile();
+  p.block_fwd_reuse = {{256, 1.1}};
+  p.block_bwd_reuse = {{256, 0.9}, {1024, 1.0}};
+  p.shared_cores = true;
+  p.compute_shared_speed = 0.9;
+  p.optim_shared_speed = 0.3;
+  p.io_s_per_byte = 2e-10;
+  p.measurement.rounds = 3;
+  p.measurement.load_before = 0.2;
+  p.measurement.other_cpu = 0.01;
+  p.measurement.rejected = 7;
+  const nlohmann::json j = profile_to_json(p);
+  auto back = profile_from_json(j, "mem");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->block_fwd_reuse, p.block_fwd_reuse);
+  EXPECT_EQ(back->block_bwd_reuse, p.block_bwd_reuse);
+  EXPECT_EQ(back->compute_shared_speed, 0.9);
+  EXPECT_EQ(back->optim_shared_speed, 0.3);
+  EXPECT_EQ(back->io_s_per_byte, 2e-10);
+  EXPECT_EQ(back->measurement.rounds, 3);
+  EXPECT_EQ(back->measurement.rejected, 7);
+  EXPECT_EQ(back->measurement.load_before, 0.2);
+  // A hand-written profile has none of them: no speed-up, no measurement written back.
+  const nlohmann::json plain = profile_to_json(round_profile());
+  EXPECT_FALSE(plain["compute"].contains("block_fwd_reuse"));
+  EXPECT_FALSE(plain.contains("measurement"));
+  // The older symmetric key sets both paces; the specific ones win; paces are in (0, 1].
+  nlohmann::json old = plain;
+  old["cores"] = {{"shared", true}, {"shared_speed", 0.4}};
+  auto legacy = profile_from_json(old, "old.json");
+  ASSERT_TRUE(legacy.ok()) << legacy.status().to_string();
+  EXPECT_EQ(legacy->compute_shared_speed, 0.4);
+  EXPECT_EQ(legacy->optim_shared_speed, 0.4);
+  old["cores"]["optim_speed"] = 0.2;
+  EXPECT_EQ(profile_from_json(old, "old.json")->optim_shared_speed, 0.2);
+  old["cores"]["compute_speed"] = 1.5;
+  test::expect_error(profile_from_json(old, "old.json").status(), ErrorCode::invalid_argument,
+                     {"cores.compute_speed", "(0, 1]"});
+  nlohmann::json bad = j;
+  bad["compute"]["block_fwd_reuse"] = {{256, 0}};
+  test::expect_error(profile_from_json(bad, "hw.json").status(), ErrorCode::invalid_argument,
+                     {"compute.block_fwd_reuse", "speedup > 0"});
+  bad = j;
+  bad["measurement"]["rounds"] = "three";
+  EXPECT_FALSE(profile_from_json(bad, "hw.json").ok());
+}
+
+TEST(Profile, ShippedProfilesLoad) {
+  for (const char* name : {"a100-80gb-4nvme", "h200-141gb-4nvme"}) {
+    auto p = load_profile(std::string(STRATA_SOURCE_DIR) + "/profiles/" + name + ".json");
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_FALSE(p->shared_cores) << name;
+    EXPECT_TRUE(p->block_fwd_reuse.empty()) << name;
+    EXPECT_EQ(p->measurement.rounds, 0) << name;
+  }
 }
 
 }  // namespace

@@ -88,16 +88,20 @@ class Reader {
     out = j_.at(key).get<bool>();
     return {};
   }
-  Status table(const char* key, RateTable& out) const {
-    if (!j_.contains(key)) return err(key, "is missing");
+  // [[tokens, value], ...] with both > 0; `value` names the second column in errors.
+  Status table(const char* key, RateTable& out, const char* value = "flops_per_s",
+               bool required = true) const {
+    if (!j_.contains(key)) return required ? err(key, "is missing") : Status();
     const json& v = j_.at(key);
-    if (!v.is_array() || v.empty())
-      return err(key, "must be a non-empty array of [tokens, flops_per_s]");
+    if (!v.is_array() || v.empty()) {
+      return err(key, std::string("must be a non-empty array of [tokens, ") + value + "]");
+    }
     out.clear();
     for (const json& p : v) {
       if (!p.is_array() || p.size() != 2 || !p[0].is_number() || !p[1].is_number() ||
+          !std::isfinite(p[0].get<double>()) || !std::isfinite(p[1].get<double>()) ||
           p[0].get<double>() <= 0 || p[1].get<double>() <= 0) {
-        return err(key, "entries must be [tokens > 0, flops_per_s > 0]");
+        return err(key, std::string("entries must be [tokens > 0, ") + value + " > 0]");
       }
       out.emplace_back(p[0].get<double>(), p[1].get<double>());
     }
@@ -148,12 +152,14 @@ Status read_gemm_samples(Reader& r, const std::string& src, HardwareProfile& p) 
 }
 
 Status read_compute(Reader& r, const std::string& src, HardwareProfile& p) {
-  STRATA_RETURN_IF_ERROR(
-      r.unknown_keys({"block_fwd", "block_bwd", "head", "embed_s_per_token", "memset_bytes_per_s",
-                      "task_overhead_s", "attention", "gemm"}));
+  STRATA_RETURN_IF_ERROR(r.unknown_keys(
+      {"block_fwd", "block_bwd", "head", "block_fwd_reuse", "block_bwd_reuse", "embed_s_per_token",
+       "memset_bytes_per_s", "task_overhead_s", "attention", "gemm"}));
   STRATA_RETURN_IF_ERROR(r.table("block_fwd", p.block_fwd));
   STRATA_RETURN_IF_ERROR(r.table("block_bwd", p.block_bwd));
   STRATA_RETURN_IF_ERROR(r.table("head", p.head));
+  STRATA_RETURN_IF_ERROR(r.table("block_fwd_reuse", p.block_fwd_reuse, "speedup", false));
+  STRATA_RETURN_IF_ERROR(r.table("block_bwd_reuse", p.block_bwd_reuse, "speedup", false));
   STRATA_RETURN_IF_ERROR(r.number("embed_s_per_token", p.embed_s_per_token));
   STRATA_RETURN_IF_ERROR(r.number("memset_bytes_per_s", p.memset_bytes_per_s, true));
   STRATA_RETURN_IF_ERROR(r.number("task_overhead_s", p.task_overhead_s));
@@ -201,12 +207,23 @@ Status read_cpu_optimizer(Reader& r, const std::string& /*src*/, HardwareProfile
   return r.number("latency_s", p.optim_latency_s);
 }
 
-Status read_cores(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
-  STRATA_RETURN_IF_ERROR(r.unknown_keys({"shared", "shared_speed"}));
-  STRATA_RETURN_IF_ERROR(r.boolean("shared", p.shared_cores));
-  STRATA_RETURN_IF_ERROR(r.number("shared_speed", p.shared_speed, true));
-  if (p.shared_speed > 1) return r.err("shared_speed", "must be in (0, 1]");
+// A pace in (0, 1].
+Status speed(Reader& r, const char* key, double& out) {
+  STRATA_RETURN_IF_ERROR(r.number(key, out, true));
+  if (out > 1) return r.err(key, "must be in (0, 1]");
   return Status::ok_status();
+}
+
+Status read_cores(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(
+      r.unknown_keys({"shared", "shared_speed", "compute_speed", "optim_speed", "io_s_per_byte"}));
+  STRATA_RETURN_IF_ERROR(r.boolean("shared", p.shared_cores));
+  // "shared_speed" (the older, symmetric form) sets both; the specific keys win.
+  STRATA_RETURN_IF_ERROR(speed(r, "shared_speed", p.compute_shared_speed));
+  p.optim_shared_speed = p.compute_shared_speed;
+  STRATA_RETURN_IF_ERROR(speed(r, "compute_speed", p.compute_shared_speed));
+  STRATA_RETURN_IF_ERROR(speed(r, "optim_speed", p.optim_shared_speed));
+  return r.number("io_s_per_byte", p.io_s_per_byte);
 }
 
 Status read_capacity(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
@@ -229,6 +246,19 @@ Status read_sources(const json& j, const std::string& src, HardwareProfile& p) {
   return Status::ok_status();
 }
 
+Status read_measurement(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  ProfileMeasurement& m = p.measurement;
+  STRATA_RETURN_IF_ERROR(r.unknown_keys(
+      {"rounds", "load_before", "other_cpu", "steal", "samples", "rejected", "round_spread"}));
+  STRATA_RETURN_IF_ERROR(r.number("rounds", m.rounds));
+  STRATA_RETURN_IF_ERROR(r.number("load_before", m.load_before));
+  STRATA_RETURN_IF_ERROR(r.number("other_cpu", m.other_cpu));
+  STRATA_RETURN_IF_ERROR(r.number("steal", m.steal));
+  STRATA_RETURN_IF_ERROR(r.number("samples", m.samples));
+  STRATA_RETURN_IF_ERROR(r.number("rejected", m.rejected));
+  return r.number("round_spread", m.round_spread);
+}
+
 // The profile's sections in the order they are read (and errors reported).
 struct Section {
   const char* key;
@@ -243,6 +273,7 @@ const Section kSections[] = {
     {"cpu_optimizer", true, read_cpu_optimizer},
     {"cores", false, read_cores},
     {"capacity", false, read_capacity},
+    {"measurement", false, read_measurement},
 };
 
 }  // namespace
@@ -252,8 +283,8 @@ Result<HardwareProfile> profile_from_json(const json& j, const std::string& src)
   if (!j.is_object()) return invalid_argument("profile " + src + ": must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     static const std::set<std::string> known = {
-        "name",    "description",   "dtype", "compute",  "link",
-        "storage", "cpu_optimizer", "cores", "capacity", "sources"};
+        "name",          "description", "dtype",    "compute", "link",       "storage",
+        "cpu_optimizer", "cores",       "capacity", "sources", "measurement"};
     if (!known.count(it.key())) {
       return invalid_argument("profile " + src + ": " + it.key() + " is not a known field");
     }
@@ -324,9 +355,25 @@ json profile_to_json(const HardwareProfile& p) {
        {{"params_per_s", p.optim_params_per_s},
         {"reduce_bytes_per_s", p.reduce_bytes_per_s},
         {"latency_s", p.optim_latency_s}}},
-      {"cores", {{"shared", p.shared_cores}, {"shared_speed", p.shared_speed}}},
+      {"cores",
+       {{"shared", p.shared_cores},
+        {"compute_speed", p.compute_shared_speed},
+        {"optim_speed", p.optim_shared_speed},
+        {"io_s_per_byte", p.io_s_per_byte}}},
       {"capacity", {{"device_bytes", p.device_bytes}, {"host_bytes", p.host_bytes}}},
   };
+  if (!p.block_fwd_reuse.empty()) j["compute"]["block_fwd_reuse"] = table(p.block_fwd_reuse);
+  if (!p.block_bwd_reuse.empty()) j["compute"]["block_bwd_reuse"] = table(p.block_bwd_reuse);
+  const ProfileMeasurement& m = p.measurement;
+  if (m.rounds > 0) {
+    j["measurement"] = {{"rounds", m.rounds},
+                        {"load_before", m.load_before},
+                        {"other_cpu", m.other_cpu},
+                        {"steal", m.steal},
+                        {"samples", m.samples},
+                        {"rejected", m.rejected},
+                        {"round_spread", m.round_spread}};
+  }
   json s = json::object();
   for (const auto& [k, v] : p.sources) s[k] = v;
   j["sources"] = s;

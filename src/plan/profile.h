@@ -12,6 +12,8 @@
 //     "block_fwd": [[tokens, flops_per_s], ...],  // one block's forward, by micro-batch tokens
 //     "block_bwd": [[tokens, flops_per_s], ...],  // its backward (recompute not included)
 //     "head":      [[tokens, flops_per_s], ...],  // final norm + LM head + loss + backward
+//     "block_fwd_reuse": [[tokens, speedup], ...],  // optional, Note [Weights reused] in
+//     "block_bwd_reuse": [[tokens, speedup], ...],  //   simulator.h (absent: 1)
 //     "embed_s_per_token": 1e-8,   // embedding forward or backward, per token
 //     "memset_bytes_per_s": 1e11,  // gradient-buffer zeroing
 //     "task_overhead_s": 1e-5,     // per compute task (launch, sync)
@@ -22,9 +24,15 @@
 //   "storage": {"dirs": [{"path": "/nvme0", "read_bytes_per_s": .., "write_bytes_per_s": ..,
 //                         "capacity_bytes": ..}], "latency_s": ..},
 //   "cpu_optimizer": {"params_per_s": .., "reduce_bytes_per_s": .., "latency_s": ..},
-//   "cores": {"shared": true, "shared_speed": 0.5},  // compute and CPU optimizer share cores
+//   "cores": {"shared": true,          // compute and the CPU optimizer share cores; while both
+//             "compute_speed": 0.95,   // have a task each runs at its speed ("shared_speed": x
+//             "optim_speed": 0.65,     // sets both, as older profiles do)
+//             "io_s_per_byte": 3e-10}, // compute time lost per byte of storage traffic (optional)
 //   "capacity": {"device_bytes": .., "host_bytes": ..},
-//   "sources": {"<field>": "where the figure comes from", ...}
+//   "sources": {"<field>": "where the figure comes from", ...},
+//   "measurement": {"load_before": .., "other_cpu": .., "steal": .., "rounds": ..,  // optional:
+//                   "samples": .., "rejected": .., "round_spread": ..}  // how `strata profile`
+//                   went
 // }
 // Throughput tables are interpolated linearly in log(tokens) and clamped at their ends: small
 // micro-batches run GEMMs of poor shape, and that is what the table records.
@@ -56,6 +64,18 @@ struct GemmSample {
   double flops_per_s = 0;
 };
 
+// How a measured profile's figures were taken (`strata profile`), kept so that a reader can tell
+// a profile taken on a busy machine. Absent from hand-written profiles (rounds 0).
+struct ProfileMeasurement {
+  int64_t rounds = 0;       // repetitions of the instrumented runs (0: not measured)
+  double load_before = 0;   // /proc/loadavg's one-minute figure when measuring began
+  double other_cpu = 0;     // CPU time of other processes while measuring / (wall x cores)
+  double steal = 0;         // time the hypervisor took from the cores / (wall x cores)
+  int64_t samples = 0;      // per-task timings the compute rates come from
+  int64_t rejected = 0;     // timings dropped as outliers (Note [Robust timings])
+  double round_spread = 0;  // the slowest round's block tasks over the fastest's, minus 1
+};
+
 struct HardwareProfile {
   std::string name, description;
   // Bytes per element of the state the plans move: working params, gradient accumulators,
@@ -63,6 +83,9 @@ struct HardwareProfile {
   int param_bytes = 4, grad_bytes = 4, optim_bytes = 12, act_bytes = 4;
 
   RateTable block_fwd, block_bwd, head;
+  // (tokens, speed-up) of a block task whose weights the previous block task on the compute queue
+  // just used, over block_fwd / block_bwd (Note [Weights reused] in simulator.h); empty: 1.
+  RateTable block_fwd_reuse, block_bwd_reuse;
   double embed_s_per_token = 0;
   double memset_bytes_per_s = 1e10;
   double task_overhead_s = 0;
@@ -79,12 +102,16 @@ struct HardwareProfile {
   double optim_latency_s = 0;
 
   // The CPU backend: compute and the CPU optimizer run on the same cores, so while both have a
-  // task each runs at shared_speed of its own pace.
+  // task each runs at its shared speed (a fraction of its own pace), and storage traffic takes
+  // io_s_per_byte of compute time per byte moved while compute runs (Note [Shared cores] in
+  // simulator.h).
   bool shared_cores = false;
-  double shared_speed = 0.5;
+  double compute_shared_speed = 0.5, optim_shared_speed = 0.5;
+  double io_s_per_byte = 0;
 
   int64_t device_bytes = 0, host_bytes = 0;  // 0: unknown (no budget)
   std::map<std::string, std::string> sources;
+  ProfileMeasurement measurement;
 
   // Striped over all directories: the sum of their rates.
   double storage_read_bytes_per_s() const;

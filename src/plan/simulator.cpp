@@ -24,14 +24,102 @@ CostContext cost_context(const ScheduleSpec& s, double tokens) {
 SimOptions sim_options(const HardwareProfile& p) {
   SimOptions o;
   o.shared_cores = p.shared_cores;
-  o.shared_speed = p.shared_speed;
+  o.compute_speed = p.compute_shared_speed;
+  o.optim_speed = p.optim_shared_speed;
+  o.io_s_per_byte = p.shared_cores ? p.io_s_per_byte : 0;
   return o;
+}
+
+std::vector<bool> weights_reused(const Plan& plan) {
+  std::vector<bool> out(plan.tasks.size(), false);
+  int32_t block = -1, params = -1;  // of the last block task on the compute queue
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const Task& t = plan.tasks[i];
+    if (t.resource != Resource::compute || t.block < 0 ||
+        (t.kind != TaskKind::block_forward && t.kind != TaskKind::block_backward)) {
+      continue;
+    }
+    const int32_t slot = slot_of(t, Role::params);
+    out[i] = slot >= 0 && t.block == block && slot == params;
+    block = t.block;
+    params = slot;
+  }
+  return out;
 }
 
 namespace {
 
 double div_or_zero(double a, double b) {
   return b > 0 ? a / b : 0;
+}
+
+// Bytes of the slots a task writes with `role` (all its writes when role is unspecified).
+double written_bytes(const Plan& plan, const Task& t, Role role = Role::unspecified) {
+  int64_t b = 0;
+  for (const SlotUse& u : t.uses) {
+    if (u.write && (role == Role::unspecified || u.role == role) && u.slot >= 0 &&
+        u.slot < static_cast<int32_t>(plan.slots.size())) {
+      b += plan.slots[static_cast<size_t>(u.slot)].bytes;
+    }
+  }
+  return static_cast<double>(b);
+}
+
+// Compute rates at one micro-batch size: plain, and for tasks whose weights were just used.
+struct ComputeRates {
+  double fwd = 0, bwd = 0, head = 0;
+  double fwd_reused = 0, bwd_reused = 0;
+};
+
+ComputeRates compute_rates(const HardwareProfile& p, double tokens) {
+  ComputeRates r;
+  r.fwd = rate_at(p.block_fwd, tokens);
+  r.bwd = rate_at(p.block_bwd, tokens);
+  r.head = rate_at(p.head, tokens);
+  const auto speedup = [tokens](const RateTable& t) {
+    return t.empty() ? 1.0 : rate_at(t, tokens);
+  };
+  r.fwd_reused = r.fwd * speedup(p.block_fwd_reuse);
+  r.bwd_reused = r.bwd * speedup(p.block_bwd_reuse);
+  return r;
+}
+
+double block_backward_s(const Plan& plan, const Task& t, const HardwareProfile& p,
+                        const CostContext& ctx, double fwd_rate, double bwd_rate) {
+  double s = 0;
+  if (t.fused) {
+    s = div_or_zero(t.flops, bwd_rate);
+  } else {
+    // The recompute is a forward: it runs at the forward's rate.
+    const double re = std::min(t.flops, ctx.block_fwd_flops);
+    s = div_or_zero(re, fwd_rate) + div_or_zero(t.flops - re, bwd_rate);
+  }
+  // A fresh gradient (written, not accumulated into) is zeroed first.
+  if (slot_of(t, Role::grad) >= 0 && !reads_role(t, Role::grad)) {
+    s += div_or_zero(written_bytes(plan, t, Role::grad), p.memset_bytes_per_s);
+  }
+  return s;
+}
+
+double compute_task_s(const Plan& plan, const Task& t, bool reused, const HardwareProfile& p,
+                      const CostContext& ctx, const ComputeRates& r) {
+  const double fwd = reused ? r.fwd_reused : r.fwd, bwd = reused ? r.bwd_reused : r.bwd;
+  double s = p.task_overhead_s;
+  switch (t.kind) {
+    case TaskKind::embed_forward:
+    case TaskKind::embed_backward:
+      return s + p.embed_s_per_token * ctx.tokens;
+    case TaskKind::block_forward:
+      return s + div_or_zero(t.flops, fwd);
+    case TaskKind::block_backward:
+      return s + block_backward_s(plan, t, p, ctx, fwd, bwd);
+    case TaskKind::head_loss:
+      return s + div_or_zero(t.flops, r.head);
+    case TaskKind::grad_zero:
+      return s + div_or_zero(written_bytes(plan, t), p.memset_bytes_per_s);
+    default:
+      return s + div_or_zero(t.flops, fwd);
+  }
 }
 
 }  // namespace
@@ -42,9 +130,8 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
       ctx.read_bytes_per_s > 0 ? ctx.read_bytes_per_s : p.storage_read_bytes_per_s();
   const double write_rate =
       ctx.write_bytes_per_s > 0 ? ctx.write_bytes_per_s : p.storage_write_bytes_per_s();
-  const double fwd_rate = rate_at(p.block_fwd, ctx.tokens);
-  const double bwd_rate = rate_at(p.block_bwd, ctx.tokens);
-  const double head_rate = rate_at(p.head, ctx.tokens);
+  const ComputeRates rates = compute_rates(p, ctx.tokens);
+  const std::vector<bool> reused = weights_reused(plan);
   std::vector<double> d(plan.tasks.size(), 0.0);
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
@@ -52,41 +139,7 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
     double s = 0;
     switch (t.resource) {
       case Resource::compute:
-        s = p.task_overhead_s;
-        switch (t.kind) {
-          case TaskKind::embed_forward:
-          case TaskKind::embed_backward:
-            s += p.embed_s_per_token * ctx.tokens;
-            break;
-          case TaskKind::block_forward:
-            s += div_or_zero(t.flops, fwd_rate);
-            break;
-          case TaskKind::block_backward:
-            if (t.fused) {
-              s += div_or_zero(t.flops, bwd_rate);
-            } else {
-              // The recompute is a forward: it runs at the forward's rate.
-              const double re = std::min(t.flops, ctx.block_fwd_flops);
-              s += div_or_zero(re, fwd_rate) + div_or_zero(t.flops - re, bwd_rate);
-            }
-            break;
-          case TaskKind::head_loss:
-            s += div_or_zero(t.flops, head_rate);
-            break;
-          case TaskKind::grad_zero: {
-            int64_t zb = 0;
-            for (const SlotUse& u : t.uses) {
-              if (u.write && u.slot >= 0 && u.slot < static_cast<int32_t>(plan.slots.size())) {
-                zb += plan.slots[static_cast<size_t>(u.slot)].bytes;
-              }
-            }
-            s += div_or_zero(static_cast<double>(zb), p.memset_bytes_per_s);
-            break;
-          }
-          default:
-            s += div_or_zero(t.flops, fwd_rate);
-            break;
-        }
+        s = compute_task_s(plan, t, reused[i], p, ctx, rates);
         break;
       case Resource::h2d:
         s = p.link_latency_s + div_or_zero(bytes, p.h2d_bytes_per_s);
@@ -134,6 +187,32 @@ void set_roofline(const SimOptions& opt, SimResult& out) {
   out.roofline_s = std::max(roof, 0.0);
 }
 
+// Each resource's pace while the tasks in `active` run (Note [Shared cores]).
+std::array<double, kResourceCount> paces(const Plan& plan, const std::vector<double>& dur,
+                                         const std::array<int32_t, kResourceCount>& active,
+                                         const SimOptions& opt) {
+  const int kCompute = static_cast<int>(Resource::compute),
+            kOptim = static_cast<int>(Resource::cpu_optim);
+  std::array<double, kResourceCount> pace;
+  pace.fill(1.0);
+  if (opt.shared_cores && active[kCompute] >= 0 && active[kOptim] >= 0) {
+    pace[kCompute] = opt.compute_speed;
+    pace[kOptim] = opt.optim_speed;
+  }
+  if (opt.io_s_per_byte > 0 && active[kCompute] >= 0) {
+    double bytes_per_s = 0;
+    for (Resource r : {Resource::storage_read, Resource::storage_write}) {
+      const int32_t i = active[static_cast<int>(r)];
+      if (i >= 0 && dur[static_cast<size_t>(i)] > 0) {
+        bytes_per_s += static_cast<double>(plan.tasks[static_cast<size_t>(i)].bytes) /
+                       dur[static_cast<size_t>(i)];
+      }
+    }
+    pace[kCompute] *= std::max(1 - opt.io_s_per_byte * bytes_per_s, kMinComputePace);
+  }
+  return pace;
+}
+
 }  // namespace
 
 Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
@@ -162,8 +241,6 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
   std::array<int32_t, kResourceCount> active;
   active.fill(-1);
   std::array<double, kResourceCount> remaining{};
-  const int kCompute = static_cast<int>(Resource::compute),
-            kOptim = static_cast<int>(Resource::cpu_optim);
   double now = 0;
   int32_t done = 0;
   while (true) {
@@ -178,11 +255,7 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
       timing[static_cast<size_t>(i)].start_s = now;
     }
     if (done == n) break;
-    std::array<double, kResourceCount> speed;
-    speed.fill(1.0);
-    if (opt.shared_cores && active[kCompute] >= 0 && active[kOptim] >= 0) {
-      speed[kCompute] = speed[kOptim] = opt.shared_speed;
-    }
+    const std::array<double, kResourceCount> speed = paces(plan, dur, active, opt);
     double dt = std::numeric_limits<double>::infinity();
     for (int r = 0; r < kResourceCount; ++r) {
       if (active[r] >= 0) dt = std::min(dt, remaining[r] / speed[r]);

@@ -4,7 +4,10 @@
 //   compute  forward   block_fwd_flops / block_fwd(tokens) (+ task overhead); embedding tasks
 //                      (no FLOPs recorded) embed_s_per_token x tokens
 //            backward  fused: flops / block_bwd(tokens); else the recompute at the forward rate
-//                      plus the rest at the backward rate
+//                      plus the rest at the backward rate; a backward that writes its gradient
+//                      without reading it (a fresh per-micro-batch gradient) first zeroes it:
+//                      + the slot's bytes / memset rate
+//            (block tasks whose weights were just used run faster: Note [Weights reused])
 //            loss      flops / head(tokens)
 //            zero      the slot's bytes / memset rate
 //   h2d, d2h           latency + bytes / link rate
@@ -13,9 +16,28 @@
 //                      "acc" and "sumsq": bytes / reduce rate; anything else: latency
 // Simulator: the executor's rule and nothing else (Note [Happens-before in plans]): one in-order
 // queue per resource, a task starts when its queue predecessor and every dep have finished.
-// Time advances from event to event (a task finishing); on a profile with shared cores, compute
-// and the CPU optimizer each run at shared_speed while both have a task, so their work is
-// stretched as it is when the two compete for the same cores.
+// Time advances from event to event (a task starting or finishing); on a profile with shared
+// cores, compute and the CPU optimizer slow each other down and storage traffic slows compute
+// (Note [Shared cores]).
+//
+// Note [Weights reused]
+// A block task whose block's weights the previous block task on the compute queue used (same
+// block, same params slot) finds them in cache when a block fits there: the vertical order's
+// micro-batches after a block's first, and the last block's fused backward after its forward.
+// `strata profile` times block tasks in both orders and records the speed-up of such tasks over
+// the others per micro-batch size (block_fwd_reuse, block_bwd_reuse; 1 where absent, as in the
+// GPU profiles, whose blocks are far larger than any cache). The cost model reads the property
+// from the plan (queue order and slot uses, weights_reused), not from the schedule's name, so a
+// horizontal plan with one block gets it as well as a vertical one.
+//
+// Note [Shared cores]
+// On the CPU backend compute (GEMMs over all cores), the CPU optimizer and the storage engine run
+// on the same cores. While compute and the optimizer both have a task, each runs at its own
+// measured pace (compute_shared_speed, optim_shared_speed: measured, compute keeps most of the
+// cores). Storage traffic costs compute io_s_per_byte seconds per byte moved while it runs: with
+// storage tasks moving r bytes/s (each its bytes over its duration), compute's pace is
+// 1 - io_s_per_byte x r (not below kMinComputePace). Paces change only at events, so a step of
+// the simulation is exact for piecewise-constant rates.
 #pragma once
 
 #include <array>
@@ -39,14 +61,21 @@ struct CostContext {
 };
 CostContext cost_context(const ScheduleSpec& spec, double tokens_per_micro_batch);
 
+// Per task: whether it is a block task whose weights the previous block task on the compute
+// queue used (Note [Weights reused]).
+std::vector<bool> weights_reused(const Plan& plan);
+
 // Seconds per task, indexed like plan.tasks.
 std::vector<double> task_durations(const Plan& plan, const HardwareProfile& profile,
                                    const CostContext& ctx);
 
+inline constexpr double kMinComputePace = 0.1;
+
 struct SimOptions {
   bool shared_cores = false;
-  double shared_speed = 0.5;
-  bool record_trace = true;  // keep per-task start/end (report.timings)
+  double compute_speed = 0.5, optim_speed = 0.5;  // paces while both have a task (shared cores)
+  double io_s_per_byte = 0;                       // compute time per storage byte (shared cores)
+  bool record_trace = true;                       // keep per-task start/end (report.timings)
 };
 
 struct SimResult {
