@@ -16,7 +16,9 @@ import time
 MODEL = ["model.n_layer=8", "model.n_embd=384", "model.n_head=6", "model.vocab_size=256",
          "model.context_length=256", "train.seq_len=256", "train.batch_size=1"]
 MB = 1_000_000
-# name, schedule, M, read/write rate, params/optim/checkpoints/gradients on host, alpha, clip
+# name, schedule, M, read/write rate, params/optim/checkpoints/gradients on host, alpha, clip,
+# speculation (optim.speculation; None leaves the default)
+NEVER_CLIPS = 1e6  # a clipping threshold far above any gradient norm of these runs
 ROWS = [
     ("h_M1",          "horizontal", 1,  219 * MB, 0, 0, 1, 1, 1, 0),
     ("h_M4",          "horizontal", 4,  219 * MB, 0, 0, 1, 1, 1, 0),
@@ -32,7 +34,12 @@ ROWS = [
     # Gradients on storage: horizontal's running sum, vertical's whole gradient (clipping on).
     ("h_M2_grads_st", "horizontal", 2,  219 * MB, 0, 0, 1, 0, 1, 0),
     ("v_M4_grads_st", "vertical",   4,  219 * MB, 0, 0, 1, 0, 1, 1),
+    # Clipping on with alpha < 1: part 0 steps speculatively in backward (Note [Speculative
+    # steps]); the threshold never clips, so no step is repaired.
+    ("v_M4_spec",     "vertical",   4,  219 * MB, 0, 0, 1, 1, 0.5, NEVER_CLIPS, "on"),
+    ("v_M8_spec",     "vertical",   8,  219 * MB, 0, 0, 1, 1, 0.5, NEVER_CLIPS, "on"),
 ]
+ROWS = [r if len(r) == 11 else r + (None,) for r in ROWS]
 
 
 def sets(items):
@@ -43,13 +50,32 @@ def sets(items):
 
 
 def row_sets(row, store):
-    name, sched, m, rate, p, o, c, g, alpha, clip = row
+    name, sched, m, rate, p, o, c, g, alpha, clip, spec = row
     return sets(MODEL + [f"train.schedule={sched}", f"train.grad_accum={m}",
                          f'io.dirs=["{store}"]', f"offload.params_on_host={p}",
                          f"offload.optim_on_host={o}", f"offload.checkpoints_on_host={c}",
                          f"offload.grads_on_host={g}",
                          f"io.read_bytes_per_s={rate}", f"io.write_bytes_per_s={rate}",
-                         f"optim.alpha={alpha}", f"optim.grad_clip={clip}"])
+                         f"optim.alpha={alpha}", f"optim.grad_clip={clip:g}"] +
+                ([f"optim.speculation={spec}"] if spec else []))
+
+
+def cpu_times():
+    """(wall, busy CPU seconds of the whole machine, CPU seconds of our finished children)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    tick = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return time.monotonic(), (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick, \
+        t.children_user + t.children_system
+
+
+def other_cpu(before, after):
+    """The share of the machine's CPU time that went to other processes (or was stolen) while
+    our child ran, as in `strata profile`'s "measurement"."""
+    wall = (after[0] - before[0]) * os.cpu_count()
+    other = (after[1] - before[1]) - (after[2] - before[2])
+    return max(0.0, min(1.0, other / wall)) if wall > 0 else 0.0
 
 
 def run(cmd, log):
@@ -79,9 +105,11 @@ def main():
         name = row[0]
         print(f"planner_accuracy: {name}", file=sys.stderr)
         metrics = os.path.join(a.out, name + ".jsonl")
+        before = cpu_times()
         run([a.bin, "train"] + row_sets(row, a.store) +
             sets([f"train.steps={a.steps}"]) + ["--metrics", metrics, "--quiet"],
             os.path.join(a.out, name + ".log"))
+        other = other_cpu(before, cpu_times())
         steps = [json.loads(l) for l in open(metrics) if l.strip()]
         kept = [s for s in steps if s["step"] >= 1] or steps
         # The median step after warm-up is the measurement (as in every benchmark here); the
@@ -97,31 +125,45 @@ def main():
         rows.append({"name": name, "schedule": row[1], "M": row[2], "rate_bytes_per_s": row[3],
                      "params_on_host": row[4], "optim_on_host": row[5],
                      "checkpoints_on_host": row[6], "grads_on_host": row[7], "alpha": row[8],
-                     "clip": row[9],
+                     "clip": row[9], "speculation": row[10],
                      "measured_iter_s": round(measured, 4),
                      "measured_fastest_iter_s": round(fastest_iter, 4), "simulated_iter_s":
                      round(pred["iter_s"], 4), "rel_error": round(err, 4),
                      "measured_roofline_s": round(mroof, 4),
                      "simulated_roofline_s": round(pred["roofline_s"], 4),
-                     "simulated_bound": pred["bound"]})
+                     "simulated_bound": pred["bound"], "other_cpu": round(other, 3)})
+    meas = json.load(open(prof)).get("measurement", {})
     print()
+    print(f"profile: {meas.get('rounds', 0)} rounds, {meas.get('samples', 0)} task timings kept, "
+          f"{meas.get('rejected', 0)} rejected, the slowest round "
+          f"{100 * meas.get('round_spread', 0):.0f}% slower than the fastest; other processes "
+          f"{100 * meas.get('other_cpu', 0):.1f}%, "
+          f"stolen {100 * meas.get('steal', 0):.1f}% of the CPU")
     print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c/g host':>12} {'alpha':>5} "
-          f"{'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7}  bound (simulated)")
+          f"{'clip':>10} {'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7} {'other':>5}  "
+          f"bound (simulated)")
     for r in rows:
         poc = (f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}/"
                f"{r['grads_on_host']}")
+        clip = (f"{r['clip']:g}" + (" spec" if r["speculation"] == "on" else "")
+                if r["clip"] else "-")
         print(f"{r['name']:14} {r['schedule']:10} {r['M']:>3} {r['rate_bytes_per_s'] // MB:>5} "
-              f"{poc:>12} {r['alpha']:>5} {r['measured_iter_s']:>10.3f} "
+              f"{poc:>12} {r['alpha']:>5} {clip:>10} {r['measured_iter_s']:>10.3f} "
               f"{r['measured_fastest_iter_s']:>9.3f} "
-              f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}%  "
-              f"{r['simulated_bound']}")
+              f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}% "
+              f"{100 * r['other_cpu']:>4.0f}%  {r['simulated_bound']}")
     errs = [r["rel_error"] for r in rows]
     mx, med = max(errs), statistics.median(errs)
-    ok = mx <= 0.15 and med <= 0.08
-    print(f"\nmax error {100 * mx:.1f}% (goal <= 15%), median {100 * med:.1f}% (goal <= 8%): "
+    ok = mx <= 0.15 and med <= 0.05
+    busy = [r["name"] for r in rows if r["other_cpu"] > 0.1]
+    if busy:
+        print(f"\nwarning: other processes took over 10% of the CPU during {', '.join(busy)}: "
+              f"the machine was not quiet", file=sys.stderr)
+    print(f"\nmax error {100 * mx:.1f}% (goal <= 15%), median {100 * med:.1f}% (goal <= 5%): "
           f"{'met' if ok else 'NOT met'}; wall {time.time() - t0:.0f} s")
     print(json.dumps({"max_rel_error": round(mx, 4), "median_rel_error": round(med, 4),
                       "configs": len(rows), "goal_met": ok, "profile": prof,
+                      "profile_measurement": meas, "busy_rows": busy,
                       "wall_s": round(time.time() - t0, 1), "rows": rows}))
 
 
