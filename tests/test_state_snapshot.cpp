@@ -179,6 +179,22 @@ TEST(StateSnapshot, VerticalAlphaSplitIsTheBoundaryState) {
   expect_snapshot_exact(c, "vertical alpha 0.5, optimizer state on host");
 }
 
+// Note [Speculative steps]: with clipping on in every step, each speculative part 0 is repaired
+// and its state slots swapped at the boundary; "auto" then waits for the norm, leaving both parts
+// pending for the steps the snapshot races with.
+TEST(StateSnapshot, SpeculativeStepsAreTheBoundaryState) {
+  const std::string dir = test::make_temp_dir("snapshot_spec");
+  TrainConfig c = test::tiny_offload_config("vertical", dir);
+  c.optim.grad_clip = 1e-6f;
+  c.optim.alpha = 0.5;
+  c.optim.speculation = Speculation::on;
+  expect_snapshot_exact(c, "vertical, speculative part 0 repaired, storage");
+  c.offload.optim_on_host = 1;
+  expect_snapshot_exact(c, "vertical, speculative part 0 repaired, optimizer state on host");
+  c.optim.speculation = Speculation::automatic;
+  expect_snapshot_exact(c, "vertical, speculation auto (waits after step 0), host");
+}
+
 TEST(StateSnapshot, HorizontalAndEmbedStateOnStorageIsTheBoundaryState) {
   const std::string dir = test::make_temp_dir("snapshot_horizontal");
   TrainConfig c = test::tiny_offload_config("horizontal", dir);
