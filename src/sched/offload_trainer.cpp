@@ -475,6 +475,11 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
   s.grad_norm = std::sqrt(last_norm_sumsq_);
   s.storage_read_bytes = bp.traffic.on(Resource::storage_read);
   s.storage_write_bytes = bp.traffic.on(Resource::storage_write);
+  if (last_mode_ == StepMode::repaired) {
+    const PlanTraffic& r = plan_for({.iteration = false, .repair = true}).traffic;
+    s.storage_read_bytes += r.on(Resource::storage_read);
+    s.storage_write_bytes += r.on(Resource::storage_write);
+  }
   s.lr = state_.lr;
   s.skipped = state_.skip;
   if (s.skipped) {
