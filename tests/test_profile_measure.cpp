@@ -63,7 +63,7 @@ TEST(ProfileMeasure, PacesAndCostsFitTheirModel) {
   for (double o : {0.6, 0.8, 1.0, 1.2}) c.push_back({1 + 0.6 * o, 1, o});
   EXPECT_NEAR(fitted_pace(c, 0.5), 0.4, 1e-9);
   // Barely contended tasks say too little and are left out; without any, the fallback.
-  EXPECT_NEAR(fitted_pace({{1.5, 1, 0.01}}, 0.7), 0.7, kEps);
+  EXPECT_NEAR(fitted_pace({{1.5, 1, 0.3}}, 0.7), 0.7, kEps);  // 0.3 of 1.5 s: under a quarter
   EXPECT_NEAR(fitted_pace({}, 0.7), 0.7, kEps);
   // Clamped into [0.05, 1].
   EXPECT_NEAR(fitted_pace({{0.5, 1, 1}}, 0.5), 1, kEps);

@@ -103,7 +103,7 @@ std::vector<TaskSample> task_samples(const Plan& plan, const ExecutionReport& re
 double fitted_pace(const std::vector<Contended>& samples, double fallback) {
   std::vector<double> paces;
   for (const Contended& c : samples) {
-    if (c.contended > 0 && c.contended >= 0.5 * c.seconds) {
+    if (c.contended > 0 && c.contended >= 0.25 * c.seconds) {
       paces.push_back(1 - (c.seconds - c.alone_s) / c.contended);
     }
   }

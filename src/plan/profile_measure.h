@@ -50,9 +50,11 @@ struct Contended {
   double seconds = 0, alone_s = 0, contended = 0;
 };
 // The pace of tasks that ran at it for `contended` seconds: such a task takes
-// seconds - alone = (1 - pace) x contended. Each sample contended for at least half its time
-// gives one estimate, and their robust mean (Note [Robust timings]) is the pace, in [0.05, 1];
-// `fallback` without such samples.
+// seconds - alone = (1 - pace) x contended. Each sample contended for at least a quarter of its
+// time gives one estimate, and their robust mean (Note [Robust timings]) is the pace, in
+// [0.05, 1]; `fallback` without such samples. (On the CPU backend the optimizer's burst at the
+// start of a forward also slows the next compute tasks, which ran beside nothing: the fitted pace
+// carries that cost too, since the overlapped task alone is charged with it.)
 double fitted_pace(const std::vector<Contended>& samples, double fallback);
 // Seconds lost per unit of contention (storage bytes moved beside the task): seconds - alone =
 // cost x contended over the samples with contended > 0 whose seconds - alone lies within
