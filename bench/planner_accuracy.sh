@@ -15,7 +15,9 @@
 # the two flags a disturbed run); the simulated one comes from `strata plan --simulate` on the
 # same config (vertical: its steady iteration).
 # The "other" column is the CPU time other processes took (or the hypervisor stole) while the row
-# ran; the profile's own figures are printed above the table.
+# ran; "compute" is compute's measured busy time over the simulated one (far from 1: the machine
+# computed at another speed than when profiled, or the compute model is off for the row; a rerun
+# tells which). The profile's own figures are printed above the table.
 # Passes when every row is within 15% and the median error is at most 5%. The last line of the
 # output is one JSON object: max_rel_error, median_rel_error, configs, goal_met,
 # profile_measurement, busy_rows, rows.

@@ -118,10 +118,15 @@ def main():
         best = min(kept, key=lambda s: s["iter_s"])
         measured = statistics.median(s["iter_s"] for s in kept)
         mroof = statistics.median(s["roofline_s"] for s in kept)
+        mcompute = statistics.median(s["busy_s"]["compute"] for s in kept)
         fastest_iter = best["iter_s"]
         pred = json.loads(run([a.bin, "plan", "--profile", prof, "--simulate", "--json"] +
                               row_sets(row, a.store), os.path.join(a.out, name + ".plan.log")))
         err = abs(pred["iter_s"] - measured) / measured
+        # Compute's busy time measured over simulated: far from 1 when the machine computed at
+        # another speed than when it was profiled (or when the compute model is off for the row;
+        # a rerun tells the two apart).
+        compute_ratio = mcompute / max(pred["busy_s"]["compute"], 1e-9)
         rows.append({"name": name, "schedule": row[1], "M": row[2], "rate_bytes_per_s": row[3],
                      "params_on_host": row[4], "optim_on_host": row[5],
                      "checkpoints_on_host": row[6], "grads_on_host": row[7], "alpha": row[8],
@@ -131,7 +136,8 @@ def main():
                      round(pred["iter_s"], 4), "rel_error": round(err, 4),
                      "measured_roofline_s": round(mroof, 4),
                      "simulated_roofline_s": round(pred["roofline_s"], 4),
-                     "simulated_bound": pred["bound"], "other_cpu": round(other, 3)})
+                     "simulated_bound": pred["bound"], "other_cpu": round(other, 3),
+                     "compute_measured_over_simulated": round(compute_ratio, 3)})
     meas = json.load(open(prof)).get("measurement", {})
     print()
     print(f"profile: {meas.get('rounds', 0)} rounds, {meas.get('samples', 0)} task timings kept, "
@@ -140,8 +146,8 @@ def main():
           f"{100 * meas.get('other_cpu', 0):.1f}%, "
           f"stolen {100 * meas.get('steal', 0):.1f}% of the CPU")
     print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c/g host':>12} {'alpha':>5} "
-          f"{'clip':>10} {'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7} {'other':>5}  "
-          f"bound (simulated)")
+          f"{'clip':>10} {'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7} "
+          f"{'other':>5} {'compute':>7}  bound (simulated)")
     for r in rows:
         poc = (f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}/"
                f"{r['grads_on_host']}")
@@ -151,7 +157,8 @@ def main():
               f"{poc:>12} {r['alpha']:>5} {clip:>10} {r['measured_iter_s']:>10.3f} "
               f"{r['measured_fastest_iter_s']:>9.3f} "
               f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}% "
-              f"{100 * r['other_cpu']:>4.0f}%  {r['simulated_bound']}")
+              f"{100 * r['other_cpu']:>4.0f}% {r['compute_measured_over_simulated']:>6.2f}x  "
+              f"{r['simulated_bound']}")
     errs = [r["rel_error"] for r in rows]
     mx, med = max(errs), statistics.median(errs)
     ok = mx <= 0.15 and med <= 0.05
@@ -159,6 +166,12 @@ def main():
     if busy:
         print(f"\nwarning: other processes took over 10% of the CPU during {', '.join(busy)}: "
               f"the machine was not quiet", file=sys.stderr)
+    off = [f"{r['name']} {r['compute_measured_over_simulated']:.2f}x" for r in rows
+           if abs(r["compute_measured_over_simulated"] - 1) > 0.1]
+    if off:
+        print(f"\nnote: compute's measured busy time is over 10% from the simulated in "
+              f"{', '.join(off)}: the machine computing at another speed than when profiled, or "
+              f"the compute model off for these rows (a rerun tells which)")
     print(f"\nmax error {100 * mx:.1f}% (goal <= 15%), median {100 * med:.1f}% (goal <= 5%): "
           f"{'met' if ok else 'NOT met'}; wall {time.time() - t0:.0f} s")
     print(json.dumps({"max_rel_error": round(mx, 4), "median_rel_error": round(med, 4),
