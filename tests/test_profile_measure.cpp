@@ -1,9 +1,11 @@
 // The arithmetic of `strata profile` (plan/profile_measure.h) on made-up timings: outliers
-// rejected by Tukey's fences (Note [Robust timings]), what ran beside each task of a run, the
+// rejected by Tukey's fences (Note [Robust timings]), speed-ups recorded only when the timings
+// tell them from 1, what ran beside each task of a run, the
 // shared-core paces and the storage cost fitted from contended tasks (Note [Shared cores]), and
 // how busy the machine was.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -25,14 +27,29 @@ TEST(ProfileMeasure, OutliersAreRejectedAndTheRestAveraged) {
   s = summarize_timings({1.0, 1.1, 0.9, 1.0, 1.0, 1.05, 0.95, 0.01});
   EXPECT_EQ(s.rejected, 1);
   EXPECT_NEAR(s.mean, 1.0, kEps);
-  // Nothing to reject: the plain mean (not the median: ordinary jitter is part of a run).
+  // Nothing to reject: the plain mean (not the median: ordinary jitter is part of a run), and
+  // its standard error (sample deviation sqrt(5/3) over sqrt(4)).
   s = summarize_timings({1, 2, 3, 4});
   EXPECT_EQ(s.kept, 4);
   EXPECT_NEAR(s.mean, 2.5, kEps);
+  EXPECT_NEAR(s.sem, std::sqrt(5.0 / 3) / 2, kEps);
+  EXPECT_EQ(summarize_timings({7}).sem, 0);
   s = summarize_timings({});
   EXPECT_EQ(s.kept + s.rejected, 0);
   EXPECT_EQ(s.mean, 0);
   EXPECT_EQ(within_fences({5, 5, 5, 6}), (std::vector<bool>{true, true, true, false}));
+}
+
+TEST(ProfileMeasure, ASpeedUpIsRecordedOnlyWhenTheTimingsTellItFromOne) {
+  EXPECT_NEAR(significant_speedup(1.2, 0.01, 1.0, 0.01), 1.2, kEps);
+  // 1.02 within two standard errors (about 0.028 here) of 1: no measurable gain.
+  EXPECT_EQ(significant_speedup(1.02, 0.02, 1.0, 0.01), 1.0);
+  EXPECT_NEAR(significant_speedup(0.9, 0.001, 1.0, 0.001), 0.9, kEps);  // slower counts too
+  // No answer: a time that is not positive, or a ratio no cache gives.
+  EXPECT_EQ(significant_speedup(0, 0, 1, 0), 0);
+  EXPECT_EQ(significant_speedup(1, 0, -1, 0), 0);
+  EXPECT_EQ(significant_speedup(3, 0, 1, 0), 0);
+  EXPECT_EQ(significant_speedup(1, 0, 3, 0), 0);
 }
 
 TEST(ProfileMeasure, TaskSamplesSeeWhatRanBesideThem) {

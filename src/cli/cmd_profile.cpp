@@ -336,30 +336,37 @@ void io_cost_samples(const RunTimings& r, const Pools& pools, double compute_pac
 
 // ---- The profile's figures ----------------------------------------------------------------------
 
-// The compute tables at micro-batch size B from horizontal runs (block tasks with weights not
-// just used; a backward there also zeroes its fresh gradient, taken off at the memset rate) and
-// the speed-ups of the vertical order's tasks with weights just used (Note [Weights reused]).
-void compute_tables(const Pools& pools, const RunTimings& h, const RunTimings& v, double tokens,
-                    HardwareProfile& prof) {
-  const auto mean = [&pools](RunKind kind, int64_t B, Cls c, bool reused) {
-    return pools.summary({kind, B, c, reused}).mean;
-  };
-  const double f = mean(RunKind::horizontal, h.B, Cls::fwd, false);
+// The compute tables at micro-batch size B from a horizontal run: block tasks with weights not
+// just used; a backward there also zeroes its fresh gradient, taken off at the memset rate.
+void compute_tables(const Pools& pools, const RunTimings& h, double tokens, HardwareProfile& prof) {
+  const auto mean = [&](Cls c) { return pools.summary({RunKind::horizontal, h.B, c, false}).mean; };
+  const double f = mean(Cls::fwd);
   const double zero = static_cast<double>(h.spec.block_grad_bytes) / prof.memset_bytes_per_s;
-  const double b = std::max(mean(RunKind::horizontal, h.B, Cls::bwd, false) - f - zero, 1e-9);
-  const double head = mean(RunKind::horizontal, h.B, Cls::head, false);
+  const double b = std::max(mean(Cls::bwd) - f - zero, 1e-9);
   prof.block_fwd.emplace_back(tokens, h.spec.block_fwd_flops / std::max(f, 1e-9));
   prof.block_bwd.emplace_back(tokens, h.spec.block_bwd_flops / b);
-  prof.head.emplace_back(tokens, h.spec.head_flops / std::max(head, 1e-9));
-  const double fr = mean(RunKind::vertical, v.B, Cls::fwd, true);
-  const double br = mean(RunKind::vertical, v.B, Cls::bwd, true) - fr;
-  // A speed-up far from 1 either way is a disturbed measurement, not a cache: the point is left
-  // out (the table interpolates over it; none at all is a speed-up of 1).
-  const auto plausible = [](double x) { return x >= 0.5 && x <= 2; };
-  if (f > 0 && fr > 0 && br > 0 && plausible(f / fr) && plausible(b / br)) {
-    prof.block_fwd_reuse.emplace_back(tokens, f / fr);
-    prof.block_bwd_reuse.emplace_back(tokens, b / br);
-  }
+  prof.head.emplace_back(tokens, h.spec.head_flops / std::max(mean(Cls::head), 1e-9));
+}
+
+// The speed-ups of block tasks with weights just used (Note [Weights reused]), measured within
+// one vertical run: its tasks with weights just used against its others (each block's first
+// micro-batch), so that the machine's speed, which drifts between runs by as much as the effect,
+// cancels out. A speed-up the timings cannot tell from 1 is recorded as 1; a disturbed one is
+// left out (the table interpolates over it).
+void reuse_speedups(const Pools& pools, const RunTimings& v, double tokens, HardwareProfile& prof) {
+  const auto s = [&](Cls c, bool reused) {
+    return pools.summary({RunKind::vertical, v.B, c, reused});
+  };
+  const TimingSummary fc = s(Cls::fwd, false), fr = s(Cls::fwd, true);
+  const TimingSummary bc = s(Cls::bwd, false), br = s(Cls::bwd, true);
+  if (fc.kept < 2 || fr.kept < 2 || bc.kept < 2 || br.kept < 2) return;
+  const double fwd = significant_speedup(fc.mean, fc.sem, fr.mean, fr.sem);
+  // The backward proper: the backward task less its recompute (a forward of the same kind).
+  const double bwd = significant_speedup(bc.mean - fc.mean, std::hypot(bc.sem, fc.sem),
+                                         br.mean - fr.mean, std::hypot(br.sem, fr.sem));
+  if (fwd <= 0 || bwd <= 0) return;
+  prof.block_fwd_reuse.emplace_back(tokens, fwd);
+  prof.block_bwd_reuse.emplace_back(tokens, bwd);
 }
 
 // Rates that do not depend on B, pooled over every run.
@@ -442,10 +449,12 @@ void fill_profile(const Measurement& m, double seq_len, HardwareProfile& prof) {
   }
   pooled_rates(pools, prof);
   for (int64_t B : kMicroBatchSizes) {
-    const RunTimings* h = find_run(m, RunKind::horizontal, B);
-    const RunTimings* v = find_run(m, RunKind::vertical, B);
-    if (h != nullptr && v != nullptr) {
-      compute_tables(pools, *h, *v, static_cast<double>(B) * seq_len, prof);
+    const double tokens = static_cast<double>(B) * seq_len;
+    if (const RunTimings* h = find_run(m, RunKind::horizontal, B)) {
+      compute_tables(pools, *h, tokens, prof);
+    }
+    if (const RunTimings* v = find_run(m, RunKind::vertical, B)) {
+      reuse_speedups(pools, *v, tokens, prof);
     }
   }
   std::vector<Contended> compute, optim, io;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -40,8 +41,24 @@ TimingSummary summarize_timings(std::vector<double> v) {
       ++out.rejected;
     }
   }
-  out.mean = out.kept > 0 ? sum / static_cast<double>(out.kept) : 0;
+  if (out.kept == 0) return out;
+  const double n = static_cast<double>(out.kept);
+  out.mean = sum / n;
+  if (out.kept < 2) return out;
+  double ss = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (keep[i]) ss += (v[i] - out.mean) * (v[i] - out.mean);
+  }
+  out.sem = std::sqrt(ss / (n - 1) / n);
   return out;
+}
+
+double significant_speedup(double a, double a_sem, double b, double b_sem) {
+  if (a <= 0 || b <= 0) return 0;
+  const double r = a / b;
+  if (r < 0.5 || r > 2) return 0;
+  const double rel = std::hypot(a_sem / a, b_sem / b);  // of the ratio, to first order
+  return std::abs(r - 1) > 2 * rel ? r : 1.0;
 }
 
 namespace {
@@ -112,21 +129,21 @@ double fitted_pace(const std::vector<Contended>& samples, double fallback) {
 }
 
 double fitted_cost(const std::vector<Contended>& samples) {
-  std::vector<Contended> c;
-  std::vector<double> lost;
+  std::vector<const Contended*> c;
+  std::vector<double> per_unit;  // each sample's own estimate: what the fences judge
   for (const Contended& s : samples) {
     if (s.contended <= 0) continue;
-    c.push_back(s);
-    lost.push_back(s.seconds - s.alone_s);
+    c.push_back(&s);
+    per_unit.push_back((s.seconds - s.alone_s) / s.contended);
   }
-  const std::vector<bool> keep = within_fences(lost);
-  double num = 0, den = 0;
+  const std::vector<bool> keep = within_fences(per_unit);
+  double lost = 0, units = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     if (!keep[i]) continue;
-    num += lost[i];
-    den += c[i].contended;
+    lost += c[i]->seconds - c[i]->alone_s;
+    units += c[i]->contended;
   }
-  return den > 0 ? std::max(num / den, 0.0) : 0;
+  return units > 0 ? std::max(lost / units, 0.0) : 0;
 }
 
 bool parse_proc_stat(const std::string& line, double ticks_per_s, CpuSnapshot& out) {

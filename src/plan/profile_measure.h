@@ -26,12 +26,18 @@ namespace strata {
 
 struct TimingSummary {
   double mean = 0;  // of the kept timings (0 when there are none)
+  double sem = 0;   // the mean's standard error (0 with fewer than two kept)
   int64_t kept = 0, rejected = 0;
 };
 // Note [Robust timings].
 TimingSummary summarize_timings(std::vector<double> timings);
 // Which values lie within Tukey's fences (Note [Robust timings]), indexed like `values`.
 std::vector<bool> within_fences(const std::vector<double>& values);
+
+// The ratio a / b of two measured times (each with its standard error) when the timings tell it
+// from 1: 1 when it lies within two standard errors of 1, 0 (no answer) when a or b is not
+// positive or the ratio is outside 0.5..2, which a disturbed measurement gives, not a cache.
+double significant_speedup(double a, double a_sem, double b, double b_sem);
 
 // One task of an instrumented run and what ran beside it.
 struct TaskSample {
@@ -57,8 +63,9 @@ struct Contended {
 // carries that cost too, since the overlapped task alone is charged with it.)
 double fitted_pace(const std::vector<Contended>& samples, double fallback);
 // Seconds lost per unit of contention (storage bytes moved beside the task): seconds - alone =
-// cost x contended over the samples with contended > 0 whose seconds - alone lies within
-// Tukey's fences (sum over sum); >= 0, and 0 without samples.
+// cost x contended, summed over the samples with contended > 0 whose own estimate
+// (seconds - alone) / contended lies within Tukey's fences, sum over sum (so a task that met
+// much contention weighs more); >= 0, and 0 without samples.
 double fitted_cost(const std::vector<Contended>& samples);
 
 // The whole machine's CPU time and this process's, at one moment.

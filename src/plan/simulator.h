@@ -24,9 +24,10 @@
 // A block task whose block's weights the previous block task on the compute queue used (same
 // block, same params slot) finds them in cache when a block fits there: the vertical order's
 // micro-batches after a block's first, and the last block's fused backward after its forward.
-// `strata profile` times block tasks in both orders and records the speed-up of such tasks over
-// the others per micro-batch size (block_fwd_reuse, block_bwd_reuse; 1 where absent, as in the
-// GPU profiles, whose blocks are far larger than any cache). The cost model reads the property
+// `strata profile` records the speed-up of such tasks over the others per micro-batch size,
+// measured within its vertical runs so that the machine's drift between runs cancels out, and
+// only where the timings tell it from 1 (block_fwd_reuse, block_bwd_reuse; 1 where absent, as in
+// the GPU profiles, whose blocks are far larger than any cache). The cost model reads the property
 // from the plan (queue order and slot uses, weights_reused), not from the schedule's name, so a
 // horizontal plan with one block gets it as well as a vertical one.
 //
