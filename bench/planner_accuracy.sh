@@ -17,7 +17,10 @@
 # The "other" column is the CPU time other processes took (or the hypervisor stole) while the row
 # ran; "compute" is compute's measured busy time over the simulated one (far from 1: the machine
 # computed at another speed than when profiled, or the compute model is off for the row; a rerun
-# tells which). The profile's own figures are printed above the table.
+# tells which); "speed" is how fast a fixed single-threaded probe ran just before the row, over
+# just before the profile (a VM's vCPU changes speed with no stolen time showing; a row at 0.8
+# ran on a machine 20% slower than the one profiled). The profile's own figures and the probe's
+# variation are printed above the table.
 # Passes when every row is within 15% and the median error is at most 5%. The last line of the
 # output is one JSON object: max_rel_error, median_rel_error, configs, goal_met,
 # profile_measurement, busy_rows, rows.

@@ -78,6 +78,23 @@ def other_cpu(before, after):
     return max(0.0, min(1.0, other / wall)) if wall > 0 else 0.0
 
 
+def speed_probe(seconds):
+    """Fixed single-threaded work timed in 0.25 s slices: (work per second, its coefficient of
+    variation). A VM's vCPU can change speed by tens of percent from minute to minute, and even
+    second to second, with no stolen time showing in /proc/stat; the probe before the profile and
+    before each row shows how fast the machine was then."""
+    rates = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0, n = time.monotonic(), 0
+        while time.monotonic() - t0 < 0.25:
+            sum(i * i for i in range(2000))
+            n += 1
+        rates.append(n / (time.monotonic() - t0))
+    mean = statistics.mean(rates)
+    return mean, statistics.pstdev(rates) / mean
+
+
 def run(cmd, log):
     with open(log, "w") as f:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True)
@@ -97,6 +114,7 @@ def main():
     t0 = time.time()
     print(f"planner_accuracy: load average {os.getloadavg()[0]:.2f} at start", file=sys.stderr)
     prof = os.path.join(a.out, "profile.json")
+    probe_profile, probe_cv = speed_probe(3)
     print("planner_accuracy: strata profile", file=sys.stderr)
     run([a.bin, "profile", "--out", prof, "--dir", a.store, "--quiet"] + sets(MODEL),
         os.path.join(a.out, "profile.log"))
@@ -104,6 +122,7 @@ def main():
     for row in ROWS:
         name = row[0]
         print(f"planner_accuracy: {name}", file=sys.stderr)
+        speed = speed_probe(2)[0] / probe_profile
         metrics = os.path.join(a.out, name + ".jsonl")
         before = cpu_times()
         run([a.bin, "train"] + row_sets(row, a.store) +
@@ -137,9 +156,14 @@ def main():
                      "measured_roofline_s": round(mroof, 4),
                      "simulated_roofline_s": round(pred["roofline_s"], 4),
                      "simulated_bound": pred["bound"], "other_cpu": round(other, 3),
-                     "compute_measured_over_simulated": round(compute_ratio, 3)})
+                     "compute_measured_over_simulated": round(compute_ratio, 3),
+                     "machine_speed": round(speed, 3)})
     meas = json.load(open(prof)).get("measurement", {})
+    probe_end, _ = speed_probe(3)
     print()
+    print(f"machine speed (a fixed single-threaded probe): varied {100 * probe_cv:.0f}% (CV of "
+          f"0.25 s slices) before the profile; at the end {probe_end / probe_profile:.2f}x of "
+          f"then; per row in the \"speed\" column")
     print(f"profile: {meas.get('rounds', 0)} rounds, {meas.get('samples', 0)} task timings kept, "
           f"{meas.get('rejected', 0)} rejected, the slowest round "
           f"{100 * meas.get('round_spread', 0):.0f}% slower than the fastest; other processes "
@@ -147,7 +171,7 @@ def main():
           f"stolen {100 * meas.get('steal', 0):.1f}% of the CPU")
     print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c/g host':>12} {'alpha':>5} "
           f"{'clip':>10} {'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7} "
-          f"{'other':>5} {'compute':>7}  bound (simulated)")
+          f"{'other':>5} {'compute':>7} {'speed':>5}  bound (simulated)")
     for r in rows:
         poc = (f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}/"
                f"{r['grads_on_host']}")
@@ -157,8 +181,8 @@ def main():
               f"{poc:>12} {r['alpha']:>5} {clip:>10} {r['measured_iter_s']:>10.3f} "
               f"{r['measured_fastest_iter_s']:>9.3f} "
               f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}% "
-              f"{100 * r['other_cpu']:>4.0f}% {r['compute_measured_over_simulated']:>6.2f}x  "
-              f"{r['simulated_bound']}")
+              f"{100 * r['other_cpu']:>4.0f}% {r['compute_measured_over_simulated']:>6.2f}x "
+              f"{r['machine_speed']:>5.2f}  {r['simulated_bound']}")
     errs = [r["rel_error"] for r in rows]
     mx, med = max(errs), statistics.median(errs)
     ok = mx <= 0.15 and med <= 0.05
@@ -177,6 +201,8 @@ def main():
     print(json.dumps({"max_rel_error": round(mx, 4), "median_rel_error": round(med, 4),
                       "configs": len(rows), "goal_met": ok, "profile": prof,
                       "profile_measurement": meas, "busy_rows": busy,
+                      "machine_speed": {"cv_before_profile": round(probe_cv, 3),
+                                        "end_over_profile": round(probe_end / probe_profile, 3)},
                       "wall_s": round(time.time() - t0, 1), "rows": rows}))
 
 
