@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Honest predictions (docs/design.md §7, docs/planner.md): runs configurations of the offloaded
 # schedules on this machine and compares each measured iteration time with the simulator's
-# prediction from a profile that `strata profile` measures first (three rounds of instrumented
-# runs, robust to disturbed tasks: Note [Robust timings] in src/plan/profile_measure.h).
+# prediction from a profile that `strata profile` measures in parts between the rows (one round
+# of instrumented runs, robust to disturbed tasks, before every third row: Note [Robust timings]
+# in src/plan/profile_measure.h), merged by the median so that it describes the machine over the
+# same minutes as the rows (this VM's speed drifts by 10-25% over minutes).
 #   model: bench-14m (GPT, 8 blocks x C=384, 6 heads, vocab 256, T=256; 14.4M parameters, f32),
 #          micro-batch B=1 x T=256, as bench/schedules.sh.
 #   rows: both schedules; M from 1 to 16; params/optimizer state/checkpoints/gradients on host or
@@ -16,11 +18,8 @@
 # same config (vertical: its steady iteration).
 # The "other" column is the CPU time other processes took (or the hypervisor stole) while the row
 # ran; "compute" is compute's measured busy time over the simulated one (far from 1: the machine
-# computed at another speed than when profiled, or the compute model is off for the row; a rerun
-# tells which); "speed" is how fast a fixed single-threaded probe ran just before the row, over
-# just before the profile (a VM's vCPU changes speed with no stolen time showing; a row at 0.8
-# ran on a machine 20% slower than the one profiled). The profile's own figures and the probe's
-# variation are printed above the table.
+# computed at another speed than the profile's, or the compute model is off for the row; a rerun
+# tells which). The profile's own figures are printed above the table.
 # Passes when every row is within 15% and the median error is at most 5%. The last line of the
 # output is one JSON object: max_rel_error, median_rel_error, configs, goal_met,
 # profile_measurement, busy_rows, rows.

@@ -1,11 +1,16 @@
 #!/usr/bin/python3
-"""Driver of bench/planner_accuracy.sh (standard library only): profile, runs, predictions, table.
+"""Driver of bench/planner_accuracy.sh (standard library only): runs, profile, predictions, table.
 
 Every row is one `strata train` of the bench model with the row's settings, then
-`strata plan --simulate --json` of the same settings with the measured profile. Errors are
-|simulated - measured| / measured of the iteration time.
+`strata plan --simulate --json` of the same settings with the measured profile. The profile is
+measured in parts between the rows (one round of `strata profile` before every PROFILE_EVERY
+rows) and merged by the median, so that it describes the machine over the same minutes as the
+rows: this VM's speed drifts by 10-25% over minutes with nothing to see in /proc/stat, and a
+profile taken once before the rows biased every row of a run the same way (by 0.8x in one run
+and 1.25x in the next). Errors are |simulated - measured| / measured of the iteration time.
 """
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -78,23 +83,6 @@ def other_cpu(before, after):
     return max(0.0, min(1.0, other / wall)) if wall > 0 else 0.0
 
 
-def speed_probe(seconds):
-    """Fixed single-threaded work timed in 0.25 s slices: (work per second, its coefficient of
-    variation). A VM's vCPU can change speed by tens of percent from minute to minute, and even
-    second to second, with no stolen time showing in /proc/stat; the probe before the profile and
-    before each row shows how fast the machine was then."""
-    rates = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        t0, n = time.monotonic(), 0
-        while time.monotonic() - t0 < 0.25:
-            sum(i * i for i in range(2000))
-            n += 1
-        rates.append(n / (time.monotonic() - t0))
-    mean = statistics.mean(rates)
-    return mean, statistics.pstdev(rates) / mean
-
-
 def run(cmd, log):
     with open(log, "w") as f:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True)
@@ -102,6 +90,115 @@ def run(cmd, log):
         sys.stderr.write(open(log).read())
         sys.exit(f"planner_accuracy: failed: {' '.join(cmd)}")
     return r.stdout
+
+
+PROFILE_EVERY = 3  # rows between the parts of the profile
+
+
+def merge_profiles(parts):
+    """One profile from parts measured between the rows (`strata profile --rounds 1` each): every
+    measured figure the median over the parts, tables per token point over the parts that have
+    it, so that a part taken in a slow or a fast minute of the machine moves nothing; the
+    measurement's counts summed, its load figures the worst part's, its spread that of the block
+    forward rate at the first token point between the parts."""
+    med = statistics.median
+    out = copy.deepcopy(parts[0])
+    c = out["compute"]
+    for k in ("block_fwd", "block_bwd", "head", "block_fwd_reuse", "block_bwd_reuse"):
+        points = {}
+        for p in parts:
+            for t, v in p["compute"].get(k, []):
+                points.setdefault(t, []).append(v)
+        if points:
+            c[k] = [[t, med(v)] for t, v in sorted(points.items())]
+    for sec, keys in (("compute", ("embed_s_per_token", "memset_bytes_per_s")),
+                      ("link", ("h2d_bytes_per_s", "d2h_bytes_per_s")),
+                      ("cpu_optimizer", ("params_per_s", "reduce_bytes_per_s")),
+                      ("cores", ("compute_speed", "optim_speed", "io_s_per_byte"))):
+        for k in keys:
+            out[sec][k] = med(p[sec][k] for p in parts)
+    m = out["measurement"]
+    for k in ("rounds", "samples", "rejected"):
+        m[k] = sum(p["measurement"][k] for p in parts)
+    for k in ("other_cpu", "steal"):
+        m[k] = max(p["measurement"][k] for p in parts)
+    fwd = [p["compute"]["block_fwd"][0][1] for p in parts]
+    m["round_spread"] = max(fwd) / min(fwd) - 1
+    out["description"] += (f"; the median of {len(parts)} profiles measured between the rows of "
+                           f"bench/planner_accuracy.sh")
+    return out
+
+
+def measure_rows(a):
+    """Every row's steps, with a part of the profile before every PROFILE_EVERY rows."""
+    measured, parts = [], []
+    for i, row in enumerate(ROWS):
+        if i % PROFILE_EVERY == 0:
+            part = os.path.join(a.out, f"profile.part{len(parts)}.json")
+            print(f"planner_accuracy: strata profile (part {len(parts) + 1})", file=sys.stderr)
+            run([a.bin, "profile", "--out", part, "--dir", a.store, "--quiet", "--rounds", "1"] +
+                sets(MODEL), os.path.join(a.out, f"profile.part{len(parts)}.log"))
+            parts.append(json.load(open(part)))
+        name = row[0]
+        print(f"planner_accuracy: {name}", file=sys.stderr)
+        metrics = os.path.join(a.out, name + ".jsonl")
+        before = cpu_times()
+        run([a.bin, "train"] + row_sets(row, a.store) +
+            sets([f"train.steps={a.steps}"]) + ["--metrics", metrics, "--quiet"],
+            os.path.join(a.out, name + ".log"))
+        other = other_cpu(before, cpu_times())
+        steps = [json.loads(l) for l in open(metrics) if l.strip()]
+        measured.append(([s for s in steps if s["step"] >= 1] or steps, other))
+    return measured, parts
+
+
+def row_result(a, row, kept, other, prof):
+    # The median step after warm-up is the measurement (as in every benchmark here); the
+    # fastest is kept beside it: other work on a shared machine only ever lengthens a step,
+    # so a large gap between the two says the run was disturbed.
+    name = row[0]
+    measured = statistics.median(s["iter_s"] for s in kept)
+    pred = json.loads(run([a.bin, "plan", "--profile", prof, "--simulate", "--json"] +
+                          row_sets(row, a.store), os.path.join(a.out, name + ".plan.log")))
+    err = abs(pred["iter_s"] - measured) / measured
+    # Compute's busy time measured over simulated: far from 1 when the machine computed at
+    # another speed than the profile's (or when the compute model is off for the row; a rerun
+    # tells the two apart).
+    mcompute = statistics.median(s["busy_s"]["compute"] for s in kept)
+    return {"name": name, "schedule": row[1], "M": row[2], "rate_bytes_per_s": row[3],
+            "params_on_host": row[4], "optim_on_host": row[5], "checkpoints_on_host": row[6],
+            "grads_on_host": row[7], "alpha": row[8], "clip": row[9], "speculation": row[10],
+            "measured_iter_s": round(measured, 4),
+            "measured_fastest_iter_s": round(min(s["iter_s"] for s in kept), 4),
+            "simulated_iter_s": round(pred["iter_s"], 4), "rel_error": round(err, 4),
+            "measured_roofline_s": round(statistics.median(s["roofline_s"] for s in kept), 4),
+            "simulated_roofline_s": round(pred["roofline_s"], 4),
+            "simulated_bound": pred["bound"], "other_cpu": round(other, 3),
+            "compute_measured_over_simulated":
+                round(mcompute / max(pred["busy_s"]["compute"], 1e-9), 3)}
+
+
+def print_table(rows, meas):
+    print()
+    print(f"profile: the median of {meas.get('rounds', 0)} parts measured between the rows; "
+          f"{meas.get('samples', 0)} task timings kept, {meas.get('rejected', 0)} rejected; the "
+          f"block forward rate {100 * meas.get('round_spread', 0):.0f}% apart between parts; "
+          f"other processes {100 * meas.get('other_cpu', 0):.1f}%, stolen "
+          f"{100 * meas.get('steal', 0):.1f}% of the CPU at most")
+    print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c/g host':>12} {'alpha':>5} "
+          f"{'clip':>10} {'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7} "
+          f"{'other':>5} {'compute':>7}  bound (simulated)")
+    for r in rows:
+        poc = (f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}/"
+               f"{r['grads_on_host']}")
+        clip = (f"{r['clip']:g}" + (" spec" if r["speculation"] == "on" else "")
+                if r["clip"] else "-")
+        print(f"{r['name']:14} {r['schedule']:10} {r['M']:>3} {r['rate_bytes_per_s'] // MB:>5} "
+              f"{poc:>12} {r['alpha']:>5} {clip:>10} {r['measured_iter_s']:>10.3f} "
+              f"{r['measured_fastest_iter_s']:>9.3f} "
+              f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}% "
+              f"{100 * r['other_cpu']:>4.0f}% {r['compute_measured_over_simulated']:>6.2f}x  "
+              f"{r['simulated_bound']}")
 
 
 def main():
@@ -113,76 +210,13 @@ def main():
     a = ap.parse_args()
     t0 = time.time()
     print(f"planner_accuracy: load average {os.getloadavg()[0]:.2f} at start", file=sys.stderr)
+    measured, parts = measure_rows(a)
     prof = os.path.join(a.out, "profile.json")
-    probe_profile, probe_cv = speed_probe(3)
-    print("planner_accuracy: strata profile", file=sys.stderr)
-    run([a.bin, "profile", "--out", prof, "--dir", a.store, "--quiet"] + sets(MODEL),
-        os.path.join(a.out, "profile.log"))
-    rows = []
-    for row in ROWS:
-        name = row[0]
-        print(f"planner_accuracy: {name}", file=sys.stderr)
-        speed = speed_probe(2)[0] / probe_profile
-        metrics = os.path.join(a.out, name + ".jsonl")
-        before = cpu_times()
-        run([a.bin, "train"] + row_sets(row, a.store) +
-            sets([f"train.steps={a.steps}"]) + ["--metrics", metrics, "--quiet"],
-            os.path.join(a.out, name + ".log"))
-        other = other_cpu(before, cpu_times())
-        steps = [json.loads(l) for l in open(metrics) if l.strip()]
-        kept = [s for s in steps if s["step"] >= 1] or steps
-        # The median step after warm-up is the measurement (as in every benchmark here); the
-        # fastest is kept beside it: other work on a shared machine only ever lengthens a step,
-        # so a large gap between the two says the run was disturbed.
-        best = min(kept, key=lambda s: s["iter_s"])
-        measured = statistics.median(s["iter_s"] for s in kept)
-        mroof = statistics.median(s["roofline_s"] for s in kept)
-        mcompute = statistics.median(s["busy_s"]["compute"] for s in kept)
-        fastest_iter = best["iter_s"]
-        pred = json.loads(run([a.bin, "plan", "--profile", prof, "--simulate", "--json"] +
-                              row_sets(row, a.store), os.path.join(a.out, name + ".plan.log")))
-        err = abs(pred["iter_s"] - measured) / measured
-        # Compute's busy time measured over simulated: far from 1 when the machine computed at
-        # another speed than when it was profiled (or when the compute model is off for the row;
-        # a rerun tells the two apart).
-        compute_ratio = mcompute / max(pred["busy_s"]["compute"], 1e-9)
-        rows.append({"name": name, "schedule": row[1], "M": row[2], "rate_bytes_per_s": row[3],
-                     "params_on_host": row[4], "optim_on_host": row[5],
-                     "checkpoints_on_host": row[6], "grads_on_host": row[7], "alpha": row[8],
-                     "clip": row[9], "speculation": row[10],
-                     "measured_iter_s": round(measured, 4),
-                     "measured_fastest_iter_s": round(fastest_iter, 4), "simulated_iter_s":
-                     round(pred["iter_s"], 4), "rel_error": round(err, 4),
-                     "measured_roofline_s": round(mroof, 4),
-                     "simulated_roofline_s": round(pred["roofline_s"], 4),
-                     "simulated_bound": pred["bound"], "other_cpu": round(other, 3),
-                     "compute_measured_over_simulated": round(compute_ratio, 3),
-                     "machine_speed": round(speed, 3)})
+    with open(prof, "w") as f:
+        json.dump(merge_profiles(parts), f, indent=2)
+    rows = [row_result(a, row, kept, other, prof) for row, (kept, other) in zip(ROWS, measured)]
     meas = json.load(open(prof)).get("measurement", {})
-    probe_end, _ = speed_probe(3)
-    print()
-    print(f"machine speed (a fixed single-threaded probe): varied {100 * probe_cv:.0f}% (CV of "
-          f"0.25 s slices) before the profile; at the end {probe_end / probe_profile:.2f}x of "
-          f"then; per row in the \"speed\" column")
-    print(f"profile: {meas.get('rounds', 0)} rounds, {meas.get('samples', 0)} task timings kept, "
-          f"{meas.get('rejected', 0)} rejected, the slowest round "
-          f"{100 * meas.get('round_spread', 0):.0f}% slower than the fastest; other processes "
-          f"{100 * meas.get('other_cpu', 0):.1f}%, "
-          f"stolen {100 * meas.get('steal', 0):.1f}% of the CPU")
-    print(f"{'config':14} {'sched':10} {'M':>3} {'MB/s':>5} {'p/o/c/g host':>12} {'alpha':>5} "
-          f"{'clip':>10} {'measured s':>10} {'fastest s':>9} {'simulated s':>11} {'error':>7} "
-          f"{'other':>5} {'compute':>7} {'speed':>5}  bound (simulated)")
-    for r in rows:
-        poc = (f"{r['params_on_host']}/{r['optim_on_host']}/{r['checkpoints_on_host']}/"
-               f"{r['grads_on_host']}")
-        clip = (f"{r['clip']:g}" + (" spec" if r["speculation"] == "on" else "")
-                if r["clip"] else "-")
-        print(f"{r['name']:14} {r['schedule']:10} {r['M']:>3} {r['rate_bytes_per_s'] // MB:>5} "
-              f"{poc:>12} {r['alpha']:>5} {clip:>10} {r['measured_iter_s']:>10.3f} "
-              f"{r['measured_fastest_iter_s']:>9.3f} "
-              f"{r['simulated_iter_s']:>11.3f} {100 * r['rel_error']:>6.1f}% "
-              f"{100 * r['other_cpu']:>4.0f}% {r['compute_measured_over_simulated']:>6.2f}x "
-              f"{r['machine_speed']:>5.2f}  {r['simulated_bound']}")
+    print_table(rows, meas)
     errs = [r["rel_error"] for r in rows]
     mx, med = max(errs), statistics.median(errs)
     ok = mx <= 0.15 and med <= 0.05
@@ -194,15 +228,13 @@ def main():
            if abs(r["compute_measured_over_simulated"] - 1) > 0.1]
     if off:
         print(f"\nnote: compute's measured busy time is over 10% from the simulated in "
-              f"{', '.join(off)}: the machine computing at another speed than when profiled, or "
+              f"{', '.join(off)}: the machine computing at another speed than the profile's, or "
               f"the compute model off for these rows (a rerun tells which)")
     print(f"\nmax error {100 * mx:.1f}% (goal <= 15%), median {100 * med:.1f}% (goal <= 5%): "
           f"{'met' if ok else 'NOT met'}; wall {time.time() - t0:.0f} s")
     print(json.dumps({"max_rel_error": round(mx, 4), "median_rel_error": round(med, 4),
                       "configs": len(rows), "goal_met": ok, "profile": prof,
                       "profile_measurement": meas, "busy_rows": busy,
-                      "machine_speed": {"cv_before_profile": round(probe_cv, 3),
-                                        "end_over_profile": round(probe_end / probe_profile, 3)},
                       "wall_s": round(time.time() - t0, 1), "rows": rows}))
 
 
