@@ -32,17 +32,10 @@ std::vector<std::string> OffloadTrainer::describe() const {
 void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const {
   if (last_ == nullptr) return;
   const PlanTraffic& t = last_->traffic;
-  // A repaired step (Note [Speculative steps]) also ran the repair plan.
-  const PlanTraffic* repair = last_mode_ == StepMode::repaired
-                                  ? &plan_for({.iteration = false, .repair = true}).traffic
-                                  : nullptr;
-  const auto bytes_on = [&](Resource r) {
-    return t.on(r) + (repair != nullptr ? repair->on(r) : 0);
-  };
-  line["storage_read_bytes"] = bytes_on(Resource::storage_read);
-  line["storage_write_bytes"] = bytes_on(Resource::storage_write);
-  line["h2d_bytes"] = bytes_on(Resource::h2d);
-  line["d2h_bytes"] = bytes_on(Resource::d2h);
+  line["storage_read_bytes"] = step_bytes_on(*last_, Resource::storage_read);
+  line["storage_write_bytes"] = step_bytes_on(*last_, Resource::storage_write);
+  line["h2d_bytes"] = step_bytes_on(*last_, Resource::h2d);
+  line["d2h_bytes"] = step_bytes_on(*last_, Resource::d2h);
   line["acts_storage_read_bytes"] = t.of(StateKind::acts, Resource::storage_read);
   line["acts_storage_write_bytes"] = t.of(StateKind::acts, Resource::storage_write);
   line["acts_forwarded_sets"] = last_->acts_forwarded;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/check.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "io/configured_engine.h"
@@ -159,7 +160,10 @@ OffloadTrainer::BoundPlan& OffloadTrainer::plan_for(const PlanKey& key) const {
   for (const auto& bp : plans_) {
     if (bp->key == key) return *bp;
   }
-  return *plans_.front();  // plan_keys() holds every key a run asks for
+  STRATA_CHECK_MSG(false,
+                   "no plan was built for this key: plan_keys() must hold every key a run "
+                   "asks for");
+  return *plans_.front();
 }
 
 PlanKey OffloadTrainer::iteration_key(bool defer_part0) const {
@@ -411,7 +415,7 @@ std::pair<int64_t, int64_t> OffloadTrainer::part_range(int32_t part) const {
   return {split_elems_, block_elems_};
 }
 
-Status OffloadTrainer::run(BoundPlan& bp) {
+Status OffloadTrainer::run(BoundPlan& bp, bool iteration) {
   ExecutorOptions o;
   o.record_trace = record_trace_;
   auto report = execute_plan(bp.plan, gated_actions(bp), o);
@@ -420,9 +424,18 @@ Status OffloadTrainer::run(BoundPlan& bp) {
     if (snapshot_) snapshot_->abandon(report.status());
     return report.status();
   }
-  last_report_ = std::move(*report);
-  last_ = &bp;
+  if (iteration) {
+    last_report_ = std::move(*report);
+    last_ = &bp;
+  }
   return Status::ok_status();
+}
+
+int64_t OffloadTrainer::step_bytes_on(const BoundPlan& bp, Resource r) const {
+  const int64_t repair = last_mode_ == StepMode::repaired
+                             ? plan_for({.iteration = false, .repair = true}).traffic.on(r)
+                             : 0;
+  return bp.traffic.on(r) + repair;
 }
 
 Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
@@ -473,13 +486,8 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
   }
   s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
   s.grad_norm = std::sqrt(last_norm_sumsq_);
-  s.storage_read_bytes = bp.traffic.on(Resource::storage_read);
-  s.storage_write_bytes = bp.traffic.on(Resource::storage_write);
-  if (last_mode_ == StepMode::repaired) {
-    const PlanTraffic& r = plan_for({.iteration = false, .repair = true}).traffic;
-    s.storage_read_bytes += r.on(Resource::storage_read);
-    s.storage_write_bytes += r.on(Resource::storage_write);
-  }
+  s.storage_read_bytes = step_bytes_on(bp, Resource::storage_read);
+  s.storage_write_bytes = step_bytes_on(bp, Resource::storage_write);
   s.lr = state_.lr;
   s.skipped = state_.skip;
   if (s.skipped) {
@@ -493,11 +501,7 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
 Status OffloadTrainer::finish() {
   if (pending_ == Pending::none) return Status::ok_status();
   // The flush is not a step: the last step's report (and trace) stays what last_report shows.
-  ExecutionReport step_report = last_report_;
-  BoundPlan* step_plan = last_;
-  Status st = run(plan_for({.pending = pending_, .iteration = false}));
-  last_report_ = std::move(step_report);
-  last_ = step_plan;
+  Status st = run(plan_for({.pending = pending_, .iteration = false}), /*iteration=*/false);
   if (!st.ok()) return Status(st.code(), "final optimizer steps: " + st.message());
   pending_ = Pending::none;
   return Status::ok_status();
@@ -508,13 +512,9 @@ Status OffloadTrainer::settle_speculation(double& repair_s) {
   // is what part 0 assumed.
   if (state_.skip || state_.grad_scale != 1.0f) {
     // The repair is part of the step: the step's report (and trace) stays the iteration's.
-    ExecutionReport step_report = last_report_;
-    BoundPlan* step_plan = last_;
     const auto t0 = std::chrono::steady_clock::now();
-    Status st = run(plan_for({.iteration = false, .repair = true}));
+    Status st = run(plan_for({.iteration = false, .repair = true}), /*iteration=*/false);
     repair_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    last_report_ = std::move(step_report);
-    last_ = step_plan;
     if (!st.ok())
       return Status(st.code(), "repairing the speculative optimizer steps: " + st.message());
   }

@@ -164,7 +164,12 @@ class OffloadTrainer final : public Trainer {
   double measure_block_forward_s();
   Status allocate_slots();
   Status initialize_state();
-  Status run(BoundPlan& bp);
+  // Runs a plan; an iteration's report (and trace) becomes last_report, a plan that finishes
+  // or repairs a step (`iteration` false: the flush, the repair) leaves the step's in place.
+  Status run(BoundPlan& bp, bool iteration = true);
+  // A step's bytes on `r`: its iteration plan's, and the repair plan's when it ran
+  // (Note [Speculative steps]).
+  int64_t step_bytes_on(const BoundPlan& bp, Resource r) const;
   TaskAction bind(const BoundPlan& bp, int32_t task);
   // Actions, one per task kind (offload_actions.cpp).
   Status do_transfer(const BoundPlan& bp, const Task& t);

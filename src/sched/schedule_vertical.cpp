@@ -207,7 +207,7 @@ class VerticalPlan {
                       part0_bytes);
         }
       }
-      const int32_t grad = pending_grad(l, part0 ? 0 : 1);
+      const int32_t grad = grad_for_steps(l, part0 ? -1 : 1);
       if (part0) step(l, 0, grad, src, true);
       if (part1) step(l, 1, grad, src, true);
     } else if (on_storage && fetch) {
@@ -282,23 +282,21 @@ class VerticalPlan {
   }
 
   // ---- Gradients ------------------------------------------------------------------------------
-  // The byte range of block l's gradient from part `from` on (Note [Optimizer split]: part 1's,
-  // or from part 0 the whole block), or part 0's alone (`only_part0`), from src to dst at the
-  // same offset on both sides, so a step finds it where it belongs in either slot.
-  void move_grad(TaskKind kind, int l, int32_t src, int32_t dst, int from,
-                 bool only_part0 = false) {
-    const int64_t at0 = part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0);
-    const int64_t at = from == 0 ? 0 : at0;
-    const int64_t end = only_part0 ? at0 : s_.block_grad_bytes;
-    b_.transfer_range(kind, {.block = l, .part = only_part0 ? 0 : (from == 0 ? -1 : 1)}, src, at,
-                      dst, at, end - at);
+  // Part `part`'s byte range of block l's gradient (Note [Optimizer split]; -1: all of it) from
+  // src to dst at the same offset on both sides, so a step finds it where it belongs in either
+  // slot.
+  void move_grad(TaskKind kind, int l, int32_t src, int32_t dst, int32_t part) {
+    const int64_t at =
+        part == 1 ? part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0) : 0;
+    const int64_t bytes = part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, part);
+    b_.transfer_range(kind, {.block = l, .part = part}, src, at, dst, at, bytes);
   }
-  // The host slot holding block l's gradient for its pending steps from part `from` on: its
-  // store on host, or that range read back into a stage.
-  int32_t pending_grad(int l, int from) {
+  // The host slot holding the range `part` of block l's gradient that its pending steps (or
+  // repair) read: its store on host, or that range read back into a stage.
+  int32_t grad_for_steps(int l, int32_t part) {
     if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
     const int32_t stage = grad_rstage_.take();
-    move_grad(TaskKind::grad_read, l, grad_store_[l], stage, from);
+    move_grad(TaskKind::grad_read, l, grad_store_[l], stage, part);
     return stage;
   }
 
@@ -306,11 +304,7 @@ class VerticalPlan {
   // the state before the step, and the true clip factor (or a skip), into optim.spec and the
   // working params.
   void repair_part0(int l) {
-    int32_t grad = grad_store_[l];
-    if (b_.tier(grad) == Tier::storage) {
-      grad = grad_rstage_.take();
-      move_grad(TaskKind::grad_read, l, grad_store_[l], grad, 0, /*only_part0=*/true);
-    }
+    const int32_t grad = grad_for_steps(l, 0);
     const bool on_storage = tiers_.params[l] == Tier::storage;
     step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], true, true);
   }
@@ -334,7 +328,7 @@ class VerticalPlan {
            s_.speculative);
     }
     if (grad_on_storage && (has_part1_ || keep_whole_grad_)) {
-      move_grad(TaskKind::grad_write, l, grad, grad_store_[l], keep_whole_grad_ ? 0 : 1);
+      move_grad(TaskKind::grad_write, l, grad, grad_store_[l], keep_whole_grad_ ? -1 : 1);
     }
   }
 
