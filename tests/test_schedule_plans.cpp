@@ -88,17 +88,24 @@ TEST(plan_schedules, GridPassesChecker) {
   }
 }
 
+// Every kind of state on storage for some blocks and on host for the others, in different
+// proportions per kind.
+ScheduleSpec mixed_spec(int L, int M) {
+  ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::storage);
+  s.params_at = placement_by_fraction(L, 0.5);
+  s.optim_at = placement_by_fraction(L, 0.34);
+  s.checkpoints_at = placement_by_fraction(L, 0.67);
+  s.grads_at = placement_by_fraction(L, 0.5);
+  return s;
+}
+
 // The vertical plan's variants (Note [Optimizer split]): the split (all deferred, half, none),
 // the first iteration, the steady one with pending part-1 steps, and the flush; over the grid
 // with per-block mixed placements too.
 TEST(plan_schedules, VerticalVariantsPassChecker) {
   for (int L : kBlocks) {
     for (int M : kMicro) {
-      ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::storage);
-      s.params_at = placement_by_fraction(L, 0.5);
-      s.optim_at = placement_by_fraction(L, 0.34);
-      s.checkpoints_at = placement_by_fraction(L, 0.67);
-      s.grads_at = placement_by_fraction(L, 0.5);
+      ScheduleSpec s = mixed_spec(L, M);
       for (int64_t split : {int64_t{0}, s.block_elems / 2, s.block_elems}) {
         for (auto [pending, iteration] : {std::pair{false, true}, {true, true}, {true, false}}) {
           s.split_elems = split;
@@ -127,10 +134,7 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
 TEST(plan_schedules, SpeculativeVariantsPassChecker) {
   for (int L : kBlocks) {
     for (int M : kMicro) {
-      ScheduleSpec s = spec(L, M, Placement::storage, Placement::storage, Placement::storage);
-      s.params_at = placement_by_fraction(L, 0.5);
-      s.optim_at = placement_by_fraction(L, 0.34);
-      s.grads_at = placement_by_fraction(L, 0.5);
+      ScheduleSpec s = mixed_spec(L, M);
       for (int64_t split : {s.block_elems / 2, s.block_elems}) {
         for (int pending = 0; pending < 3; ++pending) {
           for (int kind = 0; kind < 4; ++kind) {  // speculate, defer, flush, repair

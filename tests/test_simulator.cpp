@@ -300,13 +300,7 @@ TEST(CostModel, WeightsReusedFollowsTheComputeQueue) {
 // reuses the block's weights, and the last block's fused backward those of its forward; the
 // horizontal order fetches a block anew for every task.
 TEST(CostModel, WeightsReusedInTheTrainersPlans) {
-  TrainConfig c;
-  c.model.n_layer = 3;
-  c.model.n_embd = 32;
-  c.model.n_head = 2;
-  c.model.vocab_size = 64;
-  c.model.context_length = 16;
-  c.seq_len = 16;
+  TrainConfig c = test::tiny_offload_config("vertical", "unused");
   c.batch_size = 1;
   c.grad_accum = 4;
   c.optim.grad_clip = 0;
