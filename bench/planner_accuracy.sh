@@ -24,7 +24,7 @@
 # output is one JSON object: max_rel_error, median_rel_error, configs, goal_met,
 # profile_measurement, busy_rows, rows.
 # Env: STRATA_BIN (default: build, then build/strata), OUT_DIR (build/planner_accuracy),
-#      STRATA_BENCH_STORE (store directory; default under OUT_DIR), STRATA_BENCH_STEPS (5).
+#      STRATA_BENCH_STORE (store directory; default under OUT_DIR), STRATA_BENCH_STEPS (4 per round).
 #   usage: bench/planner_accuracy.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,4 +34,4 @@ mkdir -p "$out" "${STRATA_BENCH_STORE:-$out}"
 store=$(mktemp -d "${STRATA_BENCH_STORE:-$out}/store.XXXXXX")
 trap 'rm -rf "$store"' EXIT
 exec /usr/bin/python3 bench/planner_accuracy_report.py --bin "$STRATA_BIN" --out "$out" \
-  --store "$store" --steps "${STRATA_BENCH_STEPS:-5}"
+  --store "$store" --steps "${STRATA_BENCH_STEPS:-4}"

@@ -92,7 +92,8 @@ def run(cmd, log):
     return r.stdout
 
 
-PROFILE_EVERY = 3  # rows between the parts of the profile
+PROFILE_EVERY = 5  # rows between the parts of the profile, within a round
+ROUNDS = 3  # each row runs once per round; odd rounds take the rows in reverse order
 
 
 def merge_profiles(parts):
@@ -130,26 +131,34 @@ def merge_profiles(parts):
 
 
 def measure_rows(a):
-    """Every row's steps, with a part of the profile before every PROFILE_EVERY rows."""
-    measured, parts = [], []
-    for i, row in enumerate(ROWS):
-        if i % PROFILE_EVERY == 0:
-            part = os.path.join(a.out, f"profile.part{len(parts)}.json")
-            print(f"planner_accuracy: strata profile (part {len(parts) + 1})", file=sys.stderr)
-            run([a.bin, "profile", "--out", part, "--dir", a.store, "--quiet", "--rounds", "1"] +
-                sets(MODEL), os.path.join(a.out, f"profile.part{len(parts)}.log"))
-            parts.append(json.load(open(part)))
-        name = row[0]
-        print(f"planner_accuracy: {name}", file=sys.stderr)
-        metrics = os.path.join(a.out, name + ".jsonl")
-        before = cpu_times()
-        run([a.bin, "train"] + row_sets(row, a.store) +
-            sets([f"train.steps={a.steps}"]) + ["--metrics", metrics, "--quiet"],
-            os.path.join(a.out, name + ".log"))
-        other = other_cpu(before, cpu_times())
-        steps = [json.loads(l) for l in open(metrics) if l.strip()]
-        measured.append(([s for s in steps if s["step"] >= 1] or steps, other))
-    return measured, parts
+    """Every row's steps over ROUNDS rounds, with a part of the profile before every
+    PROFILE_EVERY rows of a round. A row's runs are minutes apart and at other positions in each
+    round (odd rounds go backwards), so that neither a row nor the profile is measured in one
+    phase of this VM's speed only; a row's figure is the median over all its rounds' steps."""
+    measured = {row[0]: ([], []) for row in ROWS}
+    parts = []
+    for rnd in range(ROUNDS):
+        order = ROWS if rnd % 2 == 0 else ROWS[::-1]
+        for i, row in enumerate(order):
+            if i % PROFILE_EVERY == 0:
+                part = os.path.join(a.out, f"profile.part{len(parts)}.json")
+                print(f"planner_accuracy: strata profile (part {len(parts) + 1})",
+                      file=sys.stderr)
+                run([a.bin, "profile", "--out", part, "--dir", a.store, "--quiet", "--rounds",
+                     "1"] + sets(MODEL), os.path.join(a.out, f"profile.part{len(parts)}.log"))
+                parts.append(json.load(open(part)))
+            name = row[0]
+            print(f"planner_accuracy: {name} (round {rnd + 1} of {ROUNDS})", file=sys.stderr)
+            metrics = os.path.join(a.out, f"{name}.round{rnd}.jsonl")
+            before = cpu_times()
+            run([a.bin, "train"] + row_sets(row, a.store) +
+                sets([f"train.steps={a.steps}"]) + ["--metrics", metrics, "--quiet"],
+                os.path.join(a.out, f"{name}.round{rnd}.log"))
+            other = other_cpu(before, cpu_times())
+            steps = [json.loads(l) for l in open(metrics) if l.strip()]
+            measured[name][0].extend([s for s in steps if s["step"] >= 1] or steps)
+            measured[name][1].append(other)
+    return [(kept, max(other)) for kept, other in (measured[row[0]] for row in ROWS)], parts
 
 
 def row_result(a, row, kept, other, prof):
