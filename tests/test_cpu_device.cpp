@@ -304,5 +304,87 @@ TEST(CpuDevice, DefaultOptionalSlotsReturnUnavailableNamingTheCapability) {
   EXPECT_EQ(std::unique(names.begin(), names.end()), names.end()) << "capability names repeat";
 }
 
+// ---- The discrete CPU device (Note [The discrete CPU device] in cpu/cpu_device.cpp) ----------
+
+Buffer must(Result<Buffer> r) {
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().to_string();
+    return Buffer();
+  }
+  return std::move(*r);
+}
+
+std::unique_ptr<Device> discrete_device() {
+  CpuDeviceOptions o;
+  o.discrete = true;
+  return create_cpu_device(o);
+}
+
+TEST(CpuDiscreteDevice, NamesItselfAndImplementsEveryOptionalSlot) {
+  auto dev = discrete_device();
+  EXPECT_EQ(dev->kind(), DeviceKind::cpu_discrete);
+  EXPECT_EQ(dev->name(), "cpu-discrete");
+  auto s = dev->create_stream("s");
+  for (int i = 0; i < kCapabilityCount; ++i) {
+    const Capability c = static_cast<Capability>(i);
+    SCOPED_TRACE(capability_name(c));
+    EXPECT_TRUE(dev->supports(c));
+    const test::OptionalSlotRun run = test::run_optional_slot(*dev, *s, c, false);
+    EXPECT_TRUE(run.status.ok()) << run.status.to_string();
+    EXPECT_TRUE(run.took_effect) << "the slot said ok but its work was not done";
+  }
+}
+
+// Inputs reach the device by copy, the op runs on device memory, the result comes back by copy:
+// the bits of the CPU device's op on the same values.
+TEST(CpuDiscreteDevice, OpsOnDeviceMemoryGiveTheCpuDevicesBits) {
+  const int64_t M = 17, N = 9, K = 33;
+  const std::vector<float> a = test::random_floats(M * K, 1), b = test::random_floats(K * N, 2);
+  auto product_on = [&](Device& dev) {
+    auto s = dev.create_stream("s");
+    Buffer da = must(dev.alloc(M * K * 4)), db = must(dev.alloc(K * N * 4)),
+           dout = must(dev.alloc(M * N * 4));
+    dev.copy(*s, da.data(), a.data(), M * K * 4);
+    dev.copy(*s, db.data(), b.data(), K * N * 4);
+    dev.matmul(*s, dout.f32(), da.f32(), db.f32(), nullptr, M, N, K, false, false, false);
+    std::vector<float> out(static_cast<size_t>(M * N));
+    dev.copy(*s, out.data(), dout.data(), M * N * 4);
+    s->synchronize();
+    return out;
+  };
+  auto cpu = create_cpu_device(), disc = discrete_device();
+  test::expect_same_bits(product_on(*disc), product_on(*cpu), "matmul");
+}
+
+// What a GPU would fault on (or silently misread) is a checked bug here, at the call: an op
+// given host memory, pinned or not, or device memory already freed. The plain CPU device
+// accepts all of these (its memory is the host's): only the discrete one proves the rule.
+TEST(CpuDiscreteDeathTest, AnOpGivenMemoryOutsideTheDeviceIsABug) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto dev = discrete_device();
+  auto s = dev->create_stream("s");
+  Buffer device = must(dev->alloc(64 * 4)), pinned = must(dev->alloc_host(64 * 4));
+  std::vector<float> heap(64, 1.0f);
+  EXPECT_DEATH(dev->add(*s, device.f32(), device.f32(), heap.data(), 64),
+               "cpu-discrete: add was given memory at .* that is no device allocation");
+  EXPECT_DEATH(dev->fill_zero(*s, pinned.data(), 64 * 4),
+               "cpu-discrete: fill_zero was given memory");
+  float* stale = device.f32();
+  device.reset();
+  EXPECT_DEATH(dev->gelu_forward(*s, stale, stale, 64), "cpu-discrete: gelu_forward");
+  // Interior pointers of a live allocation are device memory; copies may cross.
+  Buffer live = must(dev->alloc(64 * 4));
+  dev->copy(*s, live.data(), heap.data(), 64 * 4);
+  dev->add(*s, live.f32() + 32, live.f32(), live.f32() + 16, 16);
+  dev->copy(*s, heap.data(), live.data(), 64 * 4);
+  s->synchronize();
+  EXPECT_EQ(heap[32], 2.0f);
+  auto cpu = create_cpu_device();
+  auto cs = cpu->create_stream("s");
+  cpu->add(*cs, heap.data(), heap.data(), heap.data(), 64);  // the CPU device: one memory
+  cs->synchronize();
+  EXPECT_EQ(heap[0], 2.0f);
+}
+
 }  // namespace
 }  // namespace strata

@@ -291,13 +291,17 @@ class Device {
   // adamw_step_ref (optim/adamw.h, Note [AdamW operation order]): param, m, v (n) updated in
   // place, grad (n) read, param_bf16 (n) written when not null. Enqueued on s like any op; the
   // Status says only whether the backend has it. The CPU device lacks it: there the host
-  // adamw_step (optim/adamw.h) already is this computation, without a stream.
+  // adamw_step (optim/adamw.h) already is this computation, without a stream. The discrete CPU
+  // device has it (that host code on its stream).
   virtual Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                             const float* grad, int64_t n, const AdamWHyper& h);
 };
 
 struct CpuDeviceOptions {
   int64_t device_budget_bytes = 0;  // 0: unlimited. The arena that stands for GPU memory.
+  // The discrete CPU device (DeviceKind::cpu_discrete; Note [The discrete CPU device] in
+  // cpu/cpu_device.cpp): ops read device allocations only, host memory moves by copy().
+  bool discrete = false;
 };
 std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options = {});
 

@@ -7,7 +7,7 @@
 // values and the relations between them.
 //
 // JSON layout:
-//   {"device": "cpu" | "cuda",
+//   {"device": "cpu" | "cuda" | "cpu-discrete",
 //    "model": {arch, vocab_size, context_length, n_layer, n_head, n_embd, n_kv_head, ffn_hidden,
 //              rope_theta, rope_scaling {type, factor, low_freq_factor, high_freq_factor,
 //              original_context_length}, norm_eps, tie_embeddings},
@@ -169,8 +169,9 @@ struct TrainConfig {
   // "f32" (default: working weights are the f32 master) or "bf16" (working weights rounded to
   // bf16, stored and moved as bf16 by the offloaded schedules; Note [Precision modes]).
   Precision precision = Precision::f32;
-  // Where compute runs: "cpu" (default) or "cuda" (docs/design.md §5.9). The offloaded schedules
-  // run on the CPU device for now.
+  // Where compute runs: "cpu" (default), "cuda" (docs/design.md §5.9), or "cpu-discrete": the
+  // CPU with a device memory of its own that its kernels alone read, crossed only by copies, as
+  // on a GPU (docs/design.md §3), so the discrete path runs everywhere; bit-identical to "cpu".
   DeviceKind device = DeviceKind::cpu;
 };
 

@@ -26,10 +26,11 @@ enum class ActsMode : uint8_t { recompute, keep, offload, automatic };
 enum class ActsTier : uint8_t { storage, host };                  // activations.tier
 enum class IoEngineKind : uint8_t { automatic, uring, posix };    // io.engine
 enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };  // data.format
-enum class DeviceKind : uint8_t { cpu, cuda };                    // device
-enum class ModelArch : uint8_t { gpt2, llama };                   // model.arch
-enum class RopeScalingKind : uint8_t { none, llama3 };            // model.rope_scaling.type
-enum class Speculation : uint8_t { automatic, on, off };          // optim.speculation
+// device. cpu_discrete: the CPU computing as a discrete device would (backend.h).
+enum class DeviceKind : uint8_t { cpu, cuda, cpu_discrete };
+enum class ModelArch : uint8_t { gpt2, llama };           // model.arch
+enum class RopeScalingKind : uint8_t { none, llama3 };    // model.rope_scaling.type
+enum class Speculation : uint8_t { automatic, on, off };  // optim.speculation
 
 // Each value with its config name.
 template <typename E, size_t N>
@@ -61,8 +62,10 @@ constexpr EnumNames<TokenFormat, 3> enum_names(TokenFormat) {
            {TokenFormat::llmc, "llmc"},
            {TokenFormat::raw_u16, "raw_u16"}}};
 }
-constexpr EnumNames<DeviceKind, 2> enum_names(DeviceKind) {
-  return {{{DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
+constexpr EnumNames<DeviceKind, 3> enum_names(DeviceKind) {
+  return {{{DeviceKind::cpu, "cpu"},
+           {DeviceKind::cuda, "cuda"},
+           {DeviceKind::cpu_discrete, "cpu-discrete"}}};
 }
 
 constexpr EnumNames<ModelArch, 2> enum_names(ModelArch) {

@@ -50,9 +50,11 @@ Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& 
 
 Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg) {
   switch (cfg.device) {
-    case DeviceKind::cpu: {
+    case DeviceKind::cpu:
+    case DeviceKind::cpu_discrete: {
       CpuDeviceOptions o;
       o.device_budget_bytes = cfg.memory.device_bytes;
+      o.discrete = cfg.device == DeviceKind::cpu_discrete;
       return create_cpu_device(o);
     }
     case DeviceKind::cuda: {
