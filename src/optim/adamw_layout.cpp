@@ -19,16 +19,11 @@ AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float g
 void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
                       float* master, float* m, float* v, bf16_t* master_bf16, const float* grad,
                       AdamWHyper h, float weight_decay) {
-  const Slab& s = layout.slabs[static_cast<size_t>(slab)];
-  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
-    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-    const int64_t a = std::max(t.offset - s.offset, lo);
-    const int64_t b = std::min(t.offset - s.offset + t.numel(), hi);
-    if (b <= a) continue;
-    h.weight_decay = t.decay ? weight_decay : 0.0f;
-    bf16_t* out_bf16 = master_bf16 != nullptr ? master_bf16 + (a - lo) : nullptr;
-    adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), out_bf16, grad + a, b - a, h);
-  }
+  for_each_tensor_range(
+      layout, slab, lo, hi, h, weight_decay, [&](int64_t a, int64_t b, const AdamWHyper& th) {
+        bf16_t* out_bf16 = master_bf16 != nullptr ? master_bf16 + (a - lo) : nullptr;
+        adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), out_bf16, grad + a, b - a, th);
+      });
 }
 
 }  // namespace strata

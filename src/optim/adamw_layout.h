@@ -5,6 +5,7 @@
 // the bits of one whole step.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/config.h"
@@ -24,5 +25,22 @@ AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float g
 void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
                       float* master, float* m, float* v, bf16_t* master_bf16, const float* grad,
                       AdamWHyper h, float weight_decay);
+
+// The tensor pieces adamw_slab_range steps: fn(a, b, h') for each tensor's part [a, b) of
+// [lo, hi) (slab-relative), in layout order, h' being h with the tensor's weight decay. For
+// steppers other than the host's (a device's AdamW), so that the split is written once.
+template <typename Fn>
+void for_each_tensor_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
+                           AdamWHyper h, float weight_decay, Fn&& fn) {
+  const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    const int64_t a = std::max(t.offset - s.offset, lo);
+    const int64_t b = std::min(t.offset - s.offset + t.numel(), hi);
+    if (b <= a) continue;
+    h.weight_decay = t.decay ? weight_decay : 0.0f;
+    fn(a, b, static_cast<const AdamWHyper&>(h));
+  }
+}
 
 }  // namespace strata

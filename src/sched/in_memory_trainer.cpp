@@ -27,16 +27,22 @@ InMemoryTrainer::~InMemoryTrainer() {
 
 Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
                                                                  const TrainConfig& cfg) {
-  if (dev.kind() != DeviceKind::cpu) {
-    // AdamW runs on the host over device memory, which only the CPU device can address.
-    return unavailable("the in-memory schedule runs on the CPU device only for now");
-  }
   std::unique_ptr<InMemoryTrainer> t(new InMemoryTrainer(dev, cfg));
+  // The CPU device's memory is the host's: AdamW runs there directly. Any other device steps on
+  // its own stream.
+  t->on_device_ = dev.kind() != DeviceKind::cpu;
+  if (t->on_device_ && !dev.supports(Capability::device_adamw)) {
+    return unavailable("the in-memory schedule needs AdamW on the " + dev.name() +
+                       " device, which it lacks (device_adamw)");
+  }
   const int64_t n = t->layout_.total_elems, f = sizeof(float);
   const int64_t B = cfg.batch_size, T = cfg.seq_len;
   STRATA_ASSIGN_OR_RETURN(t->params_, dev.alloc(n * f));
   if (t->bf16_) {
     STRATA_ASSIGN_OR_RETURN(t->master_, dev.alloc(n * f));
+    if (t->on_device_) {
+      STRATA_ASSIGN_OR_RETURN(t->bf16_buf_, dev.alloc(n * 2));
+    }
   }
   STRATA_ASSIGN_OR_RETURN(t->grads_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_m_, dev.alloc(n * f));
@@ -110,20 +116,43 @@ double InMemoryTrainer::global_grad_sum_squares() {
   return total;
 }
 
-void InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
+Status InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
   const AdamWHyper h = adamw_hyper(cfg_.optim, lr, adam_steps_ + 1, grad_scale);
   for (int64_t i = 0; i < static_cast<int64_t>(layout_.slabs.size()); ++i) {
     const Slab& s = layout_.slabs[static_cast<size_t>(i)];
-    adamw_slab_range(layout_, i, 0, s.numel, master() + s.offset, adam_m_.f32() + s.offset,
-                     adam_v_.f32() + s.offset, nullptr, grads_.f32() + s.offset, h,
-                     cfg_.optim.weight_decay);
+    float *master = this->master() + s.offset, *m = adam_m_.f32() + s.offset,
+          *v = adam_v_.f32() + s.offset;
+    const float* grad = grads_.f32() + s.offset;
+    if (!on_device_) {
+      adamw_slab_range(layout_, i, 0, s.numel, master, m, v, nullptr, grad, h,
+                       cfg_.optim.weight_decay);
+      continue;
+    }
+    // The same tensor ranges and decays as adamw_slab_range, each one device AdamW.
+    Status st;
+    for_each_tensor_range(layout_, i, 0, s.numel, h, cfg_.optim.weight_decay,
+                          [&](int64_t a, int64_t b, const AdamWHyper& th) {
+                            if (!st.ok()) return;
+                            st = dev_.adamw_step(*stream_, master + a, m + a, v + a, nullptr,
+                                                 grad + a, b - a, th);
+                          });
+    STRATA_RETURN_IF_ERROR(st);
   }
   if (bf16_) round_working_params(0, layout_.total_elems);
+  stream_->synchronize();
+  return Status::ok_status();
 }
 
 void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
   // The same bits adamw_step's bf16 copy has, widened: what the offloaded trainers compute with.
-  round_to_bf16(params_.f32() + lo, master_.f32() + lo, hi - lo);
+  if (!on_device_) {
+    round_to_bf16(params_.f32() + lo, master_.f32() + lo, hi - lo);
+    return;
+  }
+  // On the device: the same rounding (f32_to_bf16, then widened back) as two conversions.
+  dev_.convert_f32_to_bf16(*stream_, bf16_buf_.bf16() + lo, master_.f32() + lo, hi - lo);
+  dev_.convert_bf16_to_f32(*stream_, params_.f32() + lo, bf16_buf_.bf16() + lo, hi - lo);
+  stream_->synchronize();
 }
 
 Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
@@ -149,7 +178,7 @@ Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32
     st.skipped = true;
     log_warn("step " + std::to_string(steps_done_) + ": non-finite gradient norm, update skipped");
   } else {
-    apply_adamw(st.lr, clip_scale(sumsq, cfg_.optim.grad_clip));
+    STRATA_RETURN_IF_ERROR(apply_adamw(st.lr, clip_scale(sumsq, cfg_.optim.grad_clip)));
     adam_steps_++;
   }
   steps_done_++;

@@ -63,7 +63,7 @@ class InMemoryTrainer final : public Trainer {
  private:
   InMemoryTrainer(Device& dev, const TrainConfig& cfg);
   double global_grad_sum_squares();
-  void apply_adamw(float lr, float grad_scale);
+  Status apply_adamw(float lr, float grad_scale);
   // The f32 master weights: params_ itself in f32 mode, master_ in bf16 mode.
   float* master() const { return bf16_ ? master_.f32() : params_.f32(); }
   // bf16 mode: params = bf16_round(master) over elements [lo, hi) of the layout.
@@ -74,7 +74,11 @@ class InMemoryTrainer final : public Trainer {
   ParamLayout layout_;
   LrSchedule schedule_;
   std::unique_ptr<Stream> stream_;
-  bool bf16_ = false;   // train.precision bf16
+  bool bf16_ = false;  // train.precision bf16
+  // AdamW and the bf16 rounding run on the device's stream (Capability::device_adamw: a device
+  // whose memory the host cannot address, Note [The discrete CPU device]) rather than on the
+  // host over the device's memory (the CPU device). The same bits either way.
+  bool on_device_ = false;
   Buffer params_;       // (total_elems) f32 working params (bf16 mode: bf16-rounded values)
   Buffer master_;       // (total_elems) f32 master weights, bf16 mode only (f32: params_)
   Buffer grads_;        // (total_elems) f32
@@ -85,6 +89,7 @@ class InMemoryTrainer final : public Trainer {
   Buffer slab_sumsq_;   // (n_slabs) f64
   Buffer losses_host_;  // (B, T) f32
   Buffer rope_;         // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
+  Buffer bf16_buf_;     // (total_elems) bf16: the rounding's scratch, bf16 mode on_device_ only
   GptActs acts_;
   int64_t steps_done_ = 0;
   int64_t adam_steps_ = 0;  // updates applied; skipped steps do not advance bias correction
