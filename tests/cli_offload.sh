@@ -8,7 +8,9 @@
 #  3. a plan that does not fit the device budget is refused before step 1, with the numbers;
 #  4. a storage error mid-run stops training (exit 1) naming the tensor and the file, and the
 #     success line never appears;
-#  5. --trace without an offloaded schedule is a usage error.
+#  5. --trace without an offloaded schedule is a usage error;
+#  6. --device cpu-discrete (compute reaches host memory only by copies) trains the vertical
+#     schedule with offloaded activations to the CPU device's losses, bit for bit.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/cli_offload"
@@ -94,4 +96,20 @@ set +e
 code=$?
 set -e
 [ "$code" -eq 2 ] && grep -q -- "--trace needs an offloaded schedule" "$work/usage.log"
+
+# 6. The discrete CPU device gives the CPU device's bits (losses printed to 17 digits).
+for device in cpu cpu-discrete; do
+  "$STRATA_BIN" train "${model[@]}" --device "$device" --set train.schedule=vertical \
+    --set train.steps=3 --set activations.policy=offload --metrics "$work/$device.jsonl" \
+    2>"$work/$device.log"
+done
+python3 - "$work/cpu.jsonl" "$work/cpu-discrete.jsonl" <<'PY'
+import json, sys
+cpu, disc = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(cpu) == len(disc) == 3, (len(cpu), len(disc))
+for a, b in zip(cpu, disc):
+    assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"]), (a, b)
+    assert b["acts_storage_write_bytes"] > 0, "activations were not offloaded"
+PY
+grep -q "device: cpu-discrete" "$work/cpu-discrete.log"
 echo "ok: cli_offload"

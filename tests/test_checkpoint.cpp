@@ -50,7 +50,7 @@ TrainConfig small_config(const std::string& schedule, const std::string& store_d
 
 // Whichever trainer the config's schedule names, through the one Trainer interface.
 struct AnyTrainer {
-  std::unique_ptr<Device> dev = create_cpu_device();
+  std::unique_ptr<Device> dev = test::make_test_device();
   std::unique_ptr<Trainer> trainer;
 
   explicit AnyTrainer(const TrainConfig& c) {

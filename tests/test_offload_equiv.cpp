@@ -94,10 +94,9 @@ Tokens tokens_for(const TrainConfig& c) {
 
 // kSteps steps of whichever trainer the config's schedule names, through the Trainer interface;
 // `setup` sees the offloaded trainer before the first step.
-RunResult run(const TrainConfig& c, bool with_state = false,
-              const std::function<void(OffloadTrainer&)>& setup = {}) {
-  auto dev = create_cpu_device();
-  auto t = create_trainer(*dev, c);
+RunResult run_on(Device& dev, const TrainConfig& c, bool with_state = false,
+                 const std::function<void(OffloadTrainer&)>& setup = {}) {
+  auto t = create_trainer(dev, c);
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   RunResult r;
   if (!t.ok()) return r;
@@ -130,6 +129,12 @@ RunResult run(const TrainConfig& c, bool with_state = false,
     }
   }
   return r;
+}
+
+// On the suite's device (test::make_test_device: the CPU device, or the discrete one).
+RunResult run(const TrainConfig& c, bool with_state = false,
+              const std::function<void(OffloadTrainer&)>& setup = {}) {
+  return run_on(*test::make_test_device(), c, with_state, setup);
 }
 RunResult run_in_memory(TrainConfig c) {
   c.schedule = Schedule::in_memory;
@@ -216,6 +221,36 @@ INSTANTIATE_TEST_SUITE_P(equiv_offload, EquivAcrossPlacements,
                          ::testing::Combine(::testing::Values("horizontal", "vertical"),
                                             ::testing::Values("gpt2", "llama")));
 
+// Note [The discrete CPU device]: the discrete device moves every byte between host and device
+// by copies (saved activations through device buffers, not produced into their host slots) and
+// steps the in-memory schedule with device AdamW; the bits are the CPU device's. Vertical with
+// activations offloaded to storage and to host, horizontal on storage, and in-memory, each in
+// f32 and bf16.
+TEST(equiv_discrete, BitIdenticalToTheCpuDevice) {
+  const std::string dir = test::make_temp_dir("equiv_discrete");
+  CpuDeviceOptions discrete;
+  discrete.discrete = true;
+  for (const Precision precision : {Precision::f32, Precision::bf16}) {
+    TrainConfig base = small_config("gpt2");
+    base.precision = precision;
+    TrainConfig acts_storage = placed(base, "vertical", 0.0, dir);
+    acts_storage.activations.policy = ActsMode::offload;
+    TrainConfig acts_host = acts_storage;
+    acts_host.activations.tier = ActsTier::host;
+    for (const TrainConfig& c :
+         {acts_storage, acts_host, placed(base, "horizontal", 0.0, dir), base}) {
+      const std::string what = std::string(enum_name(c.schedule)) + " " +
+                               enum_name(c.activations.tier) + " " + enum_name(precision);
+      auto cpu = create_cpu_device(), disc = create_cpu_device(discrete);
+      ASSERT_EQ(disc->kind(), DeviceKind::cpu_discrete);
+      const RunResult on_cpu = run_on(*cpu, c, true);
+      const RunResult on_discrete = run_on(*disc, c, true);
+      expect_bit_identical(on_discrete, on_cpu, what + ": cpu-discrete vs cpu");
+      test::expect_same_bits(on_discrete.state, on_cpu.state, (what + " state").c_str());
+    }
+  }
+}
+
 // The alpha split runs part of each step in backward and the rest in the next forward; AdamW is
 // elementwise, so every split gives the same bits (clipping off, which a split requires).
 class EquivArch : public ::testing::TestWithParam<std::string> {};
@@ -253,7 +288,7 @@ TEST_P(EquivArch, ActivationPoliciesMatchRecompute) {
   // enough) or recomputed (storage too slow to hide the writes).
   TrainConfig a = base;
   a.activations.policy = ActsMode::automatic;
-  auto dev = create_cpu_device();
+  auto dev = test::make_test_device();
   const ScheduleSpec spec = offload_schedule_spec(*dev, a, false, true);
   a.memory.device_bytes =
       plan_stats(make_offload_plan(spec, Schedule::vertical)).bytes_per_tier[0] +
@@ -372,7 +407,7 @@ struct Bf16Run {
   std::vector<float> master;
 };
 Bf16Run run_bf16(const TrainConfig& c) {
-  auto dev = create_cpu_device();
+  auto dev = test::make_test_device();
   auto t = create_trainer(*dev, c);
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   Bf16Run out;

@@ -35,7 +35,7 @@ struct Outcome {
 };
 
 Outcome train(const TrainConfig& c) {
-  auto dev = create_cpu_device();
+  auto dev = test::make_test_device();
   Outcome o;
   auto t = OffloadTrainer::create(*dev, c);
   if (!t.ok()) {

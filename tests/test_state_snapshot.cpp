@@ -111,7 +111,7 @@ void train(Trainer& t, const TrainConfig& c, int64_t first_step, int64_t steps) 
 // each, so that training runs into the gate); the captures must be the standstill state at step
 // 2 and the final state that of a run never snapshotted.
 void expect_snapshot_exact(const TrainConfig& c, const std::string& what) {
-  auto dev = create_cpu_device();
+  auto dev = test::make_test_device();
   std::vector<SlabState> at_boundary, undisturbed;
   {
     auto ref = create_trainer(*dev, c);
@@ -207,7 +207,7 @@ TEST(StateSnapshot, HorizontalAndEmbedStateOnStorageIsTheBoundaryState) {
 }
 
 TEST(StateSnapshot, TheInMemoryTrainerSavesAtAStandstill) {
-  auto dev = create_cpu_device();
+  auto dev = test::make_test_device();
   TrainConfig c = test::tiny_offload_config("in_memory", test::make_temp_dir("snapshot_mem"));
   auto t = create_trainer(*dev, c);
   ASSERT_TRUE(t.ok());

@@ -58,6 +58,19 @@ std::string make_temp_dir(const std::string& name) {
   return p.string();
 }
 
+std::unique_ptr<Device> make_test_device(int64_t device_budget_bytes) {
+  CpuDeviceOptions o;
+  o.device_budget_bytes = device_budget_bytes;
+  const char* env = std::getenv("STRATA_TEST_DEVICE");
+  const std::string want = env != nullptr ? env : "cpu";
+  if (want != "cpu" && want != "cpu-discrete") {
+    std::fprintf(stderr, "STRATA_TEST_DEVICE=%s: expected cpu or cpu-discrete\n", want.c_str());
+    std::abort();
+  }
+  o.discrete = want == "cpu-discrete";
+  return create_cpu_device(o);
+}
+
 TrainConfig tiny_offload_config(const std::string& schedule, const std::string& store_dir) {
   TrainConfig c;
   c.model.vocab_size = 64;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ E named(const std::string& name) {
 }
 
 TrainConfig tiny_offload_config(const std::string& schedule, const std::string& store_dir);
+
+// The device the trainer suites run on: the CPU device, or the discrete CPU device (Note [The
+// discrete CPU device] in backend/cpu/cpu_device.cpp) when the environment sets
+// STRATA_TEST_DEVICE=cpu-discrete; tests/CMakeLists.txt runs the offloaded suites under both.
+// Any other value aborts naming it, so a misspelt setting never passes on the wrong device.
+std::unique_ptr<Device> make_test_device(int64_t device_budget_bytes = 0);
 
 // A task on `r` of a kind that runs there (a transfer, a block forward, the norm), with `deps`:
 // for tests of ordering and timing, where what the task does does not matter.

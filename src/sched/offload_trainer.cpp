@@ -192,9 +192,10 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
     return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
                             "' is not an offloaded schedule (horizontal, vertical)");
   }
-  if (dev.kind() != DeviceKind::cpu) {
-    // The optimizer tasks and the loss read host memory that only the CPU device shares.
-    return unavailable("the offloaded schedules run on the CPU device only for now");
+  if (dev.kind() == DeviceKind::cuda) {
+    return unavailable(
+        "the offloaded schedules run on the CPU devices (cpu, cpu-discrete) only "
+        "for now");
   }
   std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg));
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
