@@ -37,11 +37,14 @@ case $kind in
     build_dir=${STRATA_TSAN_BUILD_DIR:-build-tsan}
     cmake_args=(-DCMAKE_CXX_COMPILER=g++ -DSTRATA_SANITIZE=thread)
     # Note [TSan subset]: the binaries whose code starts threads of its own (the executor, the
-    # storage engines and the store, the offloaded trainers and checkpoints on top of them).
+    # storage engines and the store, the offloaded trainers and checkpoints on top of them), and
+    # two of them again on cpu-discrete, whose device tasks are ordered by events (Note [Ordering
+    # by events] in src/sched/offload_trainer.h): a missing wait is a race TSan reports.
     tests=(
       test_executor test_io_engine test_configured_engine test_rate_limited_engine
       test_fault_injector test_tensor_store test_store_sharing test_happens_before
       test_offload_faults test_checkpoint test_state_snapshot
+      test_offload_faults_discrete test_state_snapshot_discrete
     )
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
     # Note [TSan subset]: OpenMP teams of one thread (libgomp is not instrumented).
@@ -63,7 +66,8 @@ fi
 # Shell tests are not build targets: they need the strata binary (and the extra targets).
 build_targets=()
 for t in "${targets[@]}"; do
-  [ -f "tests/$t.sh" ] && build_targets+=(strata) || build_targets+=("$t")
+  # A "<binary>_discrete" label is that binary run on cpu-discrete (tests/CMakeLists.txt).
+  [ -f "tests/$t.sh" ] && build_targets+=(strata) || build_targets+=("${t%_discrete}")
 done
 mapfile -t build_targets < <(printf '%s\n' "${build_targets[@]}" | sort -u)
 cmake --build "$build_dir" -j "$(nproc)" --target "${build_targets[@]}"

@@ -14,8 +14,11 @@
 //    outlive the call. Each action runs on the thread of its task's resource, so state that a
 //    single action uses across calls (a stream, an engine queue) is touched by one thread only;
 //    state shared between resources is protected by the plan's ordering, not by the executor.
-//  - Completion: when an action returns, its work must be done: device work synchronised, I/O
-//    waited. The executor sees only the return, and a dependent task may read the data at once.
+//  - Completion: when an action returns, its work must be done (device work synchronised, I/O
+//    waited), or the actions must order themselves past the return: the executor sees only the
+//    return and then starts the dependents, so their actions must wait for the unfinished work
+//    first (the offloaded trainer on a discrete device does, with one event per task: Note
+//    [Ordering by events] in offload_trainer.h).
 //  - Failure: the first action to fail (a non-ok Status, or an exception, reported as internal)
 //    stops the run: tasks not yet started are skipped, tasks already running finish, then the
 //    call returns that Status with the task's description in front of its message. Nothing is
@@ -35,7 +38,8 @@ namespace strata {
 
 // What a task does, supplied by the schedule that built the plan: runs on the resource's own
 // worker thread; returns a Status (a storage error, say). Device work it enqueues must be finished
-// (or synchronised) before it returns, so completion means the data is there.
+// (or synchronised) before it returns, so completion means the data is there, unless the actions
+// order themselves (the Completion contract above).
 using TaskAction = std::function<Status()>;
 
 struct ExecutorOptions {

@@ -1,6 +1,7 @@
 // What each task of an offloaded plan does: one action per task kind, each finding its slots by
-// role (Note [Task signatures] in task_kind.h). Each action synchronises its own stream before it
-// returns (executor.h: completion).
+// role (Note [Task signatures] in task_kind.h). A device task ends with end_task: its stream
+// synchronised, or on a device that orders by events its event recorded by run_ordered (Note
+// [Ordering by events] in offload_trainer.h).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,6 +41,50 @@ const int32_t* OffloadTrainer::tokens_of(const BoundPlan& bp, const Task& t) con
 }
 
 TaskAction OffloadTrainer::bind(const BoundPlan& bp, int32_t index) {
+  TaskAction action = bind_kind(bp, index);
+  if (!order_by_events_) return action;
+  return [this, &bp, index, action = std::move(action)] { return run_ordered(bp, index, action); };
+}
+
+Stream* OffloadTrainer::stream_of(Resource r) const {
+  switch (r) {
+    case Resource::compute:
+      return compute_.get();
+    case Resource::h2d:
+      return h2d_.get();
+    case Resource::d2h:
+      return d2h_.get();
+    case Resource::storage_read:
+    case Resource::storage_write:
+    case Resource::cpu_optim:
+      return nullptr;
+  }
+  return nullptr;
+}
+
+Status OffloadTrainer::run_ordered(const BoundPlan& bp, int32_t index, const TaskAction& action) {
+  // Note [Ordering by events]
+  Stream* own = stream_of(bp.plan.tasks[static_cast<size_t>(index)].resource);
+  for (int32_t p : bp.edges.predecessors(index)) {
+    Stream* theirs = stream_of(bp.plan.tasks[static_cast<size_t>(p)].resource);
+    if (theirs == nullptr || theirs == own) continue;  // finished on the host, or stream order
+    Event& e = *bp.done[static_cast<size_t>(p)];
+    if (own != nullptr) {
+      e.wait(*own);
+    } else {
+      e.synchronize();
+    }
+  }
+  Status st = action();
+  if (own != nullptr) bp.done[static_cast<size_t>(index)]->record(*own);
+  return st;
+}
+
+void OffloadTrainer::end_task(Stream& s) {
+  if (!order_by_events_) s.synchronize();
+}
+
+TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
   const Task& t = bp.plan.tasks[static_cast<size_t>(index)];
   if (is_transfer(t.kind)) return [this, &bp, &t] { return do_transfer(bp, t); };
   using Action = Status (OffloadTrainer::*)(const BoundPlan&, const Task&);
@@ -125,7 +170,7 @@ Status OffloadTrainer::do_transfer(const BoundPlan& bp, const Task& t) {
   Stream& stream = t.resource == Resource::h2d ? *h2d_ : *d2h_;
   dev_.copy(stream, static_cast<char*>(d.buf.data()) + t.dst_offset,
             static_cast<const char*>(s.buf.data()) + t.src_offset, t.bytes);
-  stream.synchronize();
+  end_task(stream);
   return Status::ok_status();
 }
 
@@ -134,7 +179,7 @@ Status OffloadTrainer::do_transfer(const BoundPlan& bp, const Task& t) {
 Status OffloadTrainer::do_grad_zero(const BoundPlan& bp, const Task& t) {
   const int32_t slot = slot_of(t, Role::grad);
   dev_.fill_zero(*compute_, slot_ptr(bp, slot), bp.slots[static_cast<size_t>(slot)]->bytes);
-  compute_->synchronize();
+  end_task(*compute_);
   return Status::ok_status();
 }
 
@@ -142,7 +187,7 @@ Status OffloadTrainer::do_embed_forward(const BoundPlan& bp, const Task& t) {
   const EmbedView e = embed_slab_view(layout_, f32_of(bp, t, Role::params));
   dev_.embedding_forward(*compute_, f32_of(bp, t, Role::output), tokens_of(bp, t), e.wte, e.wpe,
                          cfg_.batch_size, cfg_.seq_len, cfg_.model.n_embd);
-  compute_->synchronize();
+  end_task(*compute_);
   return Status::ok_status();
 }
 
@@ -151,7 +196,7 @@ Status OffloadTrainer::do_block_forward(const BoundPlan& bp, const Task& t) {
   const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
   block_forward(dev_, *compute_, f32_of(bp, t, Role::output), a, f32_of(bp, t, Role::input),
                 block_slab_view(layout_, block_weights(bp, t), t.block), dims_);
-  compute_->synchronize();
+  end_task(*compute_);
   return Status::ok_status();
 }
 
@@ -193,7 +238,7 @@ Status OffloadTrainer::do_head_loss(const BoundPlan& bp, const Task& t) {
   dev_.fill_zero(s, dact, BT * C * f);
   norm_backward(dev_, s, final_norm_spec(cfg_.model), dact, gfin.lnf_w, gfin.lnf_b, ws_.dlnf, x,
                 fin.lnf_w, ws_.lnf_mean, ws_.lnf_rstd, BT, C);
-  s.synchronize();
+  end_task(s);
   return Status::ok_status();
 }
 
@@ -217,7 +262,7 @@ Status OffloadTrainer::do_block_backward(const BoundPlan& bp, const Task& t) {
   block_backward(dev_, s, ws_.dinp, block_slab_view(layout_, grad, t.block), ws_.scratch, dact, in,
                  a, w, dims_);
   dev_.copy(s, dact, ws_.dinp, BT * C * f);
-  s.synchronize();
+  end_task(s);
   return Status::ok_status();
 }
 
@@ -225,7 +270,7 @@ Status OffloadTrainer::do_embed_backward(const BoundPlan& bp, const Task& t) {
   const EmbedView ge = embed_slab_view(layout_, f32_of(bp, t, Role::grad));
   dev_.embedding_backward(*compute_, ge.wte, ge.wpe, f32_of(bp, t, Role::dact), tokens_of(bp, t),
                           cfg_.batch_size, cfg_.seq_len, cfg_.model.n_embd);
-  compute_->synchronize();
+  end_task(*compute_);
   return Status::ok_status();
 }
 

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/math_util.h"
+#include "sched/happens_before.h"
 #include "sched/offload_trainer.h"
 
 namespace strata {
@@ -38,6 +40,10 @@ struct OffloadTrainer::BoundPlan {
   std::vector<TaskAction> actions;  // one per task
   std::vector<SlotMemory*> slots;   // one per plan slot
   PlanKey key;
+  // Note [Ordering by events]: the plan's direct happens-before edges and one event per task
+  // (filled only on a device that orders by events).
+  HappensBefore edges;
+  std::vector<std::unique_ptr<Event>> done;
   PlanTraffic traffic;         // bytes one run of the plan moves (static: plan_traffic)
   int64_t acts_forwarded = 0;  // saved sets per step served from host instead of storage
 };

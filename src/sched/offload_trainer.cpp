@@ -208,9 +208,15 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
     STRATA_RETURN_IF_ERROR(t->build(key, *t->plans_.back()));
   }
   STRATA_RETURN_IF_ERROR(t->allocate_slots());
+  t->order_by_events_ = dev.kind() != DeviceKind::cpu;  // Note [Ordering by events]
   for (auto& bp : t->plans_) {
     bp->slots.clear();
     for (const Slot& s : bp->plan.slots) bp->slots.push_back(t->memory_.at(s.name).get());
+    if (t->order_by_events_) {
+      STRATA_ASSIGN_OR_RETURN(bp->edges, happens_before_edges(bp->plan));
+      bp->done.clear();
+      for (size_t i = 0; i < bp->plan.tasks.size(); ++i) bp->done.push_back(dev.create_event());
+    }
     bp->actions.clear();
     for (int32_t i = 0; i < static_cast<int32_t>(bp->plan.tasks.size()); ++i) {
       bp->actions.push_back(t->bind(*bp, i));
@@ -420,6 +426,9 @@ Status OffloadTrainer::run(BoundPlan& bp, bool iteration) {
   ExecutorOptions o;
   o.record_trace = record_trace_;
   auto report = execute_plan(bp.plan, gated_actions(bp), o);
+  if (order_by_events_) {  // Note [Ordering by events]: the host reads nothing before this
+    for (Stream* s : {compute_.get(), h2d_.get(), d2h_.get()}) s->synchronize();
+  }
   if (!report.ok()) {
     // Note [Asynchronous checkpoints]: a snapshot being captured is not the state of any step.
     if (snapshot_) snapshot_->abandon(report.status());

@@ -170,7 +170,19 @@ class OffloadTrainer final : public Trainer {
   // A step's bytes on `r`: its iteration plan's, and the repair plan's when it ran
   // (Note [Speculative steps]).
   int64_t step_bytes_on(const BoundPlan& bp, Resource r) const;
+  // Task `task`'s action: its kind's action (bind_kind), wrapped in run_ordered on a device
+  // that orders by events (Note [Ordering by events]).
   TaskAction bind(const BoundPlan& bp, int32_t task);
+  TaskAction bind_kind(const BoundPlan& bp, int32_t task);
+  // Note [Ordering by events]: before the action, the events of the task's direct predecessors
+  // on other device streams are waited by its stream (a device task) or by the host (a host
+  // task); after it, the task's own event is recorded on its stream.
+  Status run_ordered(const BoundPlan& bp, int32_t task, const TaskAction& action);
+  // The end of a device task's action on stream s: synchronise s, unless the device orders by
+  // events (then run_ordered records the task's event instead).
+  void end_task(Stream& s);
+  // The stream a resource's tasks enqueue on; null for the host resources (storage, cpu_optim).
+  Stream* stream_of(Resource r) const;
   // Actions, one per task kind (offload_actions.cpp).
   Status do_transfer(const BoundPlan& bp, const Task& t);
   Status do_grad_zero(const BoundPlan& bp, const Task& t);
@@ -258,6 +270,21 @@ class OffloadTrainer final : public Trainer {
   int64_t block_elems_ = 0, split_elems_ = 0, embed_elems_ = 0;
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
+  // Note [Ordering by events]
+  // On the CPU device every device task synchronises its stream before its action returns, so a
+  // task's span in the trace is its work and the profile times real work (strata profile). A
+  // discrete device (cpu-discrete, a GPU) orders work as a GPU wants it: a device task enqueues
+  // its work and records its event (one per task of each plan, BoundPlan::done) without waiting;
+  // before enqueueing, its stream waits the events of its direct predecessors on other device
+  // streams (queue order on its own stream is the stream's order). A host task (storage I/O, the
+  // CPU optimizer) synchronises the events of its direct device predecessors before it runs. That
+  // is exactly the plan's happens-before (Note [Happens-before in plans]): a path through a host
+  // task is waited on the host, a path between streams by the stream, and the direct edges carry
+  // the closure. The executor's completion contract then reads "issued, with its completion
+  // event recorded" for device tasks; run() synchronises the three streams when the executor
+  // returns, on success and failure, before anything on the host reads what they wrote. The cost
+  // on this device: a trace's device spans are issue times, not work.
+  bool order_by_events_ = false;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<TensorStore> store_;
   std::unordered_map<std::string, std::unique_ptr<SlotMemory>> memory_;  // by slot name
