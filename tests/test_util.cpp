@@ -52,7 +52,12 @@ double nmse(const float* a, const float* b, int64_t n) {
 }
 
 std::string make_temp_dir(const std::string& name) {
-  std::filesystem::path p = std::filesystem::path(STRATA_BINARY_DIR) / "test_tmp" / name;
+  // A suite registered once per test device (tests/CMakeLists.txt) runs its copies side by side
+  // under ctest -j: each device gets its own tree, or they would remove each other's files.
+  const char* device = std::getenv("STRATA_TEST_DEVICE");
+  std::filesystem::path p = std::filesystem::path(STRATA_BINARY_DIR) / "test_tmp";
+  if (device != nullptr && std::string(device) != "cpu") p /= device;
+  p /= name;
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();

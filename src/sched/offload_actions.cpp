@@ -80,6 +80,26 @@ Status OffloadTrainer::run_ordered(const BoundPlan& bp, int32_t index, const Tas
   return st;
 }
 
+Status OffloadTrainer::prepare_events(BoundPlan& bp) {
+  STRATA_ASSIGN_OR_RETURN(bp.edges, happens_before_edges(bp.plan));
+  bp.done.clear();
+  for (const Task& t : bp.plan.tasks) {
+    bp.done.push_back(dev_.create_event());
+    // A snapshot's gate (gated_actions) counts a state slot as written when the action returns,
+    // which is when the work is done only for host tasks; training state is stepped on the host
+    // (the CPU optimizer, storage writes), so no device task may write it.
+    if (stream_of(t.resource) == nullptr) continue;
+    for (const SlotUse& u : t.uses) {
+      STRATA_CHECK_MSG(!u.write || bp.slots[static_cast<size_t>(u.slot)]->state_slabs.empty(),
+                       ("device task " + t.label +
+                        " writes training state, which the snapshot's gate would count as "
+                        "written before its event completes")
+                           .c_str());
+    }
+  }
+  return Status::ok_status();
+}
+
 void OffloadTrainer::end_task(Stream& s) {
   if (!order_by_events_) s.synchronize();
 }

@@ -208,23 +208,19 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
     STRATA_RETURN_IF_ERROR(t->build(key, *t->plans_.back()));
   }
   STRATA_RETURN_IF_ERROR(t->allocate_slots());
+  t->compute_ = dev.create_stream("compute");
+  t->h2d_ = dev.create_stream("h2d");
+  t->d2h_ = dev.create_stream("d2h");
   t->order_by_events_ = dev.kind() != DeviceKind::cpu;  // Note [Ordering by events]
   for (auto& bp : t->plans_) {
     bp->slots.clear();
     for (const Slot& s : bp->plan.slots) bp->slots.push_back(t->memory_.at(s.name).get());
-    if (t->order_by_events_) {
-      STRATA_ASSIGN_OR_RETURN(bp->edges, happens_before_edges(bp->plan));
-      bp->done.clear();
-      for (size_t i = 0; i < bp->plan.tasks.size(); ++i) bp->done.push_back(dev.create_event());
-    }
+    if (t->order_by_events_) STRATA_RETURN_IF_ERROR(t->prepare_events(*bp));
     bp->actions.clear();
     for (int32_t i = 0; i < static_cast<int32_t>(bp->plan.tasks.size()); ++i) {
       bp->actions.push_back(t->bind(*bp, i));
     }
   }
-  t->compute_ = dev.create_stream("compute");
-  t->h2d_ = dev.create_stream("h2d");
-  t->d2h_ = dev.create_stream("d2h");
   STRATA_RETURN_IF_ERROR(t->initialize_state());
   return t;
 }

@@ -178,6 +178,8 @@ class OffloadTrainer final : public Trainer {
   // on other device streams are waited by its stream (a device task) or by the host (a host
   // task); after it, the task's own event is recorded on its stream.
   Status run_ordered(const BoundPlan& bp, int32_t task, const TaskAction& action);
+  // bp's edges and one event per task, after its slots are bound.
+  Status prepare_events(BoundPlan& bp);
   // The end of a device task's action on stream s: synchronise s, unless the device orders by
   // events (then run_ordered records the task's event instead).
   void end_task(Stream& s);
