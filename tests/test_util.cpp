@@ -51,12 +51,25 @@ double nmse(const float* a, const float* b, int64_t n) {
   return den == 0 ? num : num / den;
 }
 
+namespace {
+// STRATA_TEST_DEVICE: "cpu" (also when unset) or "cpu-discrete"; any other value aborts naming
+// it, so a misspelt setting never passes on the wrong device.
+std::string test_device_name() {
+  const char* env = std::getenv("STRATA_TEST_DEVICE");
+  const std::string want = env != nullptr ? env : "cpu";
+  if (want != "cpu" && want != "cpu-discrete") {
+    std::fprintf(stderr, "STRATA_TEST_DEVICE=%s: expected cpu or cpu-discrete\n", want.c_str());
+    std::abort();
+  }
+  return want;
+}
+}  // namespace
+
 std::string make_temp_dir(const std::string& name) {
   // A suite registered once per test device (tests/CMakeLists.txt) runs its copies side by side
   // under ctest -j: each device gets its own tree, or they would remove each other's files.
-  const char* device = std::getenv("STRATA_TEST_DEVICE");
   std::filesystem::path p = std::filesystem::path(STRATA_BINARY_DIR) / "test_tmp";
-  if (device != nullptr && std::string(device) != "cpu") p /= device;
+  if (const std::string device = test_device_name(); device != "cpu") p /= device;
   p /= name;
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
@@ -66,13 +79,7 @@ std::string make_temp_dir(const std::string& name) {
 std::unique_ptr<Device> make_test_device(int64_t device_budget_bytes) {
   CpuDeviceOptions o;
   o.device_budget_bytes = device_budget_bytes;
-  const char* env = std::getenv("STRATA_TEST_DEVICE");
-  const std::string want = env != nullptr ? env : "cpu";
-  if (want != "cpu" && want != "cpu-discrete") {
-    std::fprintf(stderr, "STRATA_TEST_DEVICE=%s: expected cpu or cpu-discrete\n", want.c_str());
-    std::abort();
-  }
-  o.discrete = want == "cpu-discrete";
+  o.discrete = test_device_name() == "cpu-discrete";
   return create_cpu_device(o);
 }
 

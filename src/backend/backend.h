@@ -305,6 +305,16 @@ struct CpuDeviceOptions {
 };
 std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options = {});
 
+// Whether d's memory is the host's (the CPU device): its kernels may read host memory in place,
+// and host code may step its buffers directly. Every other device (cpu-discrete, cuda) is
+// reached only by copies, and the trainers take the discrete path there: saved activations
+// through device buffers, AdamW on the device's stream, tasks ordered by events (Note [The
+// discrete CPU device] in cpu/cpu_device.cpp, Note [Ordering by events] in
+// sched/offload_trainer.h). The one place that rule is written.
+inline bool shares_host_memory(const Device& d) {
+  return d.kind() == DeviceKind::cpu;
+}
+
 // The CUDA device on GPU `ordinal`. device_budget_bytes caps the device memory Strata holds
 // (0: what the GPU has). unavailable, with a one-line reason, when Strata was built without CUDA
 // or no usable GPU is present (the CUDA runtime's words: no device, driver too old, ...).

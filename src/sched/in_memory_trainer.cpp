@@ -30,7 +30,7 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
   std::unique_ptr<InMemoryTrainer> t(new InMemoryTrainer(dev, cfg));
   // The CPU device's memory is the host's: AdamW runs there directly. Any other device steps on
   // its own stream.
-  t->on_device_ = dev.kind() != DeviceKind::cpu;
+  t->on_device_ = !shares_host_memory(dev);
   if (t->on_device_ && !dev.supports(Capability::device_adamw)) {
     return unavailable("the in-memory schedule needs AdamW on the " + dev.name() +
                        " device, which it lacks (device_adamw)");

@@ -89,7 +89,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.block_elems = n;
   s.split_elems = split_elems_for(cfg, n);
   s.acts_bytes = block_saved_floats(d) * 4;
-  s.compute_reads_host = dev.kind() == DeviceKind::cpu;
+  s.compute_reads_host = shares_host_memory(dev);
   if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsMode::recompute) {
     // "auto" starts from offloading everything; OffloadTrainer decides per block.
     const ActPolicy offload =
@@ -211,7 +211,7 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
   t->compute_ = dev.create_stream("compute");
   t->h2d_ = dev.create_stream("h2d");
   t->d2h_ = dev.create_stream("d2h");
-  t->order_by_events_ = dev.kind() != DeviceKind::cpu;  // Note [Ordering by events]
+  t->order_by_events_ = !shares_host_memory(dev);  // Note [Ordering by events]
   for (auto& bp : t->plans_) {
     bp->slots.clear();
     for (const Slot& s : bp->plan.slots) bp->slots.push_back(t->memory_.at(s.name).get());
