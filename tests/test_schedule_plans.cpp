@@ -53,9 +53,11 @@ std::map<int, int> count_per_block(const Plan& p, TaskKind kind) {
   return n;
 }
 
-// Both checks every generated plan must pass: check_plan and the task signatures.
-Status check_all(const Plan& p) {
+// The checks every generated plan must pass: check_plan, the task signatures, and for a plan
+// whose compute does not read host memory the tiers (Note [Where a task's slots live]).
+Status check_all(const Plan& p, bool compute_reads_host = false) {
   STRATA_RETURN_IF_ERROR(check_task_signatures(p));
+  if (!compute_reads_host) STRATA_RETURN_IF_ERROR(check_task_tiers(p));
   return check_plan(p, {});
 }
 
@@ -116,16 +118,47 @@ TEST(plan_schedules, VerticalVariantsPassChecker) {
           for (int l = 0; l < L; ++l) s.acts_at.push_back(static_cast<ActPolicy>((l + M) % 4));
           s.acts_bytes = 3 * kMiB;
           s.compute_reads_host = (L + M) % 2 == 0;  // both ways of moving saved sets
-          Status v = check_all(make_vertical_plan(s));
+          Status v = check_all(make_vertical_plan(s), s.compute_reads_host);
           EXPECT_TRUE(v.ok()) << "L=" << L << " M=" << M << " split=" << split
                               << " pending=" << pending << " iteration=" << iteration << ": "
                               << v.to_string();
         }
       }
-      Status h = check_all(make_horizontal_plan(s));
+      Status h = check_all(make_horizontal_plan(s), s.compute_reads_host);
       EXPECT_TRUE(h.ok()) << "horizontal mixed L=" << L << " M=" << M << ": " << h.to_string();
     }
   }
+}
+
+// Note [Where a task's slots live]: the CPU device's plan that produces saved sets in place in
+// host slots breaks the discrete rule, named in one line; the same plan for a discrete device
+// keeps it. A hand-made compute task on a host slot is refused too.
+TEST(plan_schedules, TierRuleSeparatesDiscretePlans) {
+  ScheduleSpec s = mixed_spec(3, 2);
+  s.acts_at = {ActPolicy::host, ActPolicy::storage, ActPolicy::host};
+  s.acts_bytes = 3 * kMiB;
+  s.compute_reads_host = true;
+  Status in_place = check_task_tiers(make_vertical_plan(s));
+  ASSERT_FALSE(in_place.ok());
+  EXPECT_NE(in_place.message().find("a compute task reaches only device memory"), std::string::npos)
+      << in_place.message();
+  s.compute_reads_host = false;
+  EXPECT_TRUE(check_task_tiers(make_vertical_plan(s)).ok());
+
+  Plan p;
+  const int32_t host = p.add_slot("x.host", Tier::host, 64, true);
+  const int32_t dev = p.add_slot("x.dev", Tier::device, 64);
+  Task t;
+  t.kind = TaskKind::grad_zero;
+  t.resource = Resource::compute;
+  t.label = "zero";
+  t.uses = {slot_write(host, Role::grad)};
+  p.add_task(t);
+  Status bad = check_task_tiers(p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("'x.host' (host) as 'grad'"), std::string::npos) << bad.message();
+  p.tasks[0].uses = {slot_write(dev, Role::grad)};
+  EXPECT_TRUE(check_task_tiers(p).ok());
 }
 
 // With speculation (Note [Speculative steps]): every plan a run may choose between, for each

@@ -218,6 +218,28 @@ std::string signature_mismatch(const Task& t) {
   return "";
 }
 
+// Note [Where a task's slots live]: the tier a slot used in `role` by a task on resource r
+// must be in, on a device whose compute does not read host memory.
+Tier reached_tier(Resource r, Role role) {
+  switch (r) {
+    case Resource::compute:
+      // The head copies its per-position losses into the host slot on the compute stream: a
+      // copy, which a GPU's compute stream may make. Every op reads and writes device memory.
+      return role == Role::losses ? Tier::host : Tier::device;
+    case Resource::h2d:
+      return role == Role::src ? Tier::host : Tier::device;
+    case Resource::d2h:
+      return role == Role::src ? Tier::device : Tier::host;
+    case Resource::storage_read:
+      return role == Role::src ? Tier::storage : Tier::host;
+    case Resource::storage_write:
+      return role == Role::src ? Tier::host : Tier::storage;
+    case Resource::cpu_optim:
+      return Tier::host;
+  }
+  return Tier::host;
+}
+
 }  // namespace
 
 const char* task_kind_name(TaskKind k) {
@@ -273,6 +295,24 @@ Status check_task_signatures(const Plan& plan) {
       return invalid_argument("plan: task #" + std::to_string(i) + " " +
                               plan.describe(static_cast<int32_t>(i)) + " of kind " +
                               task_kind_name(plan.tasks[i].kind) + " " + why);
+    }
+  }
+  return Status::ok_status();
+}
+
+Status check_task_tiers(const Plan& plan) {
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const Task& t = plan.tasks[i];
+    for (const SlotUse& u : t.uses) {
+      if (u.slot < 0 || u.slot >= static_cast<int32_t>(plan.slots.size())) continue;  // checker
+      const Tier want = reached_tier(t.resource, u.role);
+      const Tier have = plan.slots[static_cast<size_t>(u.slot)].tier;
+      if (have == want) continue;
+      return invalid_argument("plan: task #" + std::to_string(i) + " " +
+                              plan.describe(static_cast<int32_t>(i)) + " uses " +
+                              plan.describe_slot(u.slot) + " as '" + role_name(u.role) +
+                              "', but a " + resource_name(t.resource) + " task reaches only " +
+                              tier_name(want) + " memory there (Note [Where a task's slots live])");
     }
   }
   return Status::ok_status();

@@ -105,4 +105,17 @@ bool reads_role(const Task& t, Role role);
 // kind's signature (Note [Task signatures]).
 Status check_task_signatures(const Plan& plan);
 
+// Note [Where a task's slots live]
+// On a discrete device (cpu-discrete, a GPU: shares_host_memory false) the device's ops reach
+// only device memory and the host's code only host memory, so every slot a task uses must live
+// where its resource reaches: compute tasks use device slots (but for the losses the head copies
+// out), the CPU optimizer host slots, and each transfer moves between the two tiers its queue
+// connects (h2d: host -> device, d2h: device -> host, storage_read: storage -> host,
+// storage_write: host -> storage). A plan for such a device proves with this that no action
+// hands host memory to a kernel or has the host touch device memory, the failure a GPU shows
+// as a fault and the CPU device hides. (On the CPU device compute may read host slots in place:
+// ScheduleSpec::compute_reads_host.)
+// OK, or invalid_argument naming the first task and slot in the wrong tier.
+Status check_task_tiers(const Plan& plan);
+
 }  // namespace strata
