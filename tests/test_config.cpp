@@ -404,6 +404,23 @@ TEST(Config, PrecisionIsF32OrBf16) {
                {"train.precision 'fp16'", "f32, bf16"});
 }
 
+// train.matmul (Note [bf16 GEMMs] in model/block.h): f32 by default; bf16 with bf16 working
+// weights; bf16 over f32 working weights is one line naming both fields.
+TEST(Config, MatmulBf16NeedsBf16Precision) {
+  EXPECT_EQ(default_config_json()["train"]["matmul"], "f32");
+  json j = default_config_json();
+  ASSERT_TRUE(apply_set(j, "train.matmul=bf16").ok());
+  ASSERT_TRUE(apply_set(j, "train.precision=bf16").ok());
+  auto c = parse_config(j);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->matmul, MatmulPrecision::bf16);
+  EXPECT_EQ(config_to_json(*c)["train"]["matmul"], "bf16");
+  expect_error(parse_with("train.matmul=bf16"), ErrorCode::invalid_argument,
+               {"train.matmul is bf16 but train.precision is f32"});
+  expect_error(parse_with("train.matmul=fp8"), ErrorCode::invalid_argument,
+               {"train.matmul 'fp8'", "f32, bf16"});
+}
+
 TEST(Config, SetMemoryOffloadAndAlpha) {
   json j = default_config_json();
   ASSERT_TRUE(apply_set(j, "memory.device_bytes=8000000000").ok());

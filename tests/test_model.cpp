@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
+#include "model/block_arch.h"
 #include "model/init.h"
 #include "model/layout.h"
 #include "sched/in_memory_trainer.h"
@@ -174,6 +176,50 @@ Batch random_batch(int64_t n, uint64_t seed, int32_t vocab) {
   b.in = test::random_ints(n, seed, 0, vocab);
   b.tgt = test::random_ints(n, seed + 1000, 0, vocab);
   return b;
+}
+
+// Note [bf16 GEMMs]: a linear layer's forward and backward with a BlockGemm are, on the CPU, the
+// f32 GEMMs of the bf16-rounded operands (the weights from the bf16 twin, x and dy rounded), bit
+// for bit; the bias and its gradient stay f32. And that is not what the f32 layer computes.
+TEST(Bf16Gemm, LinearIsTheF32GemmOfRoundedOperands) {
+  const int64_t rows = 6, in = 40, out = 24;
+  auto dev = create_cpu_device();
+  auto s = dev->create_stream("test");
+  std::vector<float> x = test::random_floats(rows * in, 1), w = test::random_floats(out * in, 2),
+                     b = test::random_floats(out, 3), dy = test::random_floats(rows * out, 4);
+  std::vector<bf16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_bf16(w[i]);
+  std::vector<float> wr(w.size()), xr(x.size()), dyr(dy.size());
+  round_to_bf16(wr.data(), w.data(), out * in);
+  round_to_bf16(xr.data(), x.data(), rows * in);
+  round_to_bf16(dyr.data(), dy.data(), rows * out);
+  // Scratch for one layer of this size: dy and x rounded, rows x (out + in).
+  std::vector<bf16_t> scratch(static_cast<size_t>(rows * (out + in)));
+  // The f32 view is w itself: its bf16 twin is w16, element for element.
+  const BlockGemm gemm{w16.data(), w.data(), scratch.data()};
+
+  std::vector<float> y(rows * out), y_want(rows * out), y_f32(rows * out);
+  linear_forward(*dev, *s, y.data(), x.data(), w.data(), b.data(), rows, in, out, &gemm);
+  dev->matmul(*s, y_want.data(), xr.data(), wr.data(), b.data(), rows, out, in, false, true, false);
+  linear_forward(*dev, *s, y_f32.data(), x.data(), w.data(), b.data(), rows, in, out, nullptr);
+  std::vector<float> dx(rows * in, 0.f), dw(out * in, 0.f), db(out, 0.f);
+  std::vector<float> dx_want(dx), dw_want(dw), db_want(db), dx_f32(dx);
+  linear_backward(*dev, *s, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), rows,
+                  in, out, &gemm);
+  dev->matmul(*s, dx_want.data(), dyr.data(), wr.data(), nullptr, rows, in, out, false, false,
+              true);
+  dev->matmul(*s, dw_want.data(), dyr.data(), xr.data(), nullptr, out, in, rows, true, false, true);
+  dev->bias_backward(*s, db_want.data(), dy.data(), rows, out);
+  std::vector<float> dw_f32(out * in, 0.f), db_f32(out, 0.f);
+  linear_backward(*dev, *s, dx_f32.data(), dw_f32.data(), db_f32.data(), dy.data(), x.data(),
+                  w.data(), rows, in, out, nullptr);
+  s->synchronize();
+  test::expect_same_bits(y, y_want, "forward");
+  test::expect_same_bits(dx, dx_want, "dx");
+  test::expect_same_bits(dw, dw_want, "dW");
+  test::expect_same_bits(db, db_want, "db (f32 dy)");
+  EXPECT_NE(std::memcmp(y.data(), y_f32.data(), y.size() * 4), 0) << "bf16 forward is f32's";
+  EXPECT_NE(std::memcmp(dx.data(), dx_f32.data(), dx.size() * 4), 0) << "bf16 dx is f32's";
 }
 
 TEST(InMemoryTrainer, TwoRunsGiveIdenticalBits) {

@@ -225,14 +225,18 @@ INSTANTIATE_TEST_SUITE_P(equiv_offload, EquivAcrossPlacements,
 // by copies (saved activations through device buffers, not produced into their host slots) and
 // steps the in-memory schedule with device AdamW; the bits are the CPU device's. Vertical with
 // activations offloaded to storage and to host, horizontal on storage, and in-memory, each in
-// f32 and bf16.
+// f32, bf16, and bf16 with bf16 GEMMs.
 TEST(equiv_discrete, BitIdenticalToTheCpuDevice) {
   const std::string dir = test::make_temp_dir("equiv_discrete");
   CpuDeviceOptions discrete;
   discrete.discrete = true;
-  for (const Precision precision : {Precision::f32, Precision::bf16}) {
+  const std::pair<Precision, MatmulPrecision> modes[] = {{Precision::f32, MatmulPrecision::f32},
+                                                         {Precision::bf16, MatmulPrecision::f32},
+                                                         {Precision::bf16, MatmulPrecision::bf16}};
+  for (const auto& [precision, matmul] : modes) {
     TrainConfig base = small_config("gpt2");
     base.precision = precision;
+    base.matmul = matmul;
     TrainConfig acts_storage = placed(base, "vertical", 0.0, dir);
     acts_storage.activations.policy = ActsMode::offload;
     TrainConfig acts_host = acts_storage;
@@ -240,7 +244,8 @@ TEST(equiv_discrete, BitIdenticalToTheCpuDevice) {
     for (const TrainConfig& c :
          {acts_storage, acts_host, placed(base, "horizontal", 0.0, dir), base}) {
       const std::string what = std::string(enum_name(c.schedule)) + " " +
-                               enum_name(c.activations.tier) + " " + enum_name(precision);
+                               enum_name(c.activations.tier) + " " + enum_name(precision) +
+                               " matmul " + enum_name(matmul);
       auto cpu = create_cpu_device(), disc = create_cpu_device(discrete);
       ASSERT_EQ(disc->kind(), DeviceKind::cpu_discrete);
       const RunResult on_cpu = run_on(*cpu, c, true);
@@ -463,7 +468,11 @@ void expect_working_is_rounded_master(const Bf16Run& b, const std::string& what)
 //                    max difference 6e-5 of the largest |weight|): a rounding flips only where
 //                    the master lies within the masters' tiny difference of a bf16 rounding
 //                    boundary, which few do.
-void expect_bf16_close_to_reference(const Bf16Run& b, const Bf16Run& ref, const std::string& what) {
+// With bf16 GEMMs (Note [bf16 GEMMs]) the activations are rounded to bf16 too, so a last-bit
+// difference flips an activation's rounding as well as a weight's: flipped_fraction is then 4%
+// (measured: gpt2 vertical 782 of 55296, 1.4%; its masters 1e-5, within the same 3e-5).
+void expect_bf16_close_to_reference(const Bf16Run& b, const Bf16Run& ref, const std::string& what,
+                                    double flipped_fraction = 0.01) {
   ASSERT_EQ(b.r.losses.size(), ref.r.losses.size()) << what;
   double worst_loss = 0;
   for (size_t i = 0; i < b.r.losses.size(); ++i) {
@@ -484,7 +493,8 @@ void expect_bf16_close_to_reference(const Bf16Run& b, const Bf16Run& ref, const 
       "rel error %.3g (%zu of %zu differ)\n",
       what.c_str(), worst_loss, master_err, working_err, flipped, b.r.params.size());
   EXPECT_LE(master_err, 3e-5) << what << ": max |master - master_ref| / max |master_ref|";
-  EXPECT_LT(flipped, b.r.params.size() / 100) << what << ": working weights that differ";
+  EXPECT_LT(static_cast<double>(flipped), flipped_fraction * static_cast<double>(b.r.params.size()))
+      << what << ": working weights that differ";
   EXPECT_LT(ref.r.losses.back(), ref.r.losses.front() - 0.1);
 }
 
@@ -539,6 +549,40 @@ TEST(equiv_bf16, VerticalAlphaSplitIsExact) {
   expect_bit_identical(runs[1].r, runs[0].r, "bf16 alpha 0.5 vs 1");
   expect_bit_identical(runs[2].r, runs[0].r, "bf16 alpha 0 vs 1");
 }
+
+// ---- bf16 GEMMs (Note [bf16 GEMMs] in model/block.h) --------------------------------------------
+
+class EquivBf16Gemm : public ::testing::TestWithParam<std::string> {};
+
+// train.matmul bf16: the offloaded schedules round the same operands as the in-memory one, so they
+// are bit-identical across placements and close to the in-memory reference
+// (expect_bf16_close_to_reference, with more flipped roundings allowed); and rounding the
+// activations too changes the run: it is not the f32-GEMM one.
+TEST_P(EquivBf16Gemm, BitIdenticalAcrossPlacementsAndCloseToInMemory) {
+  const std::string arch = GetParam();
+  const std::string what = arch + " bf16 GEMMs";
+  const std::string dir = test::make_temp_dir("equiv_bf16_gemm_" + arch);
+  TrainConfig base = bf16(small_config(arch));
+  base.matmul = MatmulPrecision::bf16;
+  const Bf16Run host = run_bf16(placed(base, "vertical", 1.0, dir));
+  const Bf16Run storage = run_bf16(placed(base, "vertical", 0.0, dir));
+  const Bf16Run horizontal = run_bf16(placed(base, "horizontal", 0.0, dir));
+  expect_bit_identical(storage.r, host.r, what + " vertical storage vs host");
+  expect_working_is_rounded_master(storage, what);
+  TrainConfig in_memory = base;
+  in_memory.schedule = Schedule::in_memory;
+  const Bf16Run reference = run_bf16(in_memory);
+  expect_bf16_close_to_reference(storage, reference, what + " vertical vs in-memory", 0.04);
+  expect_bf16_close_to_reference(horizontal, reference, what + " horizontal vs in-memory", 0.04);
+
+  TrainConfig f32_gemms = base;
+  f32_gemms.matmul = MatmulPrecision::f32;
+  const Bf16Run f32_run = run_bf16(placed(f32_gemms, "vertical", 0.0, dir));
+  ASSERT_EQ(f32_run.r.losses.size(), storage.r.losses.size());
+  EXPECT_NE(f32_run.r.losses.back(), storage.r.losses.back()) << what << " equals f32 GEMMs";
+}
+
+INSTANTIATE_TEST_SUITE_P(equiv_bf16, EquivBf16Gemm, ::testing::Values("gpt2", "llama"));
 
 }  // namespace
 }  // namespace strata

@@ -450,6 +450,12 @@ Status parse_train(const json& full, TrainConfig& c) {
   }
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "schedule", &c.schedule));
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "precision", &c.precision));
+  STRATA_RETURN_IF_ERROR(read_enum(full, "train", "matmul", &c.matmul));
+  if (c.matmul == MatmulPrecision::bf16 && c.precision != Precision::bf16) {
+    return invalid_argument(
+        "train.matmul is bf16 but train.precision is " + std::string(enum_name(c.precision)) +
+        ": bf16 GEMMs read the bf16 working weights, so set train.precision to bf16 too");
+  }
   return read_enum(full, "", "device", &c.device);
 }
 
@@ -626,6 +632,7 @@ json config_to_json(const TrainConfig& c) {
   t["sample_tokens"] = c.sample_tokens;
   t["schedule"] = enum_name(c.schedule);
   t["precision"] = enum_name(c.precision);
+  t["matmul"] = enum_name(c.matmul);
 
   json& o = j["optim"];
   o["lr"] = float_json(c.optim.lr);

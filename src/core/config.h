@@ -12,6 +12,7 @@
 //              rope_theta, rope_scaling {type, factor, low_freq_factor, high_freq_factor,
 //              original_context_length}, norm_eps, tie_embeddings},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision,
+//    matmul,
 //              eval_every, eval_batches, sample_every, sample_tokens},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha,
 //              speculation},
@@ -169,6 +170,10 @@ struct TrainConfig {
   // "f32" (default: working weights are the f32 master) or "bf16" (working weights rounded to
   // bf16, stored and moved as bf16 by the offloaded schedules; Note [Precision modes]).
   Precision precision = Precision::f32;
+  // "f32" (default) or "bf16": the blocks' GEMMs take bf16 operands (the bf16 working weights and
+  // the activations rounded to bf16) and accumulate in f32, on tensor cores on a GPU (Note [bf16
+  // GEMMs] in model/block.h). Needs precision "bf16".
+  MatmulPrecision matmul = MatmulPrecision::f32;
   // Where compute runs: "cpu" (default), "cuda" (docs/design.md §5.9), or "cpu-discrete": the
   // CPU with a device memory of its own that its kernels alone read, crossed only by copies, as
   // on a GPU (docs/design.md §3), so the discrete path runs everywhere; bit-identical to "cpu".

@@ -20,6 +20,9 @@ enum class Schedule : uint8_t { in_memory, horizontal, vertical };  // train.sch
 // train.precision: the working weights' element type (Note [Precision modes] in
 // sched/trainer.h); master weights, moments, gradients and compute are f32 in both.
 enum class Precision : uint8_t { f32, bf16 };
+// train.matmul: the element type of the blocks' GEMM operands (Note [bf16 GEMMs] in
+// model/block.h); bf16 needs train.precision bf16.
+enum class MatmulPrecision : uint8_t { f32, bf16 };
 // activations.policy as the user sets it; the plan's per-block decision is ActPolicy
 // (sched/schedule_spec.h), which "offload" and "auto" resolve to.
 enum class ActsMode : uint8_t { recompute, keep, offload, automatic };
@@ -42,6 +45,9 @@ constexpr EnumNames<Schedule, 3> enum_names(Schedule) {
 }
 constexpr EnumNames<Precision, 2> enum_names(Precision) {
   return {{{Precision::f32, "f32"}, {Precision::bf16, "bf16"}}};
+}
+constexpr EnumNames<MatmulPrecision, 2> enum_names(MatmulPrecision) {
+  return {{{MatmulPrecision::f32, "f32"}, {MatmulPrecision::bf16, "bf16"}}};
 }
 constexpr EnumNames<ActsMode, 4> enum_names(ActsMode) {
   return {{{ActsMode::recompute, "recompute"},

@@ -1,5 +1,7 @@
 #include "model/block.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "model/block_arch.h"
 
@@ -76,32 +78,78 @@ BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   return g;
 }
 
+int64_t block_gemm_scratch_elems(const BlockDims& d) {
+  const int64_t widest_out = std::max({d.qkv_width, d.C, block_fc_width(d)});
+  const int64_t widest_in = std::max(d.C, d.F);
+  return d.B * d.T * (widest_out + widest_in);  // dy and x of the backward's widest layers
+}
+
 void block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
-                   const BlockView& w, const BlockDims& d) {
+                   const BlockView& w, const BlockDims& d, const BlockGemm* gemm) {
   if (block_is_llama(d)) {
     STRATA_CHECK_MSG(d.rope != nullptr, "a Llama block's forward needs the rope table");
-    llama_block_forward(dev, s, out, a, inp, w, d);
+    llama_block_forward(dev, s, out, a, inp, w, d, gemm);
   } else {
-    gpt2_block_forward(dev, s, out, a, inp, w, d);
+    gpt2_block_forward(dev, s, out, a, inp, w, d, gemm);
   }
 }
 
 void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
                     const BlockGradScratch& g, const float* dout, const float* inp,
-                    const BlockActs& a, const BlockView& w, const BlockDims& d) {
+                    const BlockActs& a, const BlockView& w, const BlockDims& d,
+                    const BlockGemm* gemm) {
   if (block_is_llama(d)) {
     STRATA_CHECK_MSG(d.rope != nullptr, "a Llama block's backward needs the rope table");
-    llama_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d);
+    llama_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d, gemm);
   } else {
-    gpt2_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d);
+    gpt2_block_backward(dev, s, dinp, gw, g, dout, inp, a, w, d, gemm);
   }
+}
+
+namespace {
+
+// The bf16 twin of the f32 weight matrix at W (Note [bf16 GEMMs]).
+const bf16_t* bf16_weights(const BlockGemm& g, const float* W) {
+  return g.weights + (W - g.f32_base);
+}
+
+// Trainers ask supports(Capability::bf16_matmul) before they hand out a BlockGemm, so a refusal
+// here is a bug.
+void check_bf16(const Status& st) {
+  STRATA_CHECK_MSG(st.ok(), st.to_string().c_str());
+}
+
+}  // namespace
+
+void linear_forward(Device& dev, Stream& s, float* y, const float* x, const float* W,
+                    const float* b, int64_t rows, int64_t in_features, int64_t out_features,
+                    const BlockGemm* gemm) {
+  if (gemm == nullptr) {
+    dev.matmul(s, y, x, W, b, rows, out_features, in_features, false, true, false);
+    return;
+  }
+  bf16_t* xb = gemm->scratch;  // (rows, in_features)
+  dev.convert_f32_to_bf16(s, xb, x, rows * in_features);
+  check_bf16(dev.matmul_bf16(s, y, xb, bf16_weights(*gemm, W), b, rows, out_features, in_features,
+                             false, true, false));
 }
 
 void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db, const float* dy,
                      const float* x, const float* W, int64_t rows, int64_t in_features,
-                     int64_t out_features) {
-  dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, false, false, true);
-  dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows, true, false, true);
+                     int64_t out_features, const BlockGemm* gemm) {
+  if (gemm == nullptr) {
+    dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, false, false, true);
+    dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows, true, false, true);
+  } else {
+    bf16_t* dyb = gemm->scratch;                       // (rows, out_features)
+    bf16_t* xb = gemm->scratch + rows * out_features;  // (rows, in_features)
+    dev.convert_f32_to_bf16(s, dyb, dy, rows * out_features);
+    dev.convert_f32_to_bf16(s, xb, x, rows * in_features);
+    check_bf16(dev.matmul_bf16(s, dx, dyb, bf16_weights(*gemm, W), nullptr, rows, in_features,
+                               out_features, false, false, true));
+    check_bf16(dev.matmul_bf16(s, dW, dyb, xb, nullptr, out_features, in_features, rows, true,
+                               false, true));
+  }
   if (db != nullptr) dev.bias_backward(s, db, dy, rows, out_features);
 }
 

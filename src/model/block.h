@@ -125,13 +125,32 @@ inline int64_t block_grad_scratch_floats(const BlockDims& d) {
   return counter.used();
 }
 
-// out (B,T,C) <- inp (B,T,C); fills acts.
+// Note [bf16 GEMMs]
+// With train.matmul bf16 (Note [Precision modes] in sched/trainer.h) a block's four weight GEMMs
+// and their backward take bf16 operands: the weights are the block's bf16 working weights
+// themselves, and the other operand (an activation, or in the backward the output's gradient) is
+// rounded to bf16 (f32_to_bf16, nearest even) into a scratch just before the GEMM. Products and
+// sums stay f32, and so do the GEMMs' outputs, the biases and every other op. On CUDA these are
+// tensor-core GEMMs (cuBLASLt); the CPU widens both operands exactly and runs its f32 matmul:
+// the same arithmetic up to the order of the sums. Without a BlockGemm (null) every GEMM is f32.
+struct BlockGemm {
+  // The working weights as bf16, laid out as the f32 memory the BlockView points into, which
+  // starts at f32_base: the bf16 twin of the f32 matrix at w is weights + (w - f32_base).
+  const bf16_t* weights = nullptr;
+  const float* f32_base = nullptr;
+  bf16_t* scratch = nullptr;  // (block_gemm_scratch_elems(d)) the rounded operands
+};
+// bf16 elements of BlockGemm::scratch: a GEMM's two rounded operands at the widest layer.
+int64_t block_gemm_scratch_elems(const BlockDims& d);
+
+// out (B,T,C) <- inp (B,T,C); fills acts. gemm: Note [bf16 GEMMs].
 void block_forward(Device& dev, Stream& s, float* out, const BlockActs& acts, const float* inp,
-                   const BlockView& w, const BlockDims& d);
+                   const BlockView& w, const BlockDims& d, const BlockGemm* gemm = nullptr);
 
 // dinp (B,T,C) += ; grads += ; from dout (B,T,C). acts and inp as left by block_forward.
 void block_backward(Device& dev, Stream& s, float* dinp, const BlockView& grads,
                     const BlockGradScratch& g, const float* dout, const float* inp,
-                    const BlockActs& acts, const BlockView& w, const BlockDims& d);
+                    const BlockActs& acts, const BlockView& w, const BlockDims& d,
+                    const BlockGemm* gemm = nullptr);
 
 }  // namespace strata

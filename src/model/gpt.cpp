@@ -43,7 +43,7 @@ int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, in
 }
 
 void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout, float* params,
-                 const int32_t* tokens, const int32_t* targets) {
+                 const int32_t* tokens, const int32_t* targets, const BlockGemm* gemm) {
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
   const BlockDims& d = a.dims;
@@ -55,7 +55,7 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
     const float* inp = a.residual + l * BT * C;
     float* out = a.residual + (l + 1) * BT * C;
     block_forward(dev, s, out, a.blocks[static_cast<size_t>(l)], inp, block_view(layout, params, l),
-                  d);
+                  d, gemm);
   }
   const float* x = a.residual + cfg.n_layer * BT * C;
   norm_forward(dev, s, final_norm_spec(cfg), a.lnf, a.lnf_mean, a.lnf_rstd, x, fin.lnf_w, fin.lnf_b,
@@ -66,7 +66,7 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
 
 void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout,
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
-                  float dloss) {
+                  float dloss, const BlockGemm* gemm) {
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
   const int64_t f = static_cast<int64_t>(sizeof(float));
@@ -91,7 +91,7 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
     dev.fill_zero(s, dinp, BT * C * f);
     block_backward(dev, s, dinp, block_view(layout, grads, l), a.scratch, dout,
                    a.residual + l * BT * C, a.blocks[static_cast<size_t>(l)],
-                   block_view(layout, params, l), d);
+                   block_view(layout, params, l), d, gemm);
     std::swap(dout, dinp);
   }
   dev.embedding_backward(s, gemb.wte, gemb.wpe, dout, tokens, B, T, C);

@@ -42,13 +42,16 @@ int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, in
 
 // tokens, targets (B, T) int32 on the device; params laid out by `layout`.
 // After it, acts.losses holds the per-position losses and acts.logits the logits.
+// gemm: the blocks' GEMMs in bf16 (Note [bf16 GEMMs] in model/block.h; its f32_base is params),
+// or null for f32; the head's GEMM is f32 either way.
 void gpt_forward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
-                 float* params, const int32_t* tokens, const int32_t* targets);
+                 float* params, const int32_t* tokens, const int32_t* targets,
+                 const BlockGemm* gemm = nullptr);
 
 // grads (layout.total_elems) += d(sum of losses * dloss)/d(params). Needs gpt_forward's acts.
 void gpt_backward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
-                  float dloss);
+                  float dloss, const BlockGemm* gemm = nullptr);
 
 // The model's final norm (LayerNorm or RMSNorm).
 NormSpec final_norm_spec(const ModelConfig& cfg);

@@ -38,9 +38,11 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
   const int64_t n = t->layout_.total_elems, f = sizeof(float);
   const int64_t B = cfg.batch_size, T = cfg.seq_len;
   STRATA_ASSIGN_OR_RETURN(t->params_, dev.alloc(n * f));
+  const bool bf16_gemm = cfg.matmul == MatmulPrecision::bf16;
+  STRATA_RETURN_IF_ERROR(check_matmul_precision(dev, cfg));
   if (t->bf16_) {
     STRATA_ASSIGN_OR_RETURN(t->master_, dev.alloc(n * f));
-    if (t->on_device_) {
+    if (t->on_device_ || bf16_gemm) {
       STRATA_ASSIGN_OR_RETURN(t->bf16_buf_, dev.alloc(n * 2));
     }
   }
@@ -54,6 +56,12 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
   STRATA_ASSIGN_OR_RETURN(t->losses_host_, dev.alloc_host(B * T * f));
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
   t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T, t->rope_.f32());
+  if (bf16_gemm) {
+    STRATA_ASSIGN_OR_RETURN(t->gemm_scratch_,
+                            dev.alloc(block_gemm_scratch_elems(t->acts_.dims) * 2));
+    t->gemm_storage_ = {t->bf16_buf_.bf16(), t->params_.f32(), t->gemm_scratch_.bf16()};
+    t->gemm_ = &t->gemm_storage_;
+  }
   t->stream_ = dev.create_stream("compute");
 
   // Initialise on the host, then copy in, as a GPU run would.
@@ -75,7 +83,8 @@ double InMemoryTrainer::forward_loss(const int32_t* inputs, const int32_t* targe
   // The copies read the caller's arrays; the synchronize below, before we return, covers them.
   dev_.copy(*stream_, tokens_.i32(), inputs, BT * 4);
   dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
-  gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tokens_.i32(), tokens_.i32() + BT);
+  gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tokens_.i32(), tokens_.i32() + BT,
+              gemm_);
   dev_.copy(*stream_, losses_host_.data(), acts_.losses, BT * 4);
   stream_->synchronize();
   double sum = 0;  // fixed order: the same loss bits on every run
@@ -88,7 +97,7 @@ double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* t
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   const double loss = forward_loss(inputs, targets);
   gpt_backward(dev_, *stream_, acts_, layout_, params_.f32(), grads_.f32(), tokens_.i32(),
-               tokens_.i32() + BT, dloss);
+               tokens_.i32() + BT, dloss, gemm_);
   stream_->synchronize();
   return loss;
 }
@@ -147,9 +156,15 @@ void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
   // The same bits adamw_step's bf16 copy has, widened: what the offloaded trainers compute with.
   if (!on_device_) {
     round_to_bf16(params_.f32() + lo, master_.f32() + lo, hi - lo);
+    // bf16 GEMMs' weights: the rounded values, exactly (the stream reads them after this).
+    if (gemm_ != nullptr) {
+      dev_.convert_f32_to_bf16(*stream_, bf16_buf_.bf16() + lo, params_.f32() + lo, hi - lo);
+      stream_->synchronize();
+    }
     return;
   }
-  // On the device: the same rounding (f32_to_bf16, then widened back) as two conversions.
+  // On the device: the same rounding (f32_to_bf16, then widened back) as two conversions; the
+  // bf16 half is the bf16 GEMMs' weights.
   dev_.convert_f32_to_bf16(*stream_, bf16_buf_.bf16() + lo, master_.f32() + lo, hi - lo);
   dev_.convert_bf16_to_f32(*stream_, params_.f32() + lo, bf16_buf_.bf16() + lo, hi - lo);
   stream_->synchronize();

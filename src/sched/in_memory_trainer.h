@@ -89,7 +89,14 @@ class InMemoryTrainer final : public Trainer {
   Buffer slab_sumsq_;   // (n_slabs) f64
   Buffer losses_host_;  // (B, T) f32
   Buffer rope_;         // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
-  Buffer bf16_buf_;     // (total_elems) bf16: the rounding's scratch, bf16 mode on_device_ only
+  // (total_elems) bf16: the working params as bf16 (bf16 mode, on_device_ or with bf16 GEMMs),
+  // the rounding's scratch and the GEMMs' weights.
+  Buffer bf16_buf_;
+  // train.matmul bf16 (Note [bf16 GEMMs] in model/block.h): the blocks' GEMM operands, and the
+  // BlockGemm over bf16_buf_ and params_ that gpt_forward/gpt_backward take; null gemm_ in f32.
+  Buffer gemm_scratch_;  // (block_gemm_scratch_elems) bf16
+  BlockGemm gemm_storage_{};
+  const BlockGemm* gemm_ = nullptr;
   GptActs acts_;
   int64_t steps_done_ = 0;
   int64_t adam_steps_ = 0;  // updates applied; skipped steps do not advance bias correction

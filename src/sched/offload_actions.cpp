@@ -34,6 +34,12 @@ float* OffloadTrainer::block_weights(const BoundPlan& bp, const Task& t) {
   return ws_.params_f32;
 }
 
+std::optional<BlockGemm> OffloadTrainer::block_gemm(const void* bf16_weights) const {
+  if (ws_.gemm_scratch == nullptr) return std::nullopt;  // f32 GEMMs
+  // Note [bf16 GEMMs]: the bf16 weights are laid out as their widening in the workspace.
+  return BlockGemm{static_cast<const bf16_t*>(bf16_weights), ws_.params_f32, ws_.gemm_scratch};
+}
+
 const int32_t* OffloadTrainer::tokens_of(const BoundPlan& bp, const Task& t) const {
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   return static_cast<const int32_t*>(slot_ptr(bp, slot_of(t, Role::tokens))) +
@@ -101,7 +107,7 @@ Status OffloadTrainer::prepare_events(BoundPlan& bp) {
 }
 
 void OffloadTrainer::end_task(Stream& s) {
-  if (!order_by_events_) s.synchronize();
+  if (!order_by_events_ || time_device_tasks_) s.synchronize();
 }
 
 TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
@@ -214,8 +220,10 @@ Status OffloadTrainer::do_embed_forward(const BoundPlan& bp, const Task& t) {
 Status OffloadTrainer::do_block_forward(const BoundPlan& bp, const Task& t) {
   float* saved = f32_of(bp, t, Role::saved);
   const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
+  const std::optional<BlockGemm> gemm = block_gemm(f32_of(bp, t, Role::params));
   block_forward(dev_, *compute_, f32_of(bp, t, Role::output), a, f32_of(bp, t, Role::input),
-                block_slab_view(layout_, block_weights(bp, t), t.block), dims_);
+                block_slab_view(layout_, block_weights(bp, t), t.block), dims_,
+                gemm ? &*gemm : nullptr);
   end_task(*compute_);
   return Status::ok_status();
 }
@@ -266,6 +274,8 @@ Status OffloadTrainer::do_block_backward(const BoundPlan& bp, const Task& t) {
   Stream& s = *compute_;
   const int64_t BT = cfg_.batch_size * cfg_.seq_len, C = cfg_.model.n_embd, f = 4;
   const BlockView w = block_slab_view(layout_, block_weights(bp, t), t.block);
+  const std::optional<BlockGemm> gemm = block_gemm(f32_of(bp, t, Role::params));
+  const BlockGemm* g = gemm ? &*gemm : nullptr;
   const float* in = f32_of(bp, t, Role::input);  // (B, T, C) the block's input
   float* dact = f32_of(bp, t, Role::dact);       // (B, T, C) in: d output; out: d input
   float* saved = f32_of(bp, t, Role::saved);     // the saved set, or null: recompute
@@ -275,12 +285,12 @@ Status OffloadTrainer::do_block_backward(const BoundPlan& bp, const Task& t) {
     dev_.fill_zero(s, grad, bp.slots[static_cast<size_t>(gslot)]->bytes);
   }
   if (!t.fused && saved == nullptr) {
-    block_forward(dev_, s, ws_.recompute_out, ws_.acts, in, w, dims_);
+    block_forward(dev_, s, ws_.recompute_out, ws_.acts, in, w, dims_, g);
   }
   const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
   dev_.fill_zero(s, ws_.dinp, BT * C * f);
   block_backward(dev_, s, ws_.dinp, block_slab_view(layout_, grad, t.block), ws_.scratch, dact, in,
-                 a, w, dims_);
+                 a, w, dims_, g);
   dev_.copy(s, dact, ws_.dinp, BT * C * f);
   end_task(s);
   return Status::ok_status();

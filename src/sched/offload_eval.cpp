@@ -39,10 +39,15 @@ Result<double> OffloadTrainer::evaluate(const int32_t* inputs, const int32_t* ta
     STRATA_RETURN_IF_ERROR(read_block_params(l, host_weights.data()));
     dev_.copy(s, weights, host_weights.data(), block_elems_ * 4);
     const BlockView w = block_slab_view(layout_, weights, l);
+    // bf16 GEMMs: their weights, the widened ones narrowed back (exact: they are bf16 values)
+    // into the first params buffer, bf16 in bf16 mode and idle between steps.
+    bf16_t* narrow = static_cast<bf16_t*>(memory_.at(names::kParamsBuf.at(0))->buf.data());
+    const std::optional<BlockGemm> gemm = block_gemm(narrow);
+    if (gemm) dev_.convert_f32_to_bf16(s, narrow, weights, block_elems_);
     for (int64_t b = 0; b < batches; ++b) {
       float* r = residual.data() + b * BT * C;
       dev_.copy(s, x, r, BT * C * 4);
-      block_forward(dev_, s, y, ws_.acts, x, w, dims_);
+      block_forward(dev_, s, y, ws_.acts, x, w, dims_, gemm ? &*gemm : nullptr);
       dev_.copy(s, r, y, BT * C * 4);
       s.synchronize();
     }

@@ -74,7 +74,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.losses_bytes = M * BT * 4;
   const BlockDims d = block_dims(dev, cfg.model, B, T);
   FloatCarver counter(nullptr);
-  carve_offload_workspace(counter, d, V, bf16 ? n : 0);
+  carve_offload_workspace(counter, d, cfg, n);
   s.workspace_bytes = counter.used() * 4;
   // Matmul FLOPs (2 per multiply-add) and the causal half of attention's two T x T products.
   const double bt = static_cast<double>(BT), c = static_cast<double>(C);
@@ -192,11 +192,7 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
     return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
                             "' is not an offloaded schedule (horizontal, vertical)");
   }
-  if (dev.kind() == DeviceKind::cuda) {
-    return unavailable(
-        "the offloaded schedules run on the CPU devices (cpu, cpu-discrete) only "
-        "for now");
-  }
+  STRATA_RETURN_IF_ERROR(check_matmul_precision(dev, cfg));
   std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg));
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
   t->dims_.rope = t->rope_.f32();
@@ -326,6 +322,7 @@ Status OffloadTrainer::build(const PlanKey& key, BoundPlan& out) {
     }
   }
   STRATA_RETURN_IF_ERROR(check_task_signatures(out.plan));
+  if (!spec.compute_reads_host) STRATA_RETURN_IF_ERROR(check_task_tiers(out.plan));
   const TierBudgets budgets{cfg_.memory.device_bytes, cfg_.memory.host_bytes, 0};
   Status st = check_plan(out.plan, budgets);
   if (!st.ok()) {
@@ -386,7 +383,7 @@ Status OffloadTrainer::allocate_slots() {
   // The compute workspace is a slot too, so the device budget covers it.
   SlotMemory& ws = *memory_.at(names::kWorkspace);
   FloatCarver carver(ws.buf.f32());
-  ws_ = carve_offload_workspace(carver, dims_, cfg_.model.vocab_size, bf16_ ? block_elems_ : 0);
+  ws_ = carve_offload_workspace(carver, dims_, cfg_, block_elems_);
 
   if (extents.empty()) return Status::ok_status();
   if (cfg_.io.dirs.empty()) {

@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -110,6 +111,11 @@ class OffloadTrainer final : public Trainer {
   // §10).
   void add_step_metrics(nlohmann::json& line, double iter_s) const override;
   void set_record_trace(bool on) override { record_trace_ = on; }
+  // Note [Ordering by events]: on a discrete device a device task's span in the trace is its
+  // issue, not its work. With this on, every device task also synchronises its stream before it
+  // ends (still ordered by events), so its span is its work, as on the CPU device: what `strata
+  // profile` measures a GPU with. Slower (no queueing ahead on a stream); off by default.
+  void set_time_device_tasks(bool on) { time_device_tasks_ = on; }
   Result<nlohmann::json> last_step_trace() const override;
 
   // The plan of the last step, and its execution report (timings when tracing is on).
@@ -209,6 +215,9 @@ class OffloadTrainer final : public Trainer {
   // The f32 weights a block task computes with: its params slot (f32 mode), or that slot's bf16
   // widened into the workspace on the compute stream (bf16 mode).
   float* block_weights(const BoundPlan& bp, const Task& t);
+  // With train.matmul bf16, the BlockGemm over a block's bf16 working weights (its params slot)
+  // and block_weights' widening of them (Note [bf16 GEMMs] in model/block.h); else nullopt.
+  std::optional<BlockGemm> block_gemm(const void* bf16_weights) const;
   // A block's working params (params.store.blkL) from its f32 master, and back as f32: the
   // master itself (staged through idle_block_stage), or in bf16 mode its rounding (through
   // bf16_stage_; Note [Precision modes]).
@@ -287,6 +296,7 @@ class OffloadTrainer final : public Trainer {
   // returns, on success and failure, before anything on the host reads what they wrote. The cost
   // on this device: a trace's device spans are issue times, not work.
   bool order_by_events_ = false;
+  bool time_device_tasks_ = false;  // set_time_device_tasks
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<TensorStore> store_;
   std::unordered_map<std::string, std::unique_ptr<SlotMemory>> memory_;  // by slot name

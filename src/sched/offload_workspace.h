@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/config.h"
 #include "model/block.h"
 
 namespace strata {
@@ -21,15 +22,18 @@ struct OffloadWorkspace {
   float* dlogits;            // (B, T, V)
   float* dlnf;               // (B, T, C)
   float* losses;             // (B, T)
-  // (widened_param_elems) f32: bf16 mode's working params of one block widened for its forward
-  // or backward (Note [Precision modes] in sched/trainer.h); null in f32 mode.
+  // (block elems) f32: bf16 mode's working params of one block widened for its forward or
+  // backward (Note [Precision modes] in sched/trainer.h); null in f32 mode.
   float* params_f32;
+  // (block_gemm_scratch_elems) bf16: the GEMMs' rounded operands with train.matmul bf16 (Note
+  // [bf16 GEMMs] in model/block.h); null otherwise.
+  bf16_t* gemm_scratch;
 };
-// Lays it out in consecutive floats; a null base only counts (FloatCarver). widened_param_elems
-// is a block's element count in bf16 mode, 0 in f32 mode (no scratch: the params are f32).
-inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims& d, int64_t V,
-                                                int64_t widened_param_elems) {
-  const int64_t BT = d.B * d.T, C = d.C;
+// Lays it out in consecutive floats for cfg (its model, precision and matmul); a null base only
+// counts (FloatCarver). block_elems: one block's parameters.
+inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims& d,
+                                                const TrainConfig& cfg, int64_t block_elems) {
+  const int64_t BT = d.B * d.T, C = d.C, V = cfg.model.vocab_size;
   OffloadWorkspace w{};
   w.acts = block_acts_carve(c, d);
   w.scratch = block_grad_scratch_carve(c, d);
@@ -43,7 +47,12 @@ inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims&
   w.dlogits = c.take(BT * V);
   w.dlnf = c.take(BT * C);
   w.losses = c.take(BT);
-  w.params_f32 = widened_param_elems > 0 ? c.take(widened_param_elems) : nullptr;
+  w.params_f32 = cfg.precision == Precision::bf16 ? c.take(block_elems) : nullptr;
+  w.gemm_scratch = nullptr;
+  if (cfg.matmul == MatmulPrecision::bf16) {
+    const int64_t elems = block_gemm_scratch_elems(d);  // two per float, rounded up
+    w.gemm_scratch = reinterpret_cast<bf16_t*>(c.take((elems + 1) / 2));
+  }
   return w;
 }
 

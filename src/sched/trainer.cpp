@@ -39,6 +39,17 @@ Result<nlohmann::json> Trainer::last_step_trace() const {
   return unavailable("this trainer records no trace (an offloaded schedule does)");
 }
 
+Status check_matmul_precision(const Device& dev, const TrainConfig& cfg) {
+  if (cfg.matmul != MatmulPrecision::bf16) return Status::ok_status();
+  if (cfg.precision != Precision::bf16) {
+    return invalid_argument(
+        "train.matmul bf16 needs train.precision bf16 (its GEMMs read the "
+        "bf16 working weights)");
+  }
+  if (!dev.supports(Capability::bf16_matmul)) return dev.unsupported(Capability::bf16_matmul);
+  return Status::ok_status();
+}
+
 Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg) {
   if (cfg.schedule == Schedule::in_memory) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryTrainer> t, InMemoryTrainer::create(dev, cfg));

@@ -33,6 +33,8 @@ namespace strata {
 //    (wte, wpe, final LayerNorm) is small and stays on the device as f32 holding bf16-rounded
 //    values. The in-memory trainer keeps f32 working weights holding the rounded values. Either
 //    way the arithmetic is the same: compute sees bf16_to_f32(f32_to_bf16(master)).
+// train.matmul bf16 (needs precision bf16) also rounds the other operand of each block weight
+// GEMM to bf16, keeping f32 sums: Note [bf16 GEMMs] in model/block.h.
 // What the Trainer interface exposes: read_params gives the working weights (what the model
 // computes with: the rounded values in bf16 mode); read_slab_pieces / write_slab_pieces, and so
 // checkpoints, carry the f32 master (Note [Checkpoint format] in io/checkpoint.h), and writing
@@ -125,6 +127,10 @@ class Trainer {
 
 // The trainer for cfg.schedule on `dev`: errors name the budget or setting at fault.
 Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg);
+
+// Whether dev can run cfg's GEMMs (Note [bf16 GEMMs] in model/block.h): bf16 ones need bf16
+// working weights (train.precision bf16) and the device's bf16_matmul. Both trainers ask it.
+Status check_matmul_precision(const Device& dev, const TrainConfig& cfg);
 
 // The device cfg.device names ("cpu", "cuda"), with memory.device_bytes as its budget.
 // unavailable with one line naming why when it cannot run here (no GPU, built without CUDA).
