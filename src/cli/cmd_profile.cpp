@@ -81,9 +81,12 @@ TrainConfig run_config(const TrainConfig& base, RunKind kind, int64_t B, const s
 }
 
 // `steps` steps of cfg; every step after the first recorded.
+// On the config's device (`--set device=cuda` profiles a GPU), each device task timed as its work
+// (OffloadTrainer::set_time_device_tasks).
 Result<RunTimings> instrumented_run(const TrainConfig& cfg, RunKind kind, int steps) {
-  auto dev = create_cpu_device();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Device> dev, create_configured_device(cfg));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t, OffloadTrainer::create(*dev, cfg));
+  t->set_time_device_tasks(true);
   const int64_t n = cfg.batch_size * cfg.seq_len * cfg.grad_accum;
   std::vector<int32_t> in(static_cast<size_t>(n)), tg(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -520,6 +523,10 @@ Status measure_rates(const TrainConfig& base, const std::string& dir, int rounds
   prof.measurement.steal = load.steal;
   fill_profile(m, static_cast<double>(base.seq_len), prof);
   prof.device_bytes = prof.host_bytes = mem_total_bytes();
+  // A discrete device's memory is its own: the budget the config gives it, when it gives one.
+  if (base.device != DeviceKind::cpu && base.memory.device_bytes > 0) {
+    prof.device_bytes = base.memory.device_bytes;
+  }
   warn_if_busy(prof.measurement, cores);
   return Status::ok_status();
 }
@@ -582,12 +589,15 @@ int cmd_profile(const std::vector<std::string>& args) {
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
   prof.name = std::string("measured-") + host;
-  prof.description = std::string("measured by strata profile on ") + host + " at " + date +
-                     " (CPU backend, f32, model " + std::to_string(base->model.n_layer) + " x " +
-                     std::to_string(base->model.n_embd) + ", T " + std::to_string(base->seq_len) +
-                     ")";
-  prof.shared_cores = true;
-  prof.flash_attention = false;
+  prof.description =
+      std::string("measured by strata profile on ") + host + " at " + date + " (" +
+      enum_name(base->device) + " device, weights " + enum_name(base->precision) + ", GEMMs " +
+      enum_name(base->matmul) + ", model " + std::to_string(base->model.n_layer) + " x " +
+      std::to_string(base->model.n_embd) + ", T " + std::to_string(base->seq_len) + ")";
+  // Compute shares the CPU's cores on the CPU devices, not on a GPU, whose attention keeps only
+  // row statistics (Device::attention_saved_floats).
+  prof.shared_cores = base->device != DeviceKind::cuda;
+  prof.flash_attention = base->device == DeviceKind::cuda;
   Status st = measure_rates(*base, dirs.front(), rounds, quiet, prof);
   if (st.ok()) st = measure_storage(dirs, io_size, quiet, prof);
   if (!st.ok()) return fail("profile: " + st.to_string(), 1);
