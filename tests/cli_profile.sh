@@ -5,7 +5,11 @@
 #     micro-batch size, speed-ups of tasks with weights just used (Note [Weights reused]),
 #     shared-core paces in (0, 1], a storage cost >= 0 (Note [Shared cores]), and how the
 #     measurement went (Note [Robust timings]): one round, timings kept, the machine's load;
-#  3. a bad --rounds is a one-line error, exit 2.
+#  3. on the discrete CPU device (--set device=cpu-discrete, bf16 weights and GEMMs) it profiles
+#     that device: the description names it and the precisions, the device's capacity is the
+#     host's (its memory is host memory; the run's budget is not the hardware's), and the
+#     compute shares the cores;
+#  4. a bad --rounds is a one-line error, exit 2.
 # Timings themselves are not checked here (they belong in bench/planner_accuracy.sh).
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
@@ -43,7 +47,21 @@ assert p["sources"]["cores"].startswith("measured by strata profile"), p["source
 assert json.load(open(f"{work}/plan.json"))["iter_s"] > 0
 PY
 
-# 3. A bad --rounds.
+# 3. The discrete CPU device, with a device budget (a run setting, not the capacity).
+"$STRATA_BIN" profile --out "$work/discrete.json" --dir "$work/store" --io-size 1048576 \
+  --rounds 1 --quiet "${model[@]}" --set device=cpu-discrete --set train.precision=bf16 \
+  --set train.matmul=bf16 --set memory.device_bytes=50000000 2>"$work/discrete.log" ||
+  { cat "$work/discrete.log"; exit 1; }
+python3 - "$work/discrete.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+d = p["description"]
+assert "cpu-discrete device, weights bf16, GEMMs bf16" in d, d
+assert p["capacity"]["device_bytes"] == p["capacity"]["host_bytes"] > 50000000, p["capacity"]
+assert p["cores"]["shared"] is True, p["cores"]
+PY
+
+# 4. A bad --rounds.
 set +e
 "$STRATA_BIN" profile --out "$work/bad.json" --rounds 0 2>"$work/bad.log"
 rc=$?

@@ -121,6 +121,7 @@ TEST(CpuDevice, BudgetRefusesWithTheNumbersAndTracksPeak) {
   first.value().reset();
   EXPECT_EQ(dev->memory_stats().device_in_use, 0);
   EXPECT_EQ(dev->memory_stats().device_peak, 600 << 10);
+  EXPECT_EQ(dev->memory_stats().device_total, 0) << "the CPU device's memory is the host's";
   // Host buffers are not charged to the device budget.
   auto host = dev->alloc_host(4 << 20);
   ASSERT_TRUE(host.ok());

@@ -186,6 +186,8 @@ TEST_F(CudaBackendTest, PoolReusesFreedBlocks) {
 TEST_F(CudaBackendTest, BudgetRefusesWithNumbers) {
   auto dev = create_cuda_device(0, int64_t{64} << 20).value();
   EXPECT_EQ(dev->memory_stats().device_budget, int64_t{64} << 20);
+  EXPECT_GT(dev->memory_stats().device_total, dev->memory_stats().device_budget)
+      << "device_total is the GPU's own memory (totalGlobalMem), not the budget";
   Buffer a = dev->alloc(int64_t{48} << 20).value();
   auto refused = dev->alloc(int64_t{32} << 20);
   ASSERT_FALSE(refused.ok());

@@ -115,6 +115,7 @@ struct MemoryStats {
   int64_t device_in_use = 0;
   int64_t device_peak = 0;
   int64_t device_budget = 0;  // 0: no budget
+  int64_t device_total = 0;   // the device's own memory (a GPU's); 0: its memory is the host's
   int64_t host_in_use = 0;
   int64_t host_peak = 0;
 };

@@ -522,11 +522,11 @@ Status measure_rates(const TrainConfig& base, const std::string& dir, int rounds
   prof.measurement.other_cpu = load.other_cpu;
   prof.measurement.steal = load.steal;
   fill_profile(m, static_cast<double>(base.seq_len), prof);
+  // Capacities are the hardware's: a GPU's own memory, else the host's (the CPU devices' memory
+  // is the host's). A run's budgets (memory.*_bytes) are applied by the planner over them.
   prof.device_bytes = prof.host_bytes = mem_total_bytes();
-  // A discrete device's memory is its own: the budget the config gives it, when it gives one.
-  if (base.device != DeviceKind::cpu && base.memory.device_bytes > 0) {
-    prof.device_bytes = base.memory.device_bytes;
-  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Device> dev, create_configured_device(base));
+  if (dev->memory_stats().device_total > 0) prof.device_bytes = dev->memory_stats().device_total;
   warn_if_busy(prof.measurement, cores);
   return Status::ok_status();
 }

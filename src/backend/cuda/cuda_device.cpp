@@ -40,8 +40,11 @@ void CUDART_CB run_boxed_host_func(void* box) {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, int64_t budget_bytes, std::string name)
-      : ordinal_(ordinal), name_(std::move(name)), pool_(ordinal, budget_bytes) {}
+  CudaDevice(int ordinal, int64_t budget_bytes, int64_t total_bytes, std::string name)
+      : ordinal_(ordinal),
+        total_bytes_(total_bytes),
+        name_(std::move(name)),
+        pool_(ordinal, budget_bytes) {}
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
@@ -113,6 +116,7 @@ class CudaDevice final : public Device {
     m.device_in_use = pool_.in_use();
     m.device_peak = pool_.peak();
     m.device_budget = pool_.budget();
+    m.device_total = total_bytes_;
     std::lock_guard<std::mutex> lock(host_mutex_);
     m.host_in_use = host_in_use_;
     m.host_peak = host_peak_;
@@ -318,6 +322,7 @@ class CudaDevice final : public Device {
   }
 
   const int ordinal_;
+  const int64_t total_bytes_;  // cudaDeviceProp::totalGlobalMem
   const std::string name_;
   CudaPool pool_;
   mutable std::mutex host_mutex_;  // host_in_use_, host_peak_
@@ -357,7 +362,8 @@ Result<std::unique_ptr<Device>> create_cuda_device(int ordinal, int64_t device_b
     return unavailable("CUDA device " + std::to_string(ordinal) + ": " + cudaGetErrorString(err));
   }
   const std::string name = "cuda:" + std::to_string(ordinal) + " (" + prop.name + ")";
-  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(ordinal, device_budget_bytes, name));
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(
+      ordinal, device_budget_bytes, static_cast<int64_t>(prop.totalGlobalMem), name));
 }
 
 }  // namespace strata
