@@ -222,6 +222,22 @@ TEST(Bf16Gemm, LinearIsTheF32GemmOfRoundedOperands) {
   EXPECT_NE(std::memcmp(dx.data(), dx_f32.data(), dx.size() * 4), 0) << "bf16 dx is f32's";
 }
 
+// A config built in code skips parse_config: the trainers apply the same rule
+// (check_matmul_needs_bf16_weights), in the config's words, before allocating anything.
+TEST(InMemoryTrainer, Bf16GemmsOverF32WeightsAreRefused) {
+  auto dev = create_cpu_device();
+  TrainConfig c = tiny_train();
+  c.matmul = MatmulPrecision::bf16;
+  auto refused = InMemoryTrainer::create(*dev, c);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::invalid_argument);
+  EXPECT_NE(refused.status().message().find("train.matmul is bf16 but train.precision is f32"),
+            std::string::npos)
+      << refused.status().message();
+  c.precision = Precision::bf16;
+  EXPECT_TRUE(InMemoryTrainer::create(*dev, c).ok());
+}
+
 TEST(InMemoryTrainer, TwoRunsGiveIdenticalBits) {
   auto dev = create_cpu_device();
   std::vector<std::vector<float>> finals;

@@ -451,11 +451,7 @@ Status parse_train(const json& full, TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "schedule", &c.schedule));
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "precision", &c.precision));
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "matmul", &c.matmul));
-  if (c.matmul == MatmulPrecision::bf16 && c.precision != Precision::bf16) {
-    return invalid_argument(
-        "train.matmul is bf16 but train.precision is " + std::string(enum_name(c.precision)) +
-        ": bf16 GEMMs read the bf16 working weights, so set train.precision to bf16 too");
-  }
+  STRATA_RETURN_IF_ERROR(check_matmul_needs_bf16_weights(c));
   return read_enum(full, "", "device", &c.device);
 }
 
@@ -574,6 +570,15 @@ Status parse_placement(const json& full, TrainConfig& c) {
 }
 
 }  // namespace
+
+Status check_matmul_needs_bf16_weights(const TrainConfig& c) {
+  if (c.matmul != MatmulPrecision::bf16 || c.precision == Precision::bf16) {
+    return Status::ok_status();
+  }
+  return invalid_argument(
+      "train.matmul is bf16 but train.precision is " + std::string(enum_name(c.precision)) +
+      ": bf16 GEMMs read the bf16 working weights, so set train.precision to bf16 too");
+}
 
 Result<TrainConfig> parse_config(const json& j) {
   json full = default_config_json();

@@ -12,8 +12,7 @@
 //              rope_theta, rope_scaling {type, factor, low_freq_factor, high_freq_factor,
 //              original_context_length}, norm_eps, tie_embeddings},
 //    "train": {batch_size, seq_len, grad_accum, steps, seed, log_every, schedule, precision,
-//    matmul,
-//              eval_every, eval_batches, sample_every, sample_tokens},
+//              matmul, eval_every, eval_batches, sample_every, sample_tokens},
 //    "optim": {lr, min_lr_ratio, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps, alpha,
 //              speculation},
 //    "data":  {train, val, format},
@@ -207,6 +206,10 @@ Status apply_set(nlohmann::json& base, const std::string& assignment);
 // [Config bounds] (core/config_bounds.h). Errors are invalid_argument and name the field and
 // value at fault.
 Result<TrainConfig> parse_config(const nlohmann::json& j);
+
+// train.matmul bf16 needs train.precision bf16 (its GEMMs read the bf16 working weights): the one
+// statement of that rule, which parse_config and the trainers (for configs built in code) apply.
+Status check_matmul_needs_bf16_weights(const TrainConfig& c);
 
 // The first field in which two models differ, as (key "model.n_embd", value in a, value in b),
 // the values as JSON text; nullopt when they are the same model.

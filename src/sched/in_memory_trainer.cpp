@@ -154,17 +154,12 @@ Status InMemoryTrainer::apply_adamw(float lr, float grad_scale) {
 
 void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
   // The same bits adamw_step's bf16 copy has, widened: what the offloaded trainers compute with.
-  if (!on_device_) {
+  if (!bf16_buf_) {  // the CPU device with f32 GEMMs: in place on the host
     round_to_bf16(params_.f32() + lo, master_.f32() + lo, hi - lo);
-    // bf16 GEMMs' weights: the rounded values, exactly (the stream reads them after this).
-    if (gemm_ != nullptr) {
-      dev_.convert_f32_to_bf16(*stream_, bf16_buf_.bf16() + lo, params_.f32() + lo, hi - lo);
-      stream_->synchronize();
-    }
     return;
   }
-  // On the device: the same rounding (f32_to_bf16, then widened back) as two conversions; the
-  // bf16 half is the bf16 GEMMs' weights.
+  // Through bf16_buf_ on the stream: the same rounding (f32_to_bf16, then widened back) as two
+  // conversions, whose bf16 half is also the bf16 GEMMs' weights.
   dev_.convert_f32_to_bf16(*stream_, bf16_buf_.bf16() + lo, master_.f32() + lo, hi - lo);
   dev_.convert_bf16_to_f32(*stream_, params_.f32() + lo, bf16_buf_.bf16() + lo, hi - lo);
   stream_->synchronize();

@@ -48,7 +48,6 @@ inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims&
   w.dlnf = c.take(BT * C);
   w.losses = c.take(BT);
   w.params_f32 = cfg.precision == Precision::bf16 ? c.take(block_elems) : nullptr;
-  w.gemm_scratch = nullptr;
   if (cfg.matmul == MatmulPrecision::bf16) {
     const int64_t elems = block_gemm_scratch_elems(d);  // two per float, rounded up
     w.gemm_scratch = reinterpret_cast<bf16_t*>(c.take((elems + 1) / 2));

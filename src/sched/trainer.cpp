@@ -41,11 +41,7 @@ Result<nlohmann::json> Trainer::last_step_trace() const {
 
 Status check_matmul_precision(const Device& dev, const TrainConfig& cfg) {
   if (cfg.matmul != MatmulPrecision::bf16) return Status::ok_status();
-  if (cfg.precision != Precision::bf16) {
-    return invalid_argument(
-        "train.matmul bf16 needs train.precision bf16 (its GEMMs read the "
-        "bf16 working weights)");
-  }
+  STRATA_RETURN_IF_ERROR(check_matmul_needs_bf16_weights(cfg));
   if (!dev.supports(Capability::bf16_matmul)) return dev.unsupported(Capability::bf16_matmul);
   return Status::ok_status();
 }

@@ -129,7 +129,8 @@ class Trainer {
 Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg);
 
 // Whether dev can run cfg's GEMMs (Note [bf16 GEMMs] in model/block.h): bf16 ones need bf16
-// working weights (train.precision bf16) and the device's bf16_matmul. Both trainers ask it.
+// working weights (check_matmul_needs_bf16_weights) and the device's bf16_matmul. Both trainers
+// ask it.
 Status check_matmul_precision(const Device& dev, const TrainConfig& cfg);
 
 // The device cfg.device names ("cpu", "cuda"), with memory.device_bytes as its budget.
