@@ -11,7 +11,7 @@
 namespace strata::cli {
 
 int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "strata: error: %s\n", message.c_str());
+  log_error(message);
   return code;
 }
 

@@ -10,7 +10,8 @@ namespace strata {
 
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
-std::mutex g_log_mutex;  // one line at a time, whatever thread logs
+std::mutex g_log_mutex;           // one line at a time, whatever thread logs
+std::string g_source = "strata";  // set before any thread logs (set_log_rank)
 
 const char* level_name(LogLevel level) {
   switch (level) {
@@ -30,6 +31,10 @@ const char* level_name(LogLevel level) {
 void set_log_level(LogLevel level) {
   g_level = static_cast<int>(level);
 }
+void set_log_rank(int rank) {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  g_source = "strata[rank " + std::to_string(rank) + "]";
+}
 LogLevel log_level() {
   return static_cast<LogLevel>(g_level.load());
 }
@@ -37,7 +42,7 @@ LogLevel log_level() {
 void log_message(LogLevel level, const std::string& message) {
   if (static_cast<int>(level) < g_level.load()) return;
   std::lock_guard<std::mutex> lock(g_log_mutex);
-  std::fprintf(stderr, "strata: %s: %s\n", level_name(level), message.c_str());
+  std::fprintf(stderr, "%s: %s: %s\n", g_source.c_str(), level_name(level), message.c_str());
   std::fflush(stderr);
 }
 

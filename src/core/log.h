@@ -9,6 +9,9 @@ namespace strata {
 enum class LogLevel { debug = 0, info = 1, warn = 2, error = 3 };
 
 void set_log_level(LogLevel level);
+// One rank of a data-parallel run (Note [Data parallel ranks] in dist/communicator.h): its lines
+// read "strata[rank 1]: error: ...", so a failure names the rank it happened on.
+void set_log_rank(int rank);
 LogLevel log_level();
 void log_message(LogLevel level, const std::string& message);
 

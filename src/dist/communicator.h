@@ -1,0 +1,86 @@
+// Ranks of a data-parallel run and the collectives they share (docs/design.md §12).
+//
+// Note [Data parallel ranks]
+// `mpirun -np N strata train ...` starts N processes, the ranks; a plain `strata train` is one
+// rank of a world of one. Every rank holds the whole training state (replicated: each rank's
+// store holds all of it, on that rank's own io.dirs) and trains on its own micro-batches: of the
+// N x M micro-batches a step takes from the data stream, rank r takes r*M .. r*M+M-1, so the
+// stream, and the data position a checkpoint records, are the same whatever N is. Each rank's
+// micro-batch losses are scaled by 1/(N*M*B*T), so the gradients summed over the ranks are the
+// global mean at once (one rounding fewer than averaging after the sum). A gradient complete on a
+// rank (a block's, after its last micro-batch; the embed group's) is summed over the ranks by a
+// grad_allreduce task on the plan's `net` queue, overlapping compute and storage like any other
+// transfer; everything after it (sums of squares, the global norm, clipping, the skip of a
+// non-finite step, AdamW) sees bit-identical gradients on every rank, so every rank takes the
+// same step with no further agreement. Rank 0 logs, writes metrics, traces and checkpoints.
+//
+// Note [Deterministic all-reduce]
+// all_reduce_sum gives every rank the same bits, whatever the timing and whatever the transport:
+// element i is summed by one rank only, in rank order ((x0 + x1) + x2 ...), and that sum is
+// copied to the others. The buffer is cut into N contiguous shards (shard_range); rank r gathers
+// shard r from every rank (MPI_Alltoallv), sums it in rank order (sum_in_rank_order), and the
+// sums are gathered back to everyone (MPI_Allgatherv): a reduce-scatter and an all-gather, each
+// rank sending (N-1)/N of the buffer twice. MPI_Allreduce promises none of this (its reduction
+// order may depend on the algorithm the library picks for the size), so it is not used for
+// gradients. Large buffers go through in chunks (kAllReduceChunkElems) so scratch stays bounded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace strata {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[0, count) summed over the ranks in place, the same bits on every rank (Note
+  // [Deterministic all-reduce]). Every rank calls it with the same count, in the same order.
+  virtual Status all_reduce_sum(float* data, int64_t count) = 0;
+  virtual Status all_reduce_sum(double* data, int64_t count) = 0;
+  // The largest of every rank's `value` (exact, so the same on every rank).
+  virtual Result<int64_t> all_reduce_max(int64_t value) = 0;
+  // Returns once every rank has called it.
+  virtual Status barrier() = 0;
+  // Ends every rank of the run with `code` (after this rank reported why); returns only in a
+  // world of one.
+  virtual void abort_all(int code) = 0;
+  // "MPI (OpenMPI v4.1.4), 2 ranks", "one process".
+  virtual std::string describe() const = 0;
+};
+
+// The world of one: collectives are the identity.
+std::unique_ptr<Communicator> make_single_process_communicator();
+// One shared world of one, for trainers of single-process runs.
+Communicator& single_process_world();
+
+// Whether this process was started by an MPI launcher (mpirun sets its rank in the environment).
+bool launched_by_mpi();
+// MPI's world (MPI_Init_thread; MPI_Finalize when it goes). unavailable when built without MPI.
+// One per process.
+Result<std::unique_ptr<Communicator>> make_mpi_communicator();
+// The run's world: MPI's when launched by mpirun, else the world of one.
+Result<std::unique_ptr<Communicator>> open_world();
+
+// ---- the arithmetic shared by every transport (tested without one) -----------------------------
+// Elements a collective moves per round (Note [Deterministic all-reduce]): 4 Mi, 16 MiB of f32.
+inline constexpr int64_t kAllReduceChunkElems = int64_t{1} << 22;
+// Shard r of n elements over `ranks` ranks: [begin, end). The first n % ranks shards hold one
+// element more; shards are contiguous and cover [0, n).
+struct Range {
+  int64_t begin = 0, end = 0;
+};
+Range shard_range(int64_t n, int ranks, int r);
+// out[i] = ((parts[0][i] + parts[1][i]) + ...) for i < n: `parts` holds `ranks` rows of
+// `stride` elements, row r being rank r's contribution.
+void sum_in_rank_order(float* out, const float* parts, int ranks, int64_t stride, int64_t n);
+void sum_in_rank_order(double* out, const double* parts, int ranks, int64_t stride, int64_t n);
+
+// "{rank}" in `path` replaced by `rank` (every occurrence).
+std::string substitute_rank(const std::string& path, int rank);
+
+}  // namespace strata
