@@ -90,6 +90,81 @@ TEST(plan_schedules, GridPassesChecker) {
   }
 }
 
+// Whether `from` happens before `to` (Note [Happens-before in plans]): a path of direct edges.
+bool happens_before(const HappensBefore& hb, int32_t from, int32_t to) {
+  std::vector<bool> seen(static_cast<size_t>(hb.task_count()), false);
+  std::vector<int32_t> todo = {from};
+  while (!todo.empty()) {
+    const int32_t t = todo.back();
+    todo.pop_back();
+    if (t == to) return true;
+    for (int32_t s : hb.successors(t)) {
+      if (!seen[static_cast<size_t>(s)]) {
+        seen[static_cast<size_t>(s)] = true;
+        todo.push_back(s);
+      }
+    }
+  }
+  return false;
+}
+
+// Note [Data parallel ranks]: with several ranks every block's gradient, and the embed group's,
+// is summed over them exactly once, on the net queue, after the last task that adds to it and
+// before anything reads it for the step: its sums of squares, AdamW, its write to storage. With
+// one rank no collective is planned.
+TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
+  for (int ranks : {1, 2}) {
+    for (Placement place : kOff) {
+      for (bool vertical : {false, true}) {
+        ScheduleSpec s = spec(3, 2, place, place, place);
+        s.grads = place;
+        s.embed_optim = place;
+        s.ranks = ranks;
+        if (vertical) s.split_elems = s.block_elems / 2;  // part 1 waits for the next iteration
+        const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
+        const std::string what = std::string(vertical ? "vertical" : "horizontal") +
+                                 " ranks=" + std::to_string(ranks) +
+                                 " placement=" + std::to_string(int(place));
+        ASSERT_TRUE(check_all(p).ok()) << what << ": " << check_all(p).to_string();
+        const std::map<int, int> reduces = count_per_block(p, TaskKind::grad_allreduce);
+        if (ranks == 1) {
+          EXPECT_TRUE(reduces.empty()) << what;
+          continue;
+        }
+        EXPECT_EQ(reduces, (std::map<int, int>{{-1, 1}, {0, 1}, {1, 1}, {2, 1}})) << what;
+        auto hb = happens_before_edges(p);
+        ASSERT_TRUE(hb.ok());
+        for (int32_t r = 0; r < static_cast<int32_t>(p.tasks.size()); ++r) {
+          const Task& reduce = p.tasks[static_cast<size_t>(r)];
+          if (reduce.kind != TaskKind::grad_allreduce) continue;
+          EXPECT_EQ(reduce.resource, Resource::net);
+          EXPECT_EQ(reduce.bytes, reduce.block >= 0 ? s.block_grad_bytes : s.embed_param_bytes);
+          for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
+            const Task& other = p.tasks[static_cast<size_t>(t)];
+            if (other.block != reduce.block) continue;
+            const bool adds =
+                other.kind == TaskKind::grad_out || other.kind == TaskKind::grad_accumulate ||
+                other.kind == TaskKind::block_backward || other.kind == TaskKind::embed_backward;
+            // (Horizontal writes partial sums to storage after each earlier micro-batch.)
+            const bool last = other.micro_batch < 0 || other.micro_batch == s.micro_batches - 1;
+            const bool reads =
+                other.kind == TaskKind::grad_sumsq || other.kind == TaskKind::block_step ||
+                other.kind == TaskKind::embed_step || (other.kind == TaskKind::grad_write && last);
+            if (adds) {
+              EXPECT_TRUE(happens_before(*hb, t, r))
+                  << what << ": " << p.describe(t) << " after " << p.describe(r);
+            }
+            if (reads) {
+              EXPECT_TRUE(happens_before(*hb, r, t))
+                  << what << ": " << p.describe(t) << " before " << p.describe(r);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Every kind of state on storage for some blocks and on host for the others, in different
 // proportions per kind.
 ScheduleSpec mixed_spec(int L, int M) {

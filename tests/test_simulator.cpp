@@ -81,6 +81,27 @@ TEST(Simulator, PureIoIsBytesOverStripedRate) {
   EXPECT_NEAR(task_durations(p, round_profile(), ctx)[1], 0.75, kEps);
 }
 
+// Note [Deterministic all-reduce]: a rank sends 2 (N-1)/N of a gradient's bytes, at the
+// profile's network rate, after its latency.
+TEST(Simulator, AllReduceSendsTwiceTheShardsOfOtherRanks) {
+  Plan p;
+  Task t;
+  t.kind = TaskKind::grad_allreduce;
+  t.resource = Resource::net;
+  t.bytes = 300;
+  p.add_task(t);
+  HardwareProfile prof = round_profile();
+  prof.net_bytes_per_s = 100;
+  prof.net_latency_s = 0.5;
+  CostContext ctx;
+  ctx.ranks = 3;
+  EXPECT_NEAR(task_durations(p, prof, ctx)[0], 0.5 + 2.0 * 2 / 3 * 300 / 100, kEps);
+  ctx.ranks = 2;
+  EXPECT_NEAR(task_durations(p, prof, ctx)[0], 0.5 + 300.0 / 100, kEps);
+  ctx.ranks = 1;  // a plan of one rank has none; were there one, it would move nothing
+  EXPECT_NEAR(task_durations(p, prof, ctx)[0], 0.5, kEps);
+}
+
 TEST(Simulator, IndependentQueuesOverlapPerfectly) {
   Plan p;
   for (int i = 0; i < 4; ++i) {
@@ -365,6 +386,27 @@ TEST(Profile, JsonRoundTripAndErrors) {
   EXPECT_FALSE(profile_from_json(j, "hw.json").ok());
   EXPECT_NEAR(rate_at({{100, 1}, {10000, 3}}, 1000), 2, kEps);  // log-linear
   EXPECT_NEAR(rate_at({{100, 1}, {10000, 3}}, 1), 1, kEps);
+}
+
+// The network section is optional and written back only when the profile has one (strata
+// profile does not measure it, so it never writes a made-up figure).
+TEST(Profile, NetworkSectionIsOptionalAndRoundTrips) {
+  HardwareProfile p = round_profile();
+  EXPECT_FALSE(profile_to_json(p).contains("network"));
+  nlohmann::json j = profile_to_json(p);
+  j["network"] = {{"bytes_per_s", 2.5e10}, {"latency_s", 2e-5}};
+  auto back = profile_from_json(j, "hw.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_TRUE(back->has_network);
+  EXPECT_EQ(back->net_bytes_per_s, 2.5e10);
+  EXPECT_EQ(back->net_latency_s, 2e-5);
+  EXPECT_EQ(profile_to_json(*back)["network"], j["network"]);
+  j["network"]["bytes_per_s"] = 0;
+  test::expect_error(profile_from_json(j, "hw.json").status(), ErrorCode::invalid_argument,
+                     {"hw.json", "network.bytes_per_s"});
+  j["network"] = {{"bandwidth", 1}};
+  test::expect_error(profile_from_json(j, "hw.json").status(), ErrorCode::invalid_argument,
+                     {"hw.json", "network", "bandwidth"});
 }
 
 TEST(Profile, MeasuredFieldsRoundTrip) {

@@ -124,6 +124,9 @@ Task make_task(Resource r, std::string label, std::vector<int32_t> deps) {
     case Resource::cpu_optim:
       t.kind = TaskKind::grad_norm;
       break;
+    case Resource::net:
+      t.kind = TaskKind::grad_allreduce;
+      break;
   }
   return t;
 }

@@ -177,6 +177,10 @@ struct TrainConfig {
   // CPU with a device memory of its own that its kernels alone read, crossed only by copies, as
   // on a GPU (docs/design.md §3), so the discrete path runs everywhere; bit-identical to "cpu".
   DeviceKind device = DeviceKind::cpu;
+  // The ranks of a data-parallel run (Note [Data parallel ranks] in dist/communicator.h): set by
+  // `strata train` from its launcher (mpirun -np N), never read from or written to a config file.
+  // Each rank trains grad_accum micro-batches of a step's ranks x grad_accum.
+  int32_t ranks = 1;
 };
 
 // The embedded default, with every key (it is config_to_json(TrainConfig{})).

@@ -179,6 +179,13 @@ Status read_link(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
   return r.number("latency_s", p.link_latency_s);
 }
 
+Status read_network(Reader& r, const std::string& /*src*/, HardwareProfile& p) {
+  STRATA_RETURN_IF_ERROR(r.unknown_keys({"bytes_per_s", "latency_s"}));
+  STRATA_RETURN_IF_ERROR(r.number("bytes_per_s", p.net_bytes_per_s, true, true));
+  p.has_network = true;
+  return r.number("latency_s", p.net_latency_s);
+}
+
 Status read_storage(Reader& r, const std::string& src, HardwareProfile& p) {
   STRATA_RETURN_IF_ERROR(r.unknown_keys({"dirs", "latency_s"}));
   STRATA_RETURN_IF_ERROR(r.number("latency_s", p.storage_latency_s));
@@ -271,6 +278,7 @@ const Section kSections[] = {
     {"link", true, read_link},
     {"storage", true, read_storage},
     {"cpu_optimizer", true, read_cpu_optimizer},
+    {"network", false, read_network},
     {"cores", false, read_cores},
     {"capacity", false, read_capacity},
     {"measurement", false, read_measurement},
@@ -283,8 +291,8 @@ Result<HardwareProfile> profile_from_json(const json& j, const std::string& src)
   if (!j.is_object()) return invalid_argument("profile " + src + ": must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     static const std::set<std::string> known = {
-        "name",          "description", "dtype",    "compute", "link",       "storage",
-        "cpu_optimizer", "cores",       "capacity", "sources", "measurement"};
+        "name",          "description", "dtype",    "compute", "link",        "storage",
+        "cpu_optimizer", "cores",       "capacity", "sources", "measurement", "network"};
     if (!known.count(it.key())) {
       return invalid_argument("profile " + src + ": " + it.key() + " is not a known field");
     }
@@ -362,6 +370,9 @@ json profile_to_json(const HardwareProfile& p) {
         {"io_s_per_byte", p.io_s_per_byte}}},
       {"capacity", {{"device_bytes", p.device_bytes}, {"host_bytes", p.host_bytes}}},
   };
+  if (p.has_network) {
+    j["network"] = {{"bytes_per_s", p.net_bytes_per_s}, {"latency_s", p.net_latency_s}};
+  }
   if (!p.block_fwd_reuse.empty()) j["compute"]["block_fwd_reuse"] = table(p.block_fwd_reuse);
   if (!p.block_bwd_reuse.empty()) j["compute"]["block_bwd_reuse"] = table(p.block_bwd_reuse);
   const ProfileMeasurement& m = p.measurement;

@@ -101,6 +101,12 @@ struct HardwareProfile {
   double reduce_bytes_per_s = 1e10;  // gradient accumulate / sum of squares on host
   double optim_latency_s = 0;
 
+  // Between the ranks of a data-parallel run (optional section "network", written back only when
+  // read: `strata profile` does not measure it): the bytes per second one rank sends during a
+  // collective (its bus bandwidth) and each collective's latency.
+  bool has_network = false;
+  double net_bytes_per_s = 1e10, net_latency_s = 0;
+
   // The CPU backend: compute and the CPU optimizer run on the same cores, so while both have a
   // task each runs at its shared speed (a fraction of its own pace), and storage traffic takes
   // io_s_per_byte of compute time per byte moved while compute runs (Note [Shared cores] in

@@ -14,6 +14,7 @@ CostContext cost_context(const ScheduleSpec& s, double tokens) {
   CostContext c;
   c.tokens = tokens;
   c.block_fwd_flops = s.block_fwd_flops;
+  c.ranks = s.ranks;
   if (s.block_elems > 0) {
     c.optim_bytes_per_param =
         static_cast<double>(s.block_optim_bytes) / static_cast<double>(s.block_elems);
@@ -161,6 +162,11 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
           s += div_or_zero(bytes, p.reduce_bytes_per_s);
         }
         break;
+      case Resource::net: {  // Note [Deterministic all-reduce]: reduce-scatter, then all-gather
+        const double sent = 2.0 * (ctx.ranks - 1) / std::max(ctx.ranks, 1) * bytes;
+        s = p.net_latency_s + div_or_zero(sent, p.net_bytes_per_s);
+        break;
+      }
     }
     d[i] = s;
   }

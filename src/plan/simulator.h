@@ -14,6 +14,8 @@
 //   storage            latency + bytes / (sum of the directories' rates, or the rate limit)
 //   cpu_optim          optimizer: bytes / optimizer-state bytes per parameter / params_per_s;
 //                      "acc" and "sumsq": bytes / reduce rate; anything else: latency
+//   net                latency + 2 (ranks-1)/ranks x bytes / network rate (Note [Deterministic
+//                      all-reduce]: a reduce-scatter, then an all-gather)
 // Simulator: the executor's rule and nothing else (Note [Happens-before in plans]): one in-order
 // queue per resource, a task starts when its queue predecessor and every dep have finished.
 // Time advances from event to event (a task starting or finishing); on a profile with shared
@@ -59,6 +61,7 @@ struct CostContext {
   double optim_bytes_per_param = 12;  // optimizer task bytes -> parameters
   double read_bytes_per_s = 0;        // storage rate limits; 0: the profile's storage rates
   double write_bytes_per_s = 0;
+  int32_t ranks = 1;  // of a data-parallel run: a collective sends 2 (ranks-1)/ranks of its bytes
 };
 CostContext cost_context(const ScheduleSpec& spec, double tokens_per_micro_batch);
 

@@ -15,8 +15,8 @@
 
 namespace strata {
 
-InMemoryTrainer::InMemoryTrainer(Device& dev, const TrainConfig& cfg)
-    : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
+InMemoryTrainer::InMemoryTrainer(Device& dev, const TrainConfig& cfg, Communicator& world)
+    : dev_(dev), world_(world), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
   bf16_ = cfg.precision == Precision::bf16;
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
 }
@@ -26,8 +26,10 @@ InMemoryTrainer::~InMemoryTrainer() {
 }
 
 Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
-                                                                 const TrainConfig& cfg) {
-  std::unique_ptr<InMemoryTrainer> t(new InMemoryTrainer(dev, cfg));
+                                                                 const TrainConfig& cfg,
+                                                                 Communicator& world) {
+  STRATA_RETURN_IF_ERROR(check_world(cfg, world));
+  std::unique_ptr<InMemoryTrainer> t(new InMemoryTrainer(dev, cfg, world));
   // The CPU device's memory is the host's: AdamW runs there directly. Any other device steps on
   // its own stream.
   t->on_device_ = !shares_host_memory(dev);
@@ -168,7 +170,8 @@ void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
 Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
-  const float dloss = 1.0f / static_cast<float>(BT * cfg_.grad_accum);
+  // Note [Data parallel ranks]: the mean over every rank's micro-batches.
+  const float dloss = 1.0f / static_cast<float>(BT * cfg_.grad_accum * cfg_.ranks);
 
   StepStats st;
   st.step = steps_done_;
@@ -177,7 +180,9 @@ Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32
   for (int64_t k = 0; k < cfg_.grad_accum; k++) {
     loss_sum += forward_backward(inputs + k * BT, targets + k * BT, dloss);
   }
-  st.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
+  STRATA_RETURN_IF_ERROR(all_reduce_grads());
+  STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(&loss_sum, 1));
+  st.loss = loss_sum / static_cast<double>(cfg_.grad_accum * cfg_.ranks);
 
   // Note [Exact optimizer semantics]: the norm of *every* gradient is known before any
   // parameter changes; a non-finite norm skips the whole step.
@@ -206,6 +211,16 @@ void InMemoryTrainer::write_params(const float* host) {
   dev_.copy(*stream_, master(), host, layout_.total_elems * 4);
   stream_->synchronize();
   if (bf16_) round_working_params(0, layout_.total_elems);
+}
+
+Status InMemoryTrainer::all_reduce_grads() {
+  if (world_.size() == 1) return Status::ok_status();
+  std::vector<float> host(static_cast<size_t>(layout_.total_elems));  // (total_elems) f32
+  read_grads(host.data());
+  STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(host.data(), layout_.total_elems));
+  dev_.copy(*stream_, grads_.data(), host.data(), layout_.total_elems * 4);
+  stream_->synchronize();
+  return Status::ok_status();
 }
 
 void InMemoryTrainer::read_grads(float* host) const {

@@ -22,8 +22,10 @@ namespace strata {
 class InMemoryTrainer final : public Trainer {
  public:
   // Allocates everything on `dev` (errors name the budget) and initialises the parameters from
-  // cfg.seed.
-  static Result<std::unique_ptr<InMemoryTrainer>> create(Device& dev, const TrainConfig& cfg);
+  // cfg.seed. `world` has cfg.ranks ranks (Note [Data parallel ranks] in dist/communicator.h) and
+  // must outlive the trainer.
+  static Result<std::unique_ptr<InMemoryTrainer>> create(
+      Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world());
   ~InMemoryTrainer() override;
 
   // Trainer. One whole optimizer step per call; nothing is ever left pending.
@@ -61,7 +63,9 @@ class InMemoryTrainer final : public Trainer {
   void read_logits(float* host) const;
 
  private:
-  InMemoryTrainer(Device& dev, const TrainConfig& cfg);
+  InMemoryTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
+  // With several ranks, the gradients summed over them (through a host copy).
+  Status all_reduce_grads();
   double global_grad_sum_squares();
   Status apply_adamw(float lr, float grad_scale);
   // The f32 master weights: params_ itself in f32 mode, master_ in bf16 mode.
@@ -70,6 +74,7 @@ class InMemoryTrainer final : public Trainer {
   void round_working_params(int64_t lo, int64_t hi);
 
   Device& dev_;
+  Communicator& world_;
   TrainConfig cfg_;
   ParamLayout layout_;
   LrSchedule schedule_;

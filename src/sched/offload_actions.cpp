@@ -63,6 +63,7 @@ Stream* OffloadTrainer::stream_of(Resource r) const {
     case Resource::storage_read:
     case Resource::storage_write:
     case Resource::cpu_optim:
+    case Resource::net:
       return nullptr;
   }
   return nullptr;
@@ -148,6 +149,9 @@ TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
       break;
     case TaskKind::embed_step:
       action = &OffloadTrainer::do_embed_step;
+      break;
+    case TaskKind::grad_allreduce:
+      action = &OffloadTrainer::do_grad_allreduce;
       break;
     default:
       break;
@@ -347,6 +351,13 @@ Status OffloadTrainer::do_grad_sumsq(const BoundPlan& bp, const Task& t) {
   cpu::sum_squares(&slab_sumsq_[static_cast<size_t>(layout_.final_slab())], g + ne,
                    embed_elems_ - ne);
   return Status::ok_status();
+}
+
+Status OffloadTrainer::do_grad_allreduce(const BoundPlan& bp, const Task& t) {
+  // Note [Deterministic all-reduce]: every rank gets the same bits, so the norm, the clip factor
+  // and the step that follow agree on every rank without another word between them.
+  return world_.all_reduce_sum(f32_of(bp, t, Role::grad),
+                               t.block >= 0 ? block_elems_ : embed_elems_);
 }
 
 Status OffloadTrainer::do_grad_norm(const BoundPlan&, const Task&) {

@@ -55,6 +55,8 @@ void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const
   const auto& b = last_report_.busy_s;
   double roofline = 0;
   for (int r = 0; r < kResourceCount; ++r) {
+    // A run of one rank has no net queue (Note [Data parallel ranks]).
+    if (static_cast<Resource>(r) == Resource::net && cfg_.ranks == 1) continue;
     busy[resource_name(static_cast<Resource>(r))] = b[static_cast<size_t>(r)];
     if (static_cast<Resource>(r) != Resource::cpu_optim) {
       roofline = std::max(roofline, b[static_cast<size_t>(r)]);

@@ -60,6 +60,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   ScheduleSpec s;
   s.blocks = static_cast<int32_t>(cfg.model.n_layer);
   s.micro_batches = static_cast<int32_t>(M);
+  s.ranks = cfg.ranks;
   const bool bf16 = cfg.precision == Precision::bf16;  // Note [Precision modes]
   s.block_param_bytes = n * (bf16 ? 2 : 4);
   s.block_grad_bytes = n * 4;
@@ -114,8 +115,8 @@ Plan make_offload_plan(const ScheduleSpec& spec, Schedule schedule) {
   return schedule == Schedule::vertical ? make_vertical_plan(spec) : make_horizontal_plan(spec);
 }
 
-OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
-    : dev_(dev), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
+OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator& world)
+    : dev_(dev), world_(world), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
   dims_ = block_dims(dev, cfg.model, cfg.batch_size, cfg.seq_len);  // rope: set by create
   vertical_ = cfg.schedule == Schedule::vertical;
@@ -124,7 +125,8 @@ OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg)
   split_elems_ = split_elems_for(cfg, block_elems_);
   embed_elems_ = embed_group_elems(layout_);
   slab_sumsq_.assign(layout_.slabs.size(), 0.0);
-  dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum);
+  // Note [Data parallel ranks]: the mean over every rank's micro-batches.
+  dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum * cfg.ranks);
   speculative_ = vertical_ && split_elems_ > 0 && cfg.optim.grad_clip > 0;
   policy_ = SpeculationPolicy(cfg.optim.speculation);
 }
@@ -186,14 +188,15 @@ OffloadTrainer::~OffloadTrainer() {
   engine_.reset();
 }
 
-Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev,
-                                                               const TrainConfig& cfg) {
+Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev, const TrainConfig& cfg,
+                                                               Communicator& world) {
   if (!is_offloaded(cfg.schedule)) {
     return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
                             "' is not an offloaded schedule (horizontal, vertical)");
   }
   STRATA_RETURN_IF_ERROR(check_matmul_precision(dev, cfg));
-  std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg));
+  STRATA_RETURN_IF_ERROR(check_world(cfg, world));
+  std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg, world));
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
   t->dims_.rope = t->rope_.f32();
   STRATA_RETURN_IF_ERROR(t->decide_activation_policy());
@@ -487,7 +490,8 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
     for (int64_t i = 0; i < BT; ++i) sum += losses[k * BT + i];
     loss_sum += sum / static_cast<double>(BT);
   }
-  s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
+  STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(&loss_sum, 1));  // every rank's micro-batches
+  s.loss = loss_sum / static_cast<double>(cfg_.grad_accum * cfg_.ranks);
   s.grad_norm = std::sqrt(last_norm_sumsq_);
   s.storage_read_bytes = step_bytes_on(bp, Resource::storage_read);
   s.storage_write_bytes = step_bytes_on(bp, Resource::storage_write);

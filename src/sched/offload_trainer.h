@@ -73,7 +73,10 @@ class OffloadTrainer final : public Trainer {
   // invalid_argument with the numbers and what to change), allocates every slot, creates the
   // store in io.dirs (no_space naming the directory when it cannot hold the state) and writes
   // the initial parameters and zeroed optimizer state.
-  static Result<std::unique_ptr<OffloadTrainer>> create(Device& dev, const TrainConfig& cfg);
+  // `world` has cfg.ranks ranks (Note [Data parallel ranks] in dist/communicator.h) and must
+  // outlive the trainer.
+  static Result<std::unique_ptr<OffloadTrainer>> create(
+      Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world());
   ~OffloadTrainer() override;
   OffloadTrainer(const OffloadTrainer&) = delete;
   OffloadTrainer& operator=(const OffloadTrainer&) = delete;
@@ -152,7 +155,7 @@ class OffloadTrainer final : public Trainer {
     bool skip = false;      // non-finite norm: no update
   };
 
-  OffloadTrainer(Device& dev, const TrainConfig& cfg);
+  OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
   // The plans this run may use (PlanKey), built and checked.
   std::vector<PlanKey> plan_keys() const;
   Status build(const PlanKey& key, BoundPlan& out);
@@ -189,7 +192,8 @@ class OffloadTrainer final : public Trainer {
   // The end of a device task's action on stream s: synchronise s, unless the device orders by
   // events (then run_ordered records the task's event instead).
   void end_task(Stream& s);
-  // The stream a resource's tasks enqueue on; null for the host resources (storage, cpu_optim).
+  // The stream a resource's tasks enqueue on; null for the host resources (storage, cpu_optim,
+  // net).
   Stream* stream_of(Resource r) const;
   // Actions, one per task kind (offload_actions.cpp).
   Status do_transfer(const BoundPlan& bp, const Task& t);
@@ -208,6 +212,7 @@ class OffloadTrainer final : public Trainer {
   Status do_grad_norm(const BoundPlan& bp, const Task& t);
   Status do_block_step(const BoundPlan& bp, const Task& t);
   Status do_embed_step(const BoundPlan& bp, const Task& t);
+  Status do_grad_allreduce(const BoundPlan& bp, const Task& t);
   Status step_block_part(const BoundPlan& bp, const Task& t, const StepState& st);
   // The memory of the task's slot in `role` (null when it has none), and its micro-batch's
   // tokens (inputs, then targets at + B*T).
@@ -272,6 +277,7 @@ class OffloadTrainer final : public Trainer {
   Status store_io(const SlotMemory& m, IoOp op, int64_t offset, void* host, int64_t bytes);
 
   Device& dev_;
+  Communicator& world_;  // the ranks gradients and losses are summed over
   TrainConfig cfg_;
   ParamLayout layout_;
   LrSchedule schedule_;

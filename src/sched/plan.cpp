@@ -18,6 +18,8 @@ const char* resource_name(Resource r) {
       return "storage_write";
     case Resource::cpu_optim:
       return "cpu_optim";
+    case Resource::net:
+      return "net";
   }
   return "?";
 }

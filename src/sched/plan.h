@@ -50,8 +50,9 @@ enum class Resource : uint8_t {
   storage_read,   // storage -> host reads (the storage engine's read queue)
   storage_write,  // host -> storage writes
   cpu_optim,      // CPU optimizer workers (AdamW over host buffers)
+  net,            // collectives between the ranks of a data-parallel run (dist/communicator.h)
 };
-inline constexpr int kResourceCount = 6;
+inline constexpr int kResourceCount = 7;
 const char* resource_name(Resource r);  // "compute", "h2d", ...
 
 enum class Tier : uint8_t { device, host, storage };

@@ -30,8 +30,12 @@ void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpe
   b.task(TaskKind::grad_zero, {}, {slot_write(c.embed_grad, Role::grad)});
 }
 
-void add_grad_sumsq(PlanBuilder& b, const CommonSlots& c, int32_t block, int32_t grad_host,
-                    int64_t grad_bytes) {
+void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
+                   int32_t grad_host, int64_t grad_bytes) {
+  if (s.ranks > 1) {
+    b.task(TaskKind::grad_allreduce, {.block = block},
+           {slot_read(grad_host, Role::grad), slot_write(grad_host, Role::grad)}, grad_bytes);
+  }
   b.task(TaskKind::grad_sumsq, {.block = block},
          {slot_read(grad_host, Role::grad), slot_write(c.sums, Role::sums)}, grad_bytes);
 }
@@ -42,7 +46,7 @@ void add_grad_norm(PlanBuilder& b, const CommonSlots& c) {
 
 void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
   b.transfer(TaskKind::grad_out, {}, c.embed_grad, c.embed_grad_host, s.embed_param_bytes);
-  add_grad_sumsq(b, c, -1, c.embed_grad_host, s.embed_param_bytes);
+  add_grad_done(b, c, s, -1, c.embed_grad_host, s.embed_param_bytes);
 }
 
 namespace {

@@ -30,10 +30,12 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s);
 // First tasks of an iteration: upload the tokens, zero the embed gradient.
 void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
 
-// The sums of squares of one block's host gradient (block -1: the embed group) into its entries
-// of the sums slot, as soon as the gradient is complete on host.
-void add_grad_sumsq(PlanBuilder& b, const CommonSlots& c, int32_t block, int32_t grad_host,
-                    int64_t grad_bytes);
+// One block's host gradient (block -1: the embed group), as soon as it is complete on host: with
+// several ranks summed over them in place (grad_allreduce, Note [Data parallel ranks] in
+// dist/communicator.h), then its sums of squares into its entries of the sums slot. Every later
+// reader of the gradient (a step, a write to storage) is ordered after both by the slot's uses.
+void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
+                   int32_t grad_host, int64_t grad_bytes);
 // Once every sum is in: the global norm, and from it the clip slot (the clip factor, or "skip"
 // for a non-finite norm), which every step that must see the norm reads.
 void add_grad_norm(PlanBuilder& b, const CommonSlots& c);

@@ -146,7 +146,7 @@ class HorizontalPlan {
     std::vector<SlotUse> acc = {slot_read(part, Role::src), slot_write(sum, Role::grad)};
     if (m > 0) acc.push_back(slot_read(sum, Role::grad));
     b_.task(TaskKind::grad_accumulate, tag, std::move(acc), G);
-    if (m == M_ - 1) add_grad_sumsq(b_, c_, l, sum, G);
+    if (m == M_ - 1) add_grad_done(b_, c_, s_, l, sum, G);
     if (on_storage) b_.transfer(TaskKind::grad_write, tag, sum, grad_store_[l], G);
   }
 

@@ -59,7 +59,10 @@ const char* act_policy_name(ActPolicy p);  // "recompute", "keep", "host", "stor
 
 struct ScheduleSpec {
   int32_t blocks = 1;
-  int32_t micro_batches = 1;
+  int32_t micro_batches = 1;  // per rank
+  // Ranks of the run (Note [Data parallel ranks]): above 1, every gradient complete on this rank
+  // is summed over them by a grad_allreduce task on the net queue before anything reads it.
+  int32_t ranks = 1;
   int64_t block_param_bytes = 0;  // working params per block (bf16, or f32 in exactness mode)
   int64_t block_grad_bytes = 0;   // f32 gradient accumulator per block
   int64_t block_optim_bytes = 0;  // master + m + v per block

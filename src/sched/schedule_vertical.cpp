@@ -321,7 +321,7 @@ class VerticalPlan {
     const bool grad_on_storage = b_.tier(grad_store_[l]) == Tier::storage;
     const int32_t grad = grad_on_storage ? grad_wstage_.take() : grad_store_[l];
     b_.transfer(TaskKind::grad_out, {.block = l}, grad_acc_[l % 2], grad, s_.block_grad_bytes);
-    add_grad_sumsq(b_, c_, l, grad, s_.block_grad_bytes);
+    add_grad_done(b_, c_, s_, l, grad, s_.block_grad_bytes);
     if (early_part0_) {
       const bool on_storage = tiers_.params[l] == Tier::storage;
       step(l, 0, grad, on_storage ? params_wstage_.slots[l % 2] : params_store_[l], false,

@@ -147,8 +147,9 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      StateKind::none,
      {rd(Role::grad), rd(Role::clip), rw(Role::state), wr(Role::params)},
      4},
+    {"grad_allreduce", "allreduce", true, Resource::net, StateKind::none, {rw(Role::grad)}, 1},
 }};
-static_assert(static_cast<int>(TaskKind::embed_step) + 1 == kTaskKindCount);
+static_assert(static_cast<int>(TaskKind::grad_allreduce) + 1 == kTaskKindCount);
 
 const KindInfo& info(TaskKind k) {
   return kKinds[static_cast<size_t>(k)];
@@ -235,6 +236,7 @@ Tier reached_tier(Resource r, Role role) {
     case Resource::storage_write:
       return role == Role::src ? Tier::host : Tier::storage;
     case Resource::cpu_optim:
+    case Resource::net:  // collectives over host buffers (MPI)
       return Tier::host;
   }
   return Tier::host;

@@ -56,8 +56,11 @@ enum class TaskKind : uint8_t {
   block_step,  // {grad read, state read[+write], params write, [clip read], [state_out write]}:
                // AdamW, one part; into state_out when it has one (Note [Speculative steps])
   embed_step,  // {grad read, clip read, state read+write, params write}
+  // The net queue (Note [Data parallel ranks] in dist/communicator.h).
+  grad_allreduce,  // {grad read+write}: a host gradient summed over the ranks in place; `bytes`
+                   // is the gradient's, what each rank sends is 2 (N-1)/N of it
 };
-inline constexpr int kTaskKindCount = 28;
+inline constexpr int kTaskKindCount = 29;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
 
 // What a slot is to the task that uses it.

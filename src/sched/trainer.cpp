@@ -46,12 +46,22 @@ Status check_matmul_precision(const Device& dev, const TrainConfig& cfg) {
   return Status::ok_status();
 }
 
-Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg) {
+Status check_world(const TrainConfig& cfg, const Communicator& world) {
+  if (cfg.ranks == world.size()) return Status::ok_status();
+  return invalid_argument("the config is for " + std::to_string(cfg.ranks) +
+                          " ranks but the run has " + std::to_string(world.size()) + " (" +
+                          world.describe() + ")");
+}
+
+Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg,
+                                                Communicator& world) {
   if (cfg.schedule == Schedule::in_memory) {
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryTrainer> t, InMemoryTrainer::create(dev, cfg));
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryTrainer> t,
+                            InMemoryTrainer::create(dev, cfg, world));
     return std::unique_ptr<Trainer>(std::move(t));
   }
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t, OffloadTrainer::create(dev, cfg));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t,
+                          OffloadTrainer::create(dev, cfg, world));
   return std::unique_ptr<Trainer>(std::move(t));
 }
 

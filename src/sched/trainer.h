@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "core/status.h"
+#include "dist/communicator.h"
 #include "model/layout.h"
 #include "model/slab_piece.h"
 #include "model/state_snapshot.h"
@@ -125,8 +126,14 @@ class Trainer {
   virtual Result<nlohmann::json> last_step_trace() const;
 };
 
-// The trainer for cfg.schedule on `dev`: errors name the budget or setting at fault.
-Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg);
+// The trainer for cfg.schedule on `dev`, one rank of `world` (cfg.ranks of them; Note [Data
+// parallel ranks] in dist/communicator.h), which must outlive it: errors name the budget or
+// setting at fault.
+Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg,
+                                                Communicator& world = single_process_world());
+
+// OK when cfg.ranks is world's size; else invalid_argument naming both. Both trainers ask it.
+Status check_world(const TrainConfig& cfg, const Communicator& world);
 
 // Whether dev can run cfg's GEMMs (Note [bf16 GEMMs] in model/block.h): bf16 ones need bf16
 // working weights (check_matmul_needs_bf16_weights) and the device's bf16_matmul. Both trainers
