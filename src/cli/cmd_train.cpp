@@ -24,9 +24,11 @@
 #include "data/dataloader.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
+#include "dist/communicator.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_lineage.h"
 #include "io/configured_engine.h"
+#include "io/crc32c.h"
 #include "io/hf_import.h"
 #include "model/gpt.h"
 #include "model/hf_config.h"
@@ -199,6 +201,8 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
 
 // Everything a run needs before step 1; a failure is a one-line message and an exit code.
 struct TrainRun {
+  // The ranks (Note [Data parallel ranks]); declared first, so it goes last, after the trainer.
+  std::unique_ptr<Communicator> world;
   TrainConfig cfg;
   TrainData data;
   std::unique_ptr<DataLoader> loader;
@@ -269,6 +273,41 @@ Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& 
   return cfg;
 }
 
+// Note [Data parallel ranks]: the config for this rank of the world. Each rank's io.dirs are its
+// own ("{rank}" replaced, so a single-process run reads it as 0); rank 0 alone writes metrics,
+// traces, reports and checkpoints and logs below warnings. What does not work across ranks yet
+// is refused with one line.
+std::optional<SetupError> join_world(const ParsedArgs& a, TrainRun& run) {
+  Communicator& w = *run.world;
+  run.cfg.ranks = w.size();
+  for (std::string& dir : run.cfg.io.dirs) dir = substitute_rank(dir, w.rank());
+  if (w.size() == 1) return std::nullopt;
+  if (a.has("auto")) {
+    return SetupError{"--auto plans one process; with " + std::to_string(w.size()) +
+                      " ranks set the schedule, batch and placement yourself"};
+  }
+  // Every rank must train the same model the same way, or the collectives would sum unlike
+  // things (or wait forever for a size another rank never sends). The io section is each
+  // rank's own (its directories, an injected fault).
+  nlohmann::json j = config_to_json(run.cfg);
+  j.erase("io");
+  const std::string text = j.dump();
+  const auto mine = static_cast<int64_t>(crc32c(text.data(), text.size()));
+  auto most = w.all_reduce_max(mine), least = w.all_reduce_max(-mine);
+  if (!most.ok()) return SetupError{most.status().message(), 1};
+  if (!least.ok()) return SetupError{least.status().message(), 1};
+  if (*most != mine || -*least != mine) {
+    return SetupError{
+        "the ranks were given different configs (only the io section may differ "
+        "between ranks): give every rank the same --config and --set"};
+  }
+  return std::nullopt;
+}
+
+bool writes_outputs(const TrainRun& run) {
+  return run.world->rank() == 0;
+}
+
 std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   Result<TrainConfig> cfg = TrainConfig{};
   if (a.has("init-from")) {
@@ -295,6 +334,7 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   cfg = resolve_auto_alpha(*cfg, a.get("profile"), &predicted);
   if (!cfg.ok()) return SetupError{cfg.status().message()};
   run.cfg = *cfg;
+  if (auto err = join_world(a, run)) return err;
   const TrainConfig& c = run.cfg;
 
   auto data = load_token_data(c, c.data_train, kEmbeddedCorpusBytes, 20240520);
@@ -313,7 +353,7 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
     run.val_loader = std::make_unique<DataLoader>(std::move(*val_loader));
   }
 
-  if (a.has("metrics")) {
+  if (a.has("metrics") && writes_outputs(run)) {
     run.metrics_path = a.get("metrics");
     run.metrics.open(run.metrics_path, std::ios::out | std::ios::trunc);
     if (!run.metrics)
@@ -322,6 +362,7 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto ckpt = checkpoint_options(a);
   if (!ckpt.ok()) return SetupError{ckpt.status().message()};
   run.ckpt = *ckpt;
+  if (!writes_outputs(run)) run.ckpt.save_every = 0;  // rank 0 saves the (replicated) state
   run.lineage = {new_run_id()};
   if (run.ckpt.save_every > 0) {
     auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
@@ -339,23 +380,25 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
     return SetupError{
         "--trace needs an offloaded schedule (train.schedule horizontal or vertical)"};
   }
-  run.trace_path = a.get("trace");
   if (a.has("report") && !a.has("metrics")) {
     return SetupError{"--report needs --metrics FILE: the report is drawn from the metrics"};
   }
-  run.report_path = a.get("report");
+  if (writes_outputs(run)) {
+    run.trace_path = a.get("trace");
+    run.report_path = a.get("report");
+  }
 
   auto device = create_configured_device(c);
   if (!device.ok()) return SetupError{device.status().message(), exit_code_for(device.status())};
   run.device = std::move(*device);
-  auto trainer = create_trainer(*run.device, c);
+  auto trainer = create_trainer(*run.device, c, *run.world);
   if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
   run.trainer = std::move(*trainer);
   if (predicted.wait_iter_s > 0) {
     run.trainer->set_speculation_costs(predicted.iter_s, predicted.wait_iter_s, predicted.repair_s,
                                        "simulated");
   }
-  run.quiet = a.has("quiet");
+  run.quiet = a.has("quiet") || !writes_outputs(run);
   return std::nullopt;
 }
 
@@ -370,6 +413,12 @@ void log_run(const TrainRun& run) {
            " tokens; batch " + std::to_string(run.cfg.batch_size) + " x " +
            std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +
            " micro-batches = " + std::to_string(t.tokens_per_step()) + " tokens/step");
+  if (run.cfg.ranks > 1) {
+    log_info("ranks: " + run.world->describe() + "; each trains " +
+             std::to_string(run.cfg.grad_accum) + " of the step's " +
+             std::to_string(run.cfg.grad_accum * run.cfg.ranks) + " micro-batches, " +
+             std::to_string(t.tokens_per_step() * run.cfg.ranks) + " tokens/step in all");
+  }
   log_info(std::string("device: ") + run.device->name());
   for (const std::string& line : t.describe()) log_info(line);
 }
@@ -644,6 +693,35 @@ int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
   return 128 + sig;
 }
 
+// Note [Data parallel ranks]: of the step's ranks x M micro-batches from the data stream, this
+// rank's M, (M, B, T) each; the others' are read past, so every rank's loader stays at the
+// stream's position.
+void next_micro_batches(TrainRun& run, int32_t* inputs, int32_t* targets) {
+  const int64_t BT = run.cfg.batch_size * run.cfg.seq_len, M = run.cfg.grad_accum;
+  std::vector<int32_t> past_in, past_tg;  // (B, T) each: another rank's micro-batch
+  for (int r = 0; r < run.cfg.ranks; ++r) {
+    for (int64_t k = 0; k < M; ++k) {
+      if (r == run.world->rank()) {
+        run.loader->next_batch(inputs + k * BT, targets + k * BT);
+        continue;
+      }
+      past_in.resize(static_cast<size_t>(BT));
+      past_tg.resize(static_cast<size_t>(BT));
+      run.loader->next_batch(past_in.data(), past_tg.data());
+    }
+  }
+}
+
+// The stop signal every rank acts on at this boundary (Note [Stopping on a signal]): the largest
+// any rank has seen, so all ranks stop at the same step (a rank that stopped alone would leave the
+// others waiting in a collective).
+Result<int> agreed_stop_signal(TrainRun& run) {
+  const int sig = stop_signal();
+  if (run.world->size() == 1) return sig;
+  STRATA_ASSIGN_OR_RETURN(const int64_t any, run.world->all_reduce_max(sig));
+  return static_cast<int>(any);
+}
+
 const std::vector<FlagSpec> kTrainFlags = {
     {"config", true, false},         {"set", true, true},     {"device", true, false},
     {"metrics", true, false},        {"trace", true, false},  {"save-every", true, false},
@@ -651,13 +729,8 @@ const std::vector<FlagSpec> kTrainFlags = {
     {"quiet", false, false},         {"auto", false, false},  {"profile", true, false},
     {"save-sync", false, false},     {"report", true, false}, {"init-from", true, false}};
 
-}  // namespace
-
-int cmd_train(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, kTrainFlags, "train");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  TrainRun run;
-  if (auto err = set_up(*parsed, run)) return fail(err->message, err->code);
+int train(const ParsedArgs& parsed, TrainRun& run) {
+  if (auto err = set_up(parsed, run)) return fail(err->message, err->code);
   const TrainConfig& cfg = run.cfg;
   Trainer& trainer = *run.trainer;
   log_run(run);
@@ -680,15 +753,16 @@ int cmd_train(const std::vector<std::string>& args) {
   const int64_t BT = cfg.batch_size * cfg.seq_len;
   std::vector<int32_t> inputs(static_cast<size_t>(BT * cfg.grad_accum));  // (M, B, T)
   std::vector<int32_t> targets(inputs.size());                            // (M, B, T)
-  const double flops_per_step = gpt_train_flops(cfg.model, cfg.seq_len, trainer.tokens_per_step());
+  const int64_t step_tokens = trainer.tokens_per_step() * cfg.ranks;      // every rank's
+  const double flops_per_step = gpt_train_flops(cfg.model, cfg.seq_len, step_tokens);
   Progress progress(start_step, cfg.steps, cfg.log_every, run.quiet);
   double first_loss = 0, last_loss = 0;
   const auto t_start = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < cfg.steps; step++) {
-    if (int sig = stop_signal()) return stop_at_boundary(run, sig, step, progress);
-    for (int64_t k = 0; k < cfg.grad_accum; k++) {
-      run.loader->next_batch(inputs.data() + k * BT, targets.data() + k * BT);
-    }
+    auto sig = agreed_stop_signal(run);
+    if (!sig.ok()) return fail("training stopped: " + sig.status().to_string(), 1);
+    if (*sig) return stop_at_boundary(run, *sig, step, progress);
+    next_micro_batches(run, inputs.data(), targets.data());
     // The trace shows the last step: steady state, with the previous step's pending work.
     if (!run.trace_path.empty()) trainer.set_record_trace(step == cfg.steps - 1);
     auto st = trainer.train_step(inputs.data(), targets.data());
@@ -696,7 +770,7 @@ int cmd_train(const std::vector<std::string>& args) {
       progress.finish();
       return fail("training stopped: " + st.status().to_string(), 1);
     }
-    const double tokens_per_s = static_cast<double>(trainer.tokens_per_step()) / st->seconds;
+    const double tokens_per_s = static_cast<double>(step_tokens) / st->seconds;
     if (step == start_step) first_loss = st->loss;
     last_loss = st->loss;
     progress.on_step(*st, tokens_per_s);
@@ -708,7 +782,9 @@ int cmd_train(const std::vector<std::string>& args) {
     }
   }
 
-  if (int sig = stop_signal()) return stop_at_boundary(run, sig, cfg.steps, progress);
+  auto sig = agreed_stop_signal(run);
+  if (!sig.ok()) return fail("training stopped: " + sig.status().to_string(), 1);
+  if (*sig) return stop_at_boundary(run, *sig, cfg.steps, progress);
 
   // ---- The end: pending work, the trace, the summary --------------------------------------------
   Status fin = trainer.finish();
@@ -741,6 +817,27 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   log_info(text);
   return 0;
+}
+
+}  // namespace
+
+int cmd_train(const std::vector<std::string>& args) {
+  auto parsed = parse_args(args, kTrainFlags, "train");
+  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+  TrainRun run;
+  auto world = open_world();
+  if (!world.ok()) return fail(world.status().message(), 2);
+  run.world = std::move(*world);
+  if (run.world->size() > 1) {
+    set_log_rank(run.world->rank());
+    if (run.world->rank() > 0) set_log_level(LogLevel::warn);  // rank 0 logs the run
+  }
+  const int code = train(*parsed, run);
+  // A rank that fails leaves the others waiting in a collective: it ends them all, having said
+  // why (its lines name the rank). Stops by signal are agreed (agreed_stop_signal): every rank
+  // returns at the same boundary.
+  if (code != 0 && code < 128 && run.world->size() > 1) run.world->abort_all(code);
+  return code;
 }
 
 }  // namespace strata::cli

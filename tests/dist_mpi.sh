@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# CTest `dist_mpi`: data parallel over MPI (Note [Data parallel ranks] in src/dist/communicator.h),
+# with OpenMPI's mpirun on this machine (shared memory between the ranks).
+#  1. Equivalence: N ranks x M micro-batches each end where 1 rank x N*M micro-batches ends:
+#     every tensor of the weights and both AdamW moments within 1e-6 relative (L2 per tensor;
+#     not bit-identical because the gradient sums are ordered differently: a rank sums its own
+#     micro-batches, then the ranks are summed), but GPT-2's attention key bias, whose gradient
+#     is rounding noise that AdamW scales up (tools/compare_checkpoints.py --key-bias-atol: at
+#     most lr per step, absolute). Both schedules and the in-memory trainer, state on host and on
+#     storage, N = 2 and 3, GPT-2 and Llama (no biases: every tensor within 1e-6).
+#  2. Determinism: the same 2-rank run twice gives bit-identical checkpoints.
+#  3. Faults: an injected I/O error on rank 1 alone (MPMD: only rank 1 gets io.faults) stops
+#     every rank, non-zero, with a line naming rank 1, the task and its store file (in its own
+#     io.dirs: "{rank}" replaced); a rank
+#     killed with SIGKILL makes mpirun exit non-zero within 60 s; a 2-rank run killed after a
+#     checkpoint and resumed ends bit-identical to one never killed.
+set -euo pipefail
+: "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
+command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/setup.sh" >&2; exit 1; }
+work="$STRATA_BINARY_DIR/test_tmp/dist_mpi"
+rm -rf "$work" && mkdir -p "$work"
+compare="/usr/bin/python3 $STRATA_SOURCE_DIR/tools/compare_checkpoints.py"
+
+# CI runs as root in a container: OpenMPI refuses root without these, and the ranks share the
+# machine's cores (one OpenMP thread each). vader's single-copy path needs ptrace rights a
+# container may not grant; plain shared-memory copies always work.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+mpi=(mpirun --bind-to none -x OMP_NUM_THREADS=1)
+
+steps=4
+lr=3e-3
+key_bias_atol=$(/usr/bin/python3 -c "print($steps * $lr)")
+base=(--set optim.lr=$lr --set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
+      --set train.seq_len=64 --set train.batch_size=2 --set train.steps=$steps --quiet)
+
+# run NAME RANKS M ARGS...: a run of RANKS ranks, M micro-batches each, checkpointed at the end
+# into $work/NAME/ckpt.
+run() {
+  local name=$1 ranks=$2 m=$3
+  shift 3
+  mkdir -p "$work/$name"
+  for ((r = 0; r < ranks; r++)); do mkdir -p "$work/$name/store$r"; done
+  local launch=("$STRATA_BIN")
+  [ "$ranks" -gt 1 ] && launch=("${mpi[@]}" -np "$ranks" "$STRATA_BIN")
+  "${launch[@]}" train "${base[@]}" --set train.grad_accum="$m" "$@" \
+    --set "io.dirs=[\"$work/$name/store{rank}\"]" \
+    --save-every $steps --checkpoint-dir "$work/$name/ckpt" 2>"$work/$name/log" || {
+    echo "run $name failed:" >&2
+    cat "$work/$name/log" >&2
+    exit 1
+  }
+}
+final() { echo "$work/$1/ckpt/step-$(printf %08d $steps)"; }
+
+storage=(--set offload.params_on_host=0 --set offload.optim_on_host=0
+         --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0)
+host=(--set offload.params_on_host=1 --set offload.optim_on_host=1
+      --set offload.grads_on_host=1 --set offload.checkpoints_on_host=1)
+cases=(
+  "vertical-storage-2 2 --set train.schedule=vertical --set optim.alpha=0.5 ${storage[*]}"
+  "horizontal-host-2 2 --set train.schedule=horizontal ${host[*]}"
+  "in_memory-2 2 --set train.schedule=in_memory"
+  "vertical-host-3 3 --set train.schedule=vertical --set optim.alpha=0.5 ${host[*]}"
+  "horizontal-storage-3 3 --set train.schedule=horizontal ${storage[*]}"
+  "vertical-llama-2 2 --set model.arch=llama --set train.schedule=vertical ${storage[*]}"
+)
+results="{"
+for c in "${cases[@]}"; do
+  read -r name n rest <<<"$c"
+  read -ra args <<<"$rest"
+  run "$name.one" 1 $((2 * n)) "${args[@]}"
+  run "$name.dp" "$n" 2 "${args[@]}"
+  line=$($compare "$(final "$name.one")" "$(final "$name.dp")" --rtol 1e-6 \
+    --key-bias-atol "$key_bias_atol") || {
+    echo "$name: $n ranks x 2 micro-batches differ from 1 rank x $((2 * n)): $line" >&2
+    exit 1
+  }
+  echo "$name: $line"
+  results+="\"$name\": $line, "
+  grep -q "ranks: MPI" "$work/$name.dp/log" || {
+    echo "$name: the $n-rank run did not log its ranks" >&2
+    exit 1
+  }
+done
+
+# Determinism: the same 2-rank run again, bit for bit.
+run vertical-storage-2.again 2 2 --set train.schedule=vertical --set optim.alpha=0.5 "${storage[@]}"
+$compare "$(final vertical-storage-2.dp)" "$(final vertical-storage-2.again)" --rtol 0
+
+# An I/O error on rank 1 alone stops both ranks, naming rank 1, the task and the file.
+mkdir -p "$work/fault/store0" "$work/fault/store1"
+fargs=(train "${base[@]}" --set train.steps=50 --set train.grad_accum=2
+       --set train.schedule=vertical "${storage[@]}"
+       --set "io.dirs=[\"$work/fault/store{rank}\"]")
+set +e
+timeout 120 "${mpi[@]}" -np 1 "$STRATA_BIN" "${fargs[@]}" : \
+  -np 1 "$STRATA_BIN" "${fargs[@]}" --set io.faults=write:40:eio 2>"$work/fault/log"
+code=$?
+set -e
+if [ "$code" -eq 0 ] || [ "$code" -eq 124 ]; then
+  echo "an I/O error on rank 1 did not stop the run (exit $code):" >&2
+  cat "$work/fault/log" >&2
+  exit 1
+fi
+grep -E "strata\[rank 1\]: error: training stopped: io_error: .*task '[^']+' .*$work/fault/store1/" \
+  "$work/fault/log" >/dev/null || {
+  echo "no line names rank 1, the task and its store file:" >&2
+  cat "$work/fault/log" >&2
+  exit 1
+}
+echo "fault on rank 1: exit $code, $(grep -c . "$work/fault/log") lines"
+
+# mpirun's rank R child of mpirun pid $1 (its environment says OMPI_COMM_WORLD_RANK=R).
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+# wait_for FILE SECONDS: until FILE exists.
+wait_for() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    [ -e "$1" ] && return 0
+    sleep 0.1
+  done
+  echo "timed out waiting for $1" >&2
+  return 1
+}
+
+# A killed rank: mpirun (and so every rank) ends non-zero within 60 s.
+mkdir -p "$work/kill/store0" "$work/kill/store1"
+"${mpi[@]}" -np 2 "$STRATA_BIN" train "${base[@]}" --set train.steps=100000 \
+  --set train.grad_accum=2 --set train.schedule=vertical \
+  --set "io.dirs=[\"$work/kill/store{rank}\"]" --metrics "$work/kill/metrics.jsonl" \
+  2>"$work/kill/log" &
+launcher=$!
+wait_for "$work/kill/metrics.jsonl" 60
+sleep 0.5
+victim=$(rank_pid "$launcher" 1)
+[ -n "$victim" ] || { echo "rank 1 of mpirun $launcher not found" >&2; exit 1; }
+kill -9 "$victim"
+start=$SECONDS
+for ((i = 0; i < 600; i++)); do
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "mpirun still runs 60 s after rank 1 was killed" >&2
+  kill -9 "$launcher"
+  exit 1
+fi
+set +e
+wait "$launcher"
+code=$?
+set -e
+[ "$code" -ne 0 ] || { echo "mpirun exited 0 after rank 1 was killed" >&2; exit 1; }
+echo "killed rank 1: mpirun exited $code after $((SECONDS - start)) s"
+
+# kill -9 after a checkpoint, resume, end bit-identical to a run never killed.
+rargs=(train "${base[@]}" --set train.steps=8 --set train.grad_accum=2 --set train.schedule=vertical
+       --set optim.alpha=0.5 "${storage[@]}" --save-every 2)
+mkdir -p "$work/resume/ref0" "$work/resume/ref1" "$work/resume/s0" "$work/resume/s1"
+"${mpi[@]}" -np 2 "$STRATA_BIN" "${rargs[@]}" --set "io.dirs=[\"$work/resume/ref{rank}\"]" \
+  --checkpoint-dir "$work/resume/ref" 2>"$work/resume/ref.log"
+"${mpi[@]}" -np 2 "$STRATA_BIN" "${rargs[@]}" --set "io.dirs=[\"$work/resume/s{rank}\"]" \
+  --set io.write_bytes_per_s=2000000 --checkpoint-dir "$work/resume/ckpt" \
+  2>"$work/resume/run1.log" &
+launcher=$!
+wait_for "$work/resume/ckpt/step-00000002" 120
+victim=$(rank_pid "$launcher" 0)
+[ -n "$victim" ] || { echo "rank 0 of mpirun $launcher not found" >&2; exit 1; }
+kill -9 "$victim"
+set +e
+wait "$launcher"
+code=$?
+set -e
+[ "$code" -ne 0 ] || { echo "the killed run exited 0" >&2; exit 1; }
+[ ! -d "$work/resume/ckpt/step-00000008" ] || { echo "the kill came too late" >&2; exit 1; }
+"${mpi[@]}" -np 2 "$STRATA_BIN" "${rargs[@]}" --set "io.dirs=[\"$work/resume/s{rank}\"]" \
+  --checkpoint-dir "$work/resume/ckpt" --resume "$work/resume/ckpt" 2>"$work/resume/run2.log"
+grep -q "resumed from $work/resume/ckpt/step-" "$work/resume/run2.log"
+$compare "$work/resume/ref/step-00000008" "$work/resume/ckpt/step-00000008" --rtol 0
+echo "kill -9 + resume of 2 ranks: bit-identical"
+
+# Another world size resumes the (replicated) state: the 2-rank checkpoint at step 4 taken on by
+# 1 rank x 4 micro-batches and by 4 ranks x 1, the same 4 per step; each ends within 1e-6 of the
+# 2-rank run (the sums' order differs, as above; the key bias bound covers 8 steps).
+for n in 1 4; do
+  m=$((4 / n))
+  name=resume-as-$n
+  mkdir -p "$work/$name/ckpt"
+  cp -r "$work/resume/ref/step-00000004" "$work/$name/ckpt/"
+  for ((r = 0; r < n; r++)); do mkdir -p "$work/$name/s$r"; done
+  launch=("$STRATA_BIN")
+  [ "$n" -gt 1 ] && launch=("${mpi[@]}" -np "$n" "$STRATA_BIN")
+  "${launch[@]}" "${rargs[@]}" --set train.grad_accum=$m \
+    --set "io.dirs=[\"$work/$name/s{rank}\"]" --checkpoint-dir "$work/$name/ckpt" \
+    --resume "$work/$name/ckpt/step-00000004" 2>"$work/$name/log" || {
+    cat "$work/$name/log" >&2
+    exit 1
+  }
+  grep -q "resumed from .*step-00000004 at step 4" "$work/$name/log"
+  line=$($compare "$work/resume/ref/step-00000008" "$work/$name/ckpt/step-00000008" --rtol 1e-6 \
+    --key-bias-atol "$(/usr/bin/python3 -c "print(8 * $lr)")")
+  echo "2-rank checkpoint resumed by $n ranks x $m: $line"
+  results+="\"resumed-by-$n\": $line, "
+done
+echo "${results%, }}"
