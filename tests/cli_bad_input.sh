@@ -91,5 +91,9 @@ expect_error n_layer_bound 'model\.n_layer must be in \[1, 4096' train --set mod
 expect_error not_utf8 'data\.train is not UTF-8 text \(byte 0xe9 at offset 1\)' \
   train --set data.train=$'k\xe9.bin'
 
+# A plan's number of data-parallel ranks (docs/design.md §12).
+expect_error plan_ranks_zero "--ranks must be an integer from 1 to 4096, got '0'" \
+  plan --profile "${STRATA_SOURCE_DIR:?}/profiles/a100-80gb-4nvme.json" --model gpt-65b --ranks 0
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

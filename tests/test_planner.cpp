@@ -142,6 +142,28 @@ TEST(Planner, MoreHostMemoryIsNeverSlowerAndPredictsTheBound) {
   ASSERT_FALSE(sens.empty());
 }
 
+// Ranks (docs/design.md §12): each rank's plan gains its all-reduces on the net queue, which a
+// slow network makes the bound; tokens/s count every rank's tokens.
+TEST(Planner, RanksAddAllReducesAndCountEveryRanksTokens) {
+  TrainConfig cfg = small_config();
+  HardwareProfile p = small_profile();
+  cfg.offload.params_on_host = cfg.offload.optim_on_host = cfg.offload.grads_on_host = 1;
+  auto one = predict(cfg, p);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->busy_s[static_cast<size_t>(Resource::net)], 0);
+  cfg.ranks = 4;
+  auto four = predict(cfg, p);
+  ASSERT_TRUE(four.ok()) << four.status().to_string();
+  EXPECT_GT(four->busy_s[static_cast<size_t>(Resource::net)], 0);
+  const double tokens = static_cast<double>(cfg.batch_size * cfg.seq_len * cfg.grad_accum * 4);
+  EXPECT_NEAR(four->tokens_per_s, tokens / four->iter_s, 1e-9 * four->tokens_per_s);
+  p.net_bytes_per_s = 1e3;  // a network far slower than anything else
+  auto slow = predict(cfg, p);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(slow->bound, "net");
+  EXPECT_GT(slow->iter_s, four->iter_s);
+}
+
 TEST(Planner, PresetsHaveThePapersSizes) {
   auto p65 = find_preset("gpt-65b");
   ASSERT_TRUE(p65.ok());

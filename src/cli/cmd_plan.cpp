@@ -122,6 +122,8 @@ std::vector<int64_t> parse_list(const std::string& s, bool& ok) {
 }
 
 // The config (embedded default, --config, --set), then --model PRESET's shape and sequence length.
+constexpr int64_t kMaxRanks = 4096;
+
 Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
   STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_from_args(a));
   if (a.has("model")) {
@@ -130,6 +132,18 @@ Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
     cfg.seq_len = p.seq_len;
   }
   if (cfg.schedule == Schedule::in_memory) cfg.schedule = Schedule::vertical;
+  // --ranks N: a run of N data-parallel ranks (docs/design.md §12), each as planned here (its
+  // sequences, its storage and host from the profile) plus a gradient all-reduce per block over
+  // the profile's network; tokens/s are the whole run's.
+  if (a.has("ranks")) {
+    bool ok = false;
+    const auto v = parse_list(a.get("ranks"), ok);
+    if (!ok || v.size() != 1 || v[0] > kMaxRanks) {
+      return invalid_argument("--ranks must be an integer from 1 to " + std::to_string(kMaxRanks) +
+                              ", got '" + a.get("ranks") + "'");
+    }
+    cfg.ranks = static_cast<int32_t>(v[0]);
+  }
   return cfg;
 }
 
@@ -283,12 +297,12 @@ json report_json(const TrainConfig& cfg, const HardwareProfile& prof, const Pred
 }
 
 const std::vector<FlagSpec> kPlanFlags = {
-    {"config", true, false},         {"set", true, true},
-    {"profile", true, false},        {"model", true, false},
-    {"sequences", true, false},      {"schedule", true, false},
-    {"simulate", false, false},      {"json", false, false},
-    {"trace", true, false},          {"sweep", true, false},
-    {"max-micro-batch", true, false}};
+    {"config", true, false},          {"set", true, true},
+    {"profile", true, false},         {"model", true, false},
+    {"sequences", true, false},       {"schedule", true, false},
+    {"simulate", false, false},       {"json", false, false},
+    {"trace", true, false},           {"sweep", true, false},
+    {"max-micro-batch", true, false}, {"ranks", true, false}};
 
 }  // namespace
 

@@ -42,7 +42,7 @@ const char* kUsage =
     "  plan      predict a run and choose its configuration (docs/design.md §7, docs/planner.md)\n"
     "            --profile HW.json  --model PRESET | --config FILE --set ...  --simulate\n"
     "            --sequences N  --schedule S  --json  --trace FILE  --sweep N,N,...\n"
-    "            --max-micro-batch B\n"
+    "            --max-micro-batch B  --ranks N (data-parallel ranks: tokens/s of all N)\n"
     "  profile   measure this machine and write a hardware profile\n"
     "            --out HW.json  --dir DIR ...  [--config FILE --set ... | --model PRESET]\n"
     "  help      this text\n";

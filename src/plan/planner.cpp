@@ -227,13 +227,11 @@ Result<Prediction> predict(const TrainConfig& cfg, const HardwareProfile& profil
   Prediction pr;
   pr.choice = choice_of(cfg);
   pr.iter_s = sim.iter_s;
-  const double tokens = static_cast<double>(cfg.batch_size * cfg.seq_len * cfg.grad_accum);
-  pr.tokens_per_s = sim.iter_s > 0 ? tokens / sim.iter_s : 0;
+  // Every rank's (Note [Data parallel ranks]): each trains B x T x M tokens per step.
+  const int64_t tokens = cfg.batch_size * cfg.seq_len * cfg.grad_accum * cfg.ranks;
+  pr.tokens_per_s = sim.iter_s > 0 ? static_cast<double>(tokens) / sim.iter_s : 0;
   pr.model_flops_per_s =
-      sim.iter_s > 0
-          ? gpt_train_flops(cfg.model, cfg.seq_len, cfg.batch_size * cfg.seq_len * cfg.grad_accum) /
-                sim.iter_s
-          : 0;
+      sim.iter_s > 0 ? gpt_train_flops(cfg.model, cfg.seq_len, tokens) / sim.iter_s : 0;
   pr.roofline_s = sim.roofline_s;
   pr.busy_s = sim.report.busy_s;
   pr.work_s = sim.work_s;
