@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# What data parallelism over MPI costs and buys on this machine (docs/design.md §12), side by
+# side in one run, repeated and interleaved:
+#   one  1 rank, M = 4 micro-batches per step, OpenMP over every core;
+#   two  2 ranks (mpirun, shared memory), M = 2 each, one OpenMP thread per rank: the same
+#        global batch, the cores split between processes instead of threads.
+# The run: vertical schedule, a GPT of 4 x 256 (3.3M parameters, 13 MiB of f32 gradient per
+# step), B 4, T 128, parameters, optimizer state and gradients on storage (each rank's own
+# directory), 14 steps; figures are medians over steps 5..14 of rank 0's metrics, then medians
+# over the repeats:
+#   - iter_s and tokens/s (every rank's tokens) of each;
+#   - net_busy_s: seconds per step the two-rank run's net queue was busy, and its share of the
+#     step: the all-reduces, including the wait for the other rank to reach each one (a
+#     collective starts when both have), so an upper bound on what moving the data costs;
+#   - store_bytes per rank: each rank's store holds the whole state (replicated, not sharded),
+#     the same as the single rank's;
+#   - the final loss of each: the same up to the order of the gradient sums.
+# Last line: JSON.   usage: bench/data_parallel.sh [DIR] [REPEATS=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+command -v mpirun >/dev/null || { echo "data_parallel: mpirun not found (scripts/setup.sh)" >&2; exit 2; }
+dir=${1:-$build_dir/bench-dp}
+repeats=${2:-3}
+mkdir -p "$dir"
+need_kb=$((512 * 1024))  # three stores of ~60 MiB and their checkpoint-free runs, with margin
+free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
+if [ "$free_kb" -lt "$need_kb" ]; then
+  echo "data_parallel: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
+    "$((need_kb / 1024)) MiB" >&2
+  exit 2
+fi
+rm -rf "$dir" && mkdir -p "$dir"
+trap 'rm -rf "$dir"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+
+args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
+      --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
+      --set train.steps=14 --set train.schedule=vertical --set offload.params_on_host=0
+      --set offload.optim_on_host=0 --set offload.grads_on_host=0 --quiet)
+
+for ((i = 0; i < repeats; i++)); do
+  for kind in one two; do
+    out="$dir/$kind.$i"
+    mkdir -p "$out/s0" "$out/s1"
+    if [ "$kind" = one ]; then
+      "$STRATA_BIN" "${args[@]}" --set train.grad_accum=4 --set "io.dirs=[\"$out/s0\"]" \
+        --metrics "$out/metrics.jsonl" 2>"$out/log"
+    else
+      mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" \
+        --set train.grad_accum=2 --set "io.dirs=[\"$out/s{rank}\"]" \
+        --metrics "$out/metrics.jsonl" 2>"$out/log"
+    fi
+  done
+done
+
+/usr/bin/python3 - "$dir" "$repeats" <<'PY'
+import json, statistics, sys
+d, repeats = sys.argv[1], int(sys.argv[2])
+med = statistics.median
+res = {}
+for kind in ("one", "two"):
+    iters, tps, net, store, loss = [], [], [], [], []
+    for i in range(repeats):
+        rows = [json.loads(l) for l in open(f"{d}/{kind}.{i}/metrics.jsonl")]
+        steady = rows[4:]
+        iters.append(med(r["iter_s"] for r in steady))
+        tps.append(med(r["tokens_per_s"] for r in steady))
+        net.append(med(r["busy_s"].get("net", 0.0) for r in steady))
+        store.append(rows[-1]["store_bytes"])
+        loss.append(rows[-1]["loss"])
+    res[kind] = {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
+                 "net_busy_s": round(med(net), 4), "store_bytes_per_rank": store[0],
+                 "final_loss": loss[0], "iter_s_runs": [round(x, 4) for x in iters]}
+two = res["two"]
+res["two_over_one_tokens_per_s"] = round(two["tokens_per_s"] / res["one"]["tokens_per_s"], 3)
+res["net_share_of_step"] = round(two["net_busy_s"] / two["iter_s"], 3)
+res["store_per_rank_over_single"] = round(two["store_bytes_per_rank"] /
+                                          res["one"]["store_bytes_per_rank"], 3)
+for k in ("one", "two"):
+    print(f"{k}: {res[k]['iter_s']} s/step, {res[k]['tokens_per_s']} tokens/s, "
+          f"net {res[k]['net_busy_s']} s, loss {res[k]['final_loss']:.5f}", file=sys.stderr)
+print(json.dumps(res))
+PY
