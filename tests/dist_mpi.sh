@@ -31,8 +31,8 @@ mpi=(mpirun --bind-to none -x OMP_NUM_THREADS=1)
 steps=4
 lr=3e-3
 key_bias_atol=$(/usr/bin/python3 -c "print($steps * $lr)")
-base=(--set optim.lr=$lr --set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
-      --set train.seq_len=64 --set train.batch_size=2 --set train.steps=$steps --quiet)
+base=(--set "optim.lr=$lr" --set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
+      --set train.seq_len=64 --set train.batch_size=2 --set "train.steps=$steps" --quiet)
 
 # run NAME RANKS M ARGS...: a run of RANKS ranks, M micro-batches each, checkpointed at the end
 # into $work/NAME/ckpt.
