@@ -20,6 +20,7 @@ packages=(
   sentencepiece python3-sentencepiece            # spm_train and the reference, for its tests
   nodejs                                         # the tokenizer tests' references (below)
   openmpi-bin libopenmpi-dev                     # ranks: mpirun and MPI collectives (data parallel)
+  procps                                         # pgrep: tests/dist_mpi.sh finds a rank to kill
 )
 # npm comes with NodeSource's nodejs (which conflicts with Debian's npm); Debian's nodejs needs it.
 command -v npm >/dev/null || packages+=(npm)
