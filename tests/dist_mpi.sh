@@ -111,14 +111,33 @@ grep -E "strata\[rank 1\]: error: training stopped: io_error: .*task '[^']+' .*$
 }
 echo "fault on rank 1: exit $code, $(grep -c . "$work/fault/log") lines"
 
-# mpirun's rank R child of mpirun pid $1 (its environment says OMPI_COMM_WORLD_RANK=R).
-rank_pid() {
+# Launchers started in the background, ended (with their ranks) however this script exits: a
+# rank left running would hold CTest's output pipe open and hang the suite.
+launchers=()
+end_launchers() {
   local p
-  for p in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$p"
-      return
-    fi
+  for p in "${launchers[@]}"; do
+    pkill -9 -P "$p" 2>/dev/null
+    kill -9 "$p" 2>/dev/null
+  done
+  return 0
+}
+trap end_launchers EXIT
+
+# The pid of rank R ($2) among mpirun $1's children (the one whose environment says
+# OMPI_COMM_WORLD_RANK=R), looked for up to 10 s. The environment is read whole before it is
+# searched: `tr | grep -q` would fail under pipefail whenever grep stops reading first.
+rank_pid() {
+  local p i env
+  for ((i = 0; i < 100; i++)); do
+    for p in $(pgrep -P "$1"); do
+      env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+      if grep -qx "OMPI_COMM_WORLD_RANK=$2" <<<"$env"; then
+        echo "$p"
+        return
+      fi
+    done
+    sleep 0.1
   done
 }
 # wait_for FILE SECONDS: until FILE exists.
@@ -139,6 +158,7 @@ mkdir -p "$work/kill/store0" "$work/kill/store1"
   --set "io.dirs=[\"$work/kill/store{rank}\"]" --metrics "$work/kill/metrics.jsonl" \
   2>"$work/kill/log" &
 launcher=$!
+launchers+=("$launcher")
 wait_for "$work/kill/metrics.jsonl" 60
 sleep 0.5
 victim=$(rank_pid "$launcher" 1)
@@ -158,6 +178,7 @@ set +e
 wait "$launcher"
 code=$?
 set -e
+launchers=()
 [ "$code" -ne 0 ] || { echo "mpirun exited 0 after rank 1 was killed" >&2; exit 1; }
 echo "killed rank 1: mpirun exited $code after $((SECONDS - start)) s"
 
@@ -171,6 +192,7 @@ mkdir -p "$work/resume/ref0" "$work/resume/ref1" "$work/resume/s0" "$work/resume
   --set io.write_bytes_per_s=2000000 --checkpoint-dir "$work/resume/ckpt" \
   2>"$work/resume/run1.log" &
 launcher=$!
+launchers+=("$launcher")
 wait_for "$work/resume/ckpt/step-00000002" 120
 victim=$(rank_pid "$launcher" 0)
 [ -n "$victim" ] || { echo "rank 0 of mpirun $launcher not found" >&2; exit 1; }
@@ -179,6 +201,7 @@ set +e
 wait "$launcher"
 code=$?
 set -e
+launchers=()
 [ "$code" -ne 0 ] || { echo "the killed run exited 0" >&2; exit 1; }
 [ ! -d "$work/resume/ckpt/step-00000008" ] || { echo "the kill came too late" >&2; exit 1; }
 "${mpi[@]}" -np 2 "$STRATA_BIN" "${rargs[@]}" --set "io.dirs=[\"$work/resume/s{rank}\"]" \
