@@ -123,6 +123,13 @@ end_launchers() {
   return 0
 }
 trap end_launchers EXIT
+# reap PID: waits for background launcher PID (which must have ended or be ending), its exit
+# status into $code; it then needs no ending. (Not in $(...): a subshell cannot wait for it.)
+reap() {
+  code=0
+  wait "$1" || code=$?
+  launchers=()
+}
 
 # The pid of rank R ($2) among mpirun $1's children (the one whose environment says
 # OMPI_COMM_WORLD_RANK=R), looked for up to 10 s. The environment is read whole before it is
@@ -174,11 +181,7 @@ if kill -0 "$launcher" 2>/dev/null; then
   kill -9 "$launcher"
   exit 1
 fi
-set +e
-wait "$launcher"
-code=$?
-set -e
-launchers=()
+reap "$launcher"
 [ "$code" -ne 0 ] || { echo "mpirun exited 0 after rank 1 was killed" >&2; exit 1; }
 echo "killed rank 1: mpirun exited $code after $((SECONDS - start)) s"
 
@@ -197,11 +200,7 @@ wait_for "$work/resume/ckpt/step-00000002" 120
 victim=$(rank_pid "$launcher" 0)
 [ -n "$victim" ] || { echo "rank 0 of mpirun $launcher not found" >&2; exit 1; }
 kill -9 "$victim"
-set +e
-wait "$launcher"
-code=$?
-set -e
-launchers=()
+reap "$launcher"
 [ "$code" -ne 0 ] || { echo "the killed run exited 0" >&2; exit 1; }
 [ ! -d "$work/resume/ckpt/step-00000008" ] || { echo "the kill came too late" >&2; exit 1; }
 "${mpi[@]}" -np 2 "$STRATA_BIN" "${rargs[@]}" --set "io.dirs=[\"$work/resume/s{rank}\"]" \

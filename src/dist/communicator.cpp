@@ -14,7 +14,6 @@ class SingleProcess final : public Communicator {
   Status all_reduce_sum(float*, int64_t) override { return Status::ok_status(); }
   Status all_reduce_sum(double*, int64_t) override { return Status::ok_status(); }
   Result<int64_t> all_reduce_max(int64_t value) override { return value; }
-  Status barrier() override { return Status::ok_status(); }
   void abort_all(int) override {}
   std::string describe() const override { return "one process"; }
 };

@@ -44,8 +44,6 @@ class Communicator {
   virtual Status all_reduce_sum(double* data, int64_t count) = 0;
   // The largest of every rank's `value` (exact, so the same on every rank).
   virtual Result<int64_t> all_reduce_max(int64_t value) = 0;
-  // Returns once every rank has called it.
-  virtual Status barrier() = 0;
   // Ends every rank of the run with `code` (after this rank reported why); returns only in a
   // world of one.
   virtual void abort_all(int code) = 0;

@@ -5,7 +5,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -49,7 +51,6 @@ class MpiWorld final : public Communicator {
                    "MPI_Allreduce (max)"));
     return out;
   }
-  Status barrier() override { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   void abort_all(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
   std::string describe() const override {
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -61,10 +62,12 @@ class MpiWorld final : public Communicator {
   }
 
  private:
-  // Note [Deterministic all-reduce], one chunk at a time.
+  // Note [Deterministic all-reduce], one chunk at a time. Collectives run one at a time (the
+  // ranks must call them in the same order anyway), which lets them share the scratch.
   template <typename T>
   Status reduce(T* data, int64_t count) {
     if (size_ == 1) return Status::ok_status();
+    std::lock_guard<std::mutex> lock(mu_);
     for (int64_t at = 0; at < count; at += kAllReduceChunkElems) {
       STRATA_RETURN_IF_ERROR(reduce_chunk(data + at, std::min(kAllReduceChunkElems, count - at)));
     }
@@ -81,8 +84,11 @@ class MpiWorld final : public Communicator {
     }
     const Range mine = shard_range(n, size_, rank_);
     const int64_t len = mine.end - mine.begin;
-    // parts: (size, len), row r = rank r's values of my shard.
-    std::vector<T> parts(static_cast<size_t>(size_ * len));
+    // parts: (size, len), row r = rank r's values of my shard; kept between calls (a block's
+    // gradient per collective), grown only.
+    std::vector<T>& parts = scratch<T>();
+    if (parts.size() < static_cast<size_t>(size_ * len))
+      parts.resize(static_cast<size_t>(size_ * len));
     std::vector<int> recv_counts(counts.size(), static_cast<int>(len)), recv_displs(counts.size());
     for (int r = 0; r < size_; ++r) recv_displs[static_cast<size_t>(r)] = static_cast<int>(r * len);
     STRATA_RETURN_IF_ERROR(mpi_status(
@@ -95,7 +101,19 @@ class MpiWorld final : public Communicator {
                       "MPI_Allgatherv (gradient all-gather)");
   }
 
+  template <typename T>
+  std::vector<T>& scratch() {
+    if constexpr (std::is_same_v<T, float>) {
+      return scratch_f32_;
+    } else {
+      return scratch_f64_;
+    }
+  }
+
   int rank_, size_;
+  std::mutex mu_;
+  std::vector<float> scratch_f32_;   // (size, shard) of the largest chunk so far
+  std::vector<double> scratch_f64_;  // the same for f64 collectives
 };
 
 }  // namespace

@@ -215,10 +215,10 @@ void InMemoryTrainer::write_params(const float* host) {
 
 Status InMemoryTrainer::all_reduce_grads() {
   if (world_.size() == 1) return Status::ok_status();
-  std::vector<float> host(static_cast<size_t>(layout_.total_elems));  // (total_elems) f32
-  read_grads(host.data());
-  STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(host.data(), layout_.total_elems));
-  dev_.copy(*stream_, grads_.data(), host.data(), layout_.total_elems * 4);
+  grads_host_.resize(static_cast<size_t>(layout_.total_elems));  // once: same size every step
+  read_grads(grads_host_.data());
+  STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(grads_host_.data(), layout_.total_elems));
+  dev_.copy(*stream_, grads_.data(), grads_host_.data(), layout_.total_elems * 4);
   stream_->synchronize();
   return Status::ok_status();
 }

@@ -93,7 +93,8 @@ class InMemoryTrainer final : public Trainer {
   Buffer tokens_;       // (2, B, T) int32: inputs then targets
   Buffer slab_sumsq_;   // (n_slabs) f64
   Buffer losses_host_;  // (B, T) f32
-  Buffer rope_;         // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
+  std::vector<float> grads_host_;  // (total_elems) f32, several ranks only: all_reduce_grads
+  Buffer rope_;  // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
   // (total_elems) bf16: the working params as bf16 (bf16 mode, on_device_ or with bf16 GEMMs),
   // the rounding's scratch and the GEMMs' weights.
   Buffer bf16_buf_;
