@@ -8,20 +8,36 @@
 # checkpoint exists; every restart must resume from the newest complete checkpoint (never from a
 # half-written one), and no run may fail on its own. The final checkpoint of the interrupted
 # run must equal the uninterrupted run's bit for bit (same CRC32C of weights and moments).
+# The delays are scaled by the uninterrupted run's own timing (its start-up until the first
+# checkpoint, and the time between checkpoints), so that a slow build (a sanitizer's, a busy
+# machine) still gets kills after start-up, inside writes, and resumes that make progress.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/resume_kill"
 rm -rf "$work" && mkdir -p "$work/store_ref" "$work/store"
 RANDOM=20261202  # a fixed sequence of delays
-steps=40
+steps=80
 args=(--set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
       --set train.seq_len=64 --set train.batch_size=4 --set train.grad_accum=2
       --set train.steps=$steps --set train.schedule=vertical
       --set offload.params_on_host=0 --set offload.optim_on_host=0
       --set io.write_bytes_per_s=8000000 --save-every 2 --keep 2 --quiet)
 
+now() { date +%s.%N; }
+started=$(now)
 "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store_ref\"]" \
-  --checkpoint-dir "$work/ref" 2>"$work/ref.log"
+  --checkpoint-dir "$work/ref" 2>"$work/ref.log" &
+ref_pid=$!
+while [ ! -d "$work/ref/step-00000002" ] && kill -0 "$ref_pid" 2>/dev/null; do sleep 0.02; done
+first_checkpoint=$(now)
+wait "$ref_pid"
+finished=$(now)
+# Start-up (to the end of the first step) and the seconds between two checkpoints, measured.
+read -r startup interval < <(python3 -c "
+first, total, count = $first_checkpoint - $started, $finished - $started, $steps // 2
+interval = (total - first) / (count - 1)
+print(max(first - interval, 0.05), interval)")
+echo "uninterrupted run: start-up ${startup} s, ${interval} s between checkpoints"
 
 newest() {  # the newest complete checkpoint's step directory name, or nothing
   ls -1 "$work/ckpt" 2>/dev/null | grep '^step-' | sort | tail -n 1 || true
@@ -34,9 +50,9 @@ while true; do
   before=$(newest)
   resume=()
   [ -n "$before" ] && resume=(--resume "$work/ckpt")
-  # 0.15 .. 1.35 s, then SIGKILL; after 20 kills, let it finish.
+  # Start-up plus 0.2 .. 2 checkpoint intervals, then SIGKILL; after 20 kills, let it finish.
   delay=$(printf '0.%02d' $((RANDOM % 100)))
-  limit=$(python3 -c "print(0.15 + 1.2 * $delay)")
+  limit=$(python3 -c "print($startup + $interval * (0.2 + 1.8 * $delay))")
   [ "$kills" -ge 20 ] && limit=600
   set +e
   timeout -s KILL "$limit" "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store\"]" \
@@ -78,3 +94,4 @@ echo "ok: $kills kills ($during_write during a checkpoint write), $resumes resum
      "final state equals the uninterrupted run's"
 [ "$kills" -ge 20 ] || { echo "only $kills kills" >&2; exit 1; }
 [ "$during_write" -ge 1 ] || { echo "no kill landed during a checkpoint write" >&2; exit 1; }
+[ "$resumes" -ge 5 ] || { echo "only $resumes resumes" >&2; exit 1; }
