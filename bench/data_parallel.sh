@@ -12,8 +12,9 @@
 #   - net_busy_s: seconds per step the two-rank run's net queue was busy, and its share of the
 #     step: the all-reduces, including the wait for the other rank to reach each one (a
 #     collective starts when both have), so an upper bound on what moving the data costs;
-#   - store_bytes per rank: each rank's store holds the whole state (replicated, not sharded),
-#     the same as the single rank's;
+#   - store_bytes per rank: each rank's store holds the working params and gradients whole and
+#     half of the blocks' masters and moments (Note [Sharded optimizer state]), against the
+#     single rank's whole state;
 #   - the final loss of each: the same up to the order of the gradient sums.
 # Last line: JSON.   usage: bench/data_parallel.sh [DIR] [REPEATS=3]
 set -euo pipefail

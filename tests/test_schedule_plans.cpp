@@ -17,6 +17,7 @@
 #include "sched/schedule_horizontal.h"
 #include "sched/schedule_spec.h"
 #include "sched/schedule_vertical.h"
+#include "sched/slot_names.h"
 
 namespace strata {
 namespace {
@@ -126,17 +127,25 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
                                  " ranks=" + std::to_string(ranks) +
                                  " placement=" + std::to_string(int(place));
         ASSERT_TRUE(check_all(p).ok()) << what << ": " << check_all(p).to_string();
+        // Note [Sharded optimizer state]: the blocks' gradients reduce-scattered, the embed
+        // group's all-reduced.
         const std::map<int, int> reduces = count_per_block(p, TaskKind::grad_allreduce);
+        const std::map<int, int> scatters = count_per_block(p, TaskKind::grad_reduce_scatter);
         if (ranks == 1) {
           EXPECT_TRUE(reduces.empty()) << what;
+          EXPECT_TRUE(scatters.empty()) << what;
           continue;
         }
-        EXPECT_EQ(reduces, (std::map<int, int>{{-1, 1}, {0, 1}, {1, 1}, {2, 1}})) << what;
+        EXPECT_EQ(reduces, (std::map<int, int>{{-1, 1}})) << what;
+        EXPECT_EQ(scatters, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}})) << what;
         auto hb = happens_before_edges(p);
         ASSERT_TRUE(hb.ok());
         for (int32_t r = 0; r < static_cast<int32_t>(p.tasks.size()); ++r) {
           const Task& reduce = p.tasks[static_cast<size_t>(r)];
-          if (reduce.kind != TaskKind::grad_allreduce) continue;
+          if (reduce.kind != TaskKind::grad_allreduce &&
+              reduce.kind != TaskKind::grad_reduce_scatter) {
+            continue;
+          }
           EXPECT_EQ(reduce.resource, Resource::net);
           EXPECT_EQ(reduce.bytes, reduce.block >= 0 ? s.block_grad_bytes : s.embed_param_bytes);
           for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
@@ -161,6 +170,99 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
           }
         }
       }
+    }
+  }
+}
+
+// Note [Sharded optimizer state]: the ranks' shards of a part are contiguous, in rank order,
+// cover it exactly once, and the stride is the longest shard; one rank owns the whole part.
+TEST(plan_schedules, PartShardsCoverEachPartOnce) {
+  const int64_t n = 1003, split = 400;
+  for (int ranks : {1, 2, 3, 7}) {
+    for (int32_t part : {-1, 0, 1}) {
+      const PartShard whole = part_shard(n, split, part, 1, 0);
+      EXPECT_EQ(whole.begin, whole.part_begin);
+      EXPECT_EQ(whole.end, whole.part_end);
+      EXPECT_EQ(whole.part_begin, part == 1 ? split : 0);
+      EXPECT_EQ(whole.part_end, part == 0 ? split : n);
+      int64_t at = whole.part_begin, longest = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const PartShard sh = part_shard(n, split, part, ranks, r);
+        EXPECT_EQ(sh.begin, at) << "ranks " << ranks << " part " << part << " rank " << r;
+        EXPECT_GE(sh.end, sh.begin);
+        longest = std::max(longest, sh.end - sh.begin);
+        at = sh.end;
+      }
+      EXPECT_EQ(at, whole.part_end);
+      EXPECT_EQ(part_shard(n, split, part, ranks, ranks - 1).stride, longest);
+    }
+  }
+}
+
+// Note [Sharded optimizer state]: with several ranks each optimizer part's state slot holds one
+// shard (the longest, rank 0's), every AdamW part is followed by the all-gather of its working
+// params before they are stored or fetched, and the blocks' sums of squares are summed over the
+// ranks once, after every sum and before the norm.
+TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
+  for (Placement place : kOff) {
+    for (bool vertical : {false, true}) {
+      ScheduleSpec s = spec(3, 2, place, place, place);
+      s.grads = place;
+      s.ranks = 3;
+      if (vertical) s.split_elems = s.block_elems / 2 + 1;
+      const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
+      const std::string what = std::string(vertical ? "vertical" : "horizontal") +
+                               " placement=" + std::to_string(int(place));
+      ASSERT_TRUE(check_all(p).ok()) << what << ": " << check_all(p).to_string();
+      for (int32_t part : vertical ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{-1}) {
+        const int64_t len = part == 0   ? s.split_elems
+                            : part == 1 ? s.block_elems - s.split_elems
+                                        : s.block_elems;
+        const int64_t bytes = 12 * ((len + 2) / 3);  // (3, ceil(len / 3)) f32
+        EXPECT_EQ(optim_part_bytes(s, part), bytes) << what << " part " << part;
+        const std::string name =
+            vertical ? slot_names::optim_store(0, part) : slot_names::optim_store(0);
+        bool found = false;
+        for (const Slot& slot : p.slots) {
+          if (slot.name != name) continue;
+          found = true;
+          EXPECT_EQ(slot.bytes, bytes) << what << " " << name;
+        }
+        EXPECT_TRUE(found) << what << " " << name;
+      }
+      auto hb = happens_before_edges(p);
+      ASSERT_TRUE(hb.ok());
+      int norms = 0;
+      for (int32_t i = 0; i < static_cast<int32_t>(p.tasks.size()); ++i) {
+        const Task& t = p.tasks[static_cast<size_t>(i)];
+        if (t.kind == TaskKind::norm_allreduce) {
+          ++norms;
+          for (int32_t j = 0; j < static_cast<int32_t>(p.tasks.size()); ++j) {
+            const TaskKind k = p.tasks[static_cast<size_t>(j)].kind;
+            if (k == TaskKind::grad_sumsq) EXPECT_TRUE(happens_before(*hb, j, i)) << what;
+            if (k == TaskKind::grad_norm) EXPECT_TRUE(happens_before(*hb, i, j)) << what;
+          }
+        }
+        if (t.kind != TaskKind::block_step) continue;
+        int gathers = 0;
+        for (int32_t j = 0; j < static_cast<int32_t>(p.tasks.size()); ++j) {
+          const Task& g = p.tasks[static_cast<size_t>(j)];
+          if (g.kind != TaskKind::param_allgather || g.block != t.block || g.part != t.part) {
+            continue;
+          }
+          ++gathers;
+          EXPECT_EQ(g.resource, Resource::net);
+          EXPECT_TRUE(happens_before(*hb, i, j)) << what << ": " << p.describe(j);
+          for (int32_t k = 0; k < static_cast<int32_t>(p.tasks.size()); ++k) {
+            const Task& w = p.tasks[static_cast<size_t>(k)];
+            if (w.kind == TaskKind::params_write && w.block == t.block && w.part == t.part) {
+              EXPECT_TRUE(happens_before(*hb, j, k)) << what << ": " << p.describe(k);
+            }
+          }
+        }
+        EXPECT_EQ(gathers, 1) << what << ": " << p.describe(i);
+      }
+      EXPECT_EQ(norms, 1) << what;
     }
   }
 }

@@ -362,7 +362,9 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto ckpt = checkpoint_options(a);
   if (!ckpt.ok()) return SetupError{ckpt.status().message()};
   run.ckpt = *ckpt;
-  if (!writes_outputs(run)) run.ckpt.save_every = 0;  // rank 0 saves the (replicated) state
+  // Rank 0 writes the checkpoints; the others take part in reading a sharded state (below).
+  const int64_t save_every = run.ckpt.save_every;
+  if (!writes_outputs(run)) run.ckpt.save_every = 0;
   run.lineage = {new_run_id()};
   if (run.ckpt.save_every > 0) {
     auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
@@ -394,6 +396,9 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto trainer = create_trainer(*run.device, c, *run.world);
   if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
   run.trainer = std::move(*trainer);
+  // Note [Sharded optimizer state]: reading it is a collective, so every rank saves when rank 0
+  // does; only rank 0 writes.
+  if (!writes_outputs(run) && run.trainer->state_sharded()) run.ckpt.save_every = save_every;
   if (predicted.wait_iter_s > 0) {
     run.trainer->set_speculation_costs(predicted.iter_s, predicted.wait_iter_s, predicted.repair_s,
                                        "simulated");
@@ -439,7 +444,7 @@ Result<int64_t> resume(TrainRun& run) {
   std::vector<std::string> lineage = meta->lineage;
   lineage.push_back(run.lineage.back());
   run.lineage = std::move(lineage);
-  if (run.ckpt.save_every > 0) {
+  if (run.ckpt.save_every > 0 && writes_outputs(run)) {
     STRATA_ASSIGN_OR_RETURN(auto moved,
                             claim_checkpoint_root(run.ckpt.dir, run.lineage, meta->step));
     for (const std::string& m : moved) {
@@ -497,8 +502,18 @@ void note_saved(const CheckpointSaveStats& saved, const CheckpointReport& r, Pro
   progress.note(line);
 }
 
-// The checkpoint after `steps_done` steps, at a standstill.
+// The checkpoint after `steps_done` steps, at a standstill. On a rank other than 0 (a sharded
+// state's, Note [Sharded optimizer state]): its part of the reads, in save_checkpoint's order,
+// slab by slab; nothing written.
 Result<CheckpointReport> save(TrainRun& run, int64_t steps_done, Progress& progress) {
+  if (!writes_outputs(run)) {
+    const int64_t slabs = static_cast<int64_t>(run.trainer->layout().slabs.size());
+    for (int64_t slab = 0; slab < slabs; ++slab) {
+      STRATA_RETURN_IF_ERROR(
+          run.trainer->read_slab_pieces(slab, [](const SlabPiece&) { return Status(); }));
+    }
+    return CheckpointReport{steps_done, 0, 0, false};
+  }
   STRATA_ASSIGN_OR_RETURN(
       auto saved, save_checkpoint(
                       *run.ckpt_engine, run.ckpt.dir, run.cfg, checkpoint_meta(run, steps_done),

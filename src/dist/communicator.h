@@ -2,17 +2,18 @@
 //
 // Note [Data parallel ranks]
 // `mpirun -np N strata train ...` starts N processes, the ranks; a plain `strata train` is one
-// rank of a world of one. Every rank holds the whole training state (replicated: each rank's
-// store holds all of it, on that rank's own io.dirs) and trains on its own micro-batches: of the
-// N x M micro-batches a step takes from the data stream, rank r takes r*M .. r*M+M-1, so the
-// stream, and the data position a checkpoint records, are the same whatever N is. Each rank's
-// micro-batch losses are scaled by 1/(N*M*B*T), so the gradients summed over the ranks are the
-// global mean at once (one rounding fewer than averaging after the sum). A gradient complete on a
-// rank (a block's, after its last micro-batch; the embed group's) is summed over the ranks by a
-// grad_allreduce task on the plan's `net` queue, overlapping compute and storage like any other
-// transfer; everything after it (sums of squares, the global norm, clipping, the skip of a
-// non-finite step, AdamW) sees bit-identical gradients on every rank, so every rank takes the
-// same step with no further agreement. Rank 0 logs, writes metrics, traces and checkpoints.
+// rank of a world of one. Each rank has its own store (on its own io.dirs) and trains on its own
+// micro-batches: of the N x M micro-batches a step takes from the data stream, rank r takes
+// r*M .. r*M+M-1, so the stream, and the data position a checkpoint records, are the same
+// whatever N is. Each rank's micro-batch losses are scaled by 1/(N*M*B*T), so the gradients
+// summed over the ranks are the global mean at once (one rounding fewer than averaging after the
+// sum). A gradient complete on a rank (a block's, after its last micro-batch; the embed group's)
+// is summed over the ranks by a task on the plan's `net` queue, overlapping compute and storage
+// like any other transfer: the offloaded schedules shard the blocks' optimizer state, so a
+// block's gradient is reduce-scattered to the owners of its shards (Note [Sharded optimizer
+// state] in sched/schedule_spec.h); the embed group's, replicated, and the in-memory trainer's
+// are all-reduced. Every rank then computes the same global norm, clip factor and skip, and takes
+// the same step on what it holds. Rank 0 logs, writes metrics, traces and checkpoints.
 //
 // Note [Deterministic all-reduce]
 // all_reduce_sum gives every rank the same bits, whatever the timing and whatever the transport:
@@ -22,7 +23,8 @@
 // sums are gathered back to everyone (MPI_Allgatherv): a reduce-scatter and an all-gather, each
 // rank sending (N-1)/N of the buffer twice. MPI_Allreduce promises none of this (its reduction
 // order may depend on the algorithm the library picks for the size), so it is not used for
-// gradients. Large buffers go through in chunks (kAllReduceChunkElems) so scratch stays bounded.
+// gradients. Large buffers go through in rounds (kAllReduceChunkElems of the buffer each: round k
+// moves piece k of every shard) so scratch stays bounded.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,15 @@ class Communicator {
   // [Deterministic all-reduce]). Every rank calls it with the same count, in the same order.
   virtual Status all_reduce_sum(float* data, int64_t count) = 0;
   virtual Status all_reduce_sum(double* data, int64_t count) = 0;
+  // The first half of all_reduce_sum (Note [Sharded optimizer state]): on return this rank's
+  // shard_range(count) of data holds the sums, in rank order; the rest of data is this rank's own
+  // values, or partial sums: unspecified.
+  virtual Status reduce_scatter_sum(float* data, int64_t count) = 0;
+  // The second half: rank r's shard_range(count) of data (elements of elem_bytes bytes) copied to
+  // every rank.
+  virtual Status all_gather(void* data, int64_t count, int64_t elem_bytes) = 0;
+  // `bytes` of root's data copied to every rank's data.
+  virtual Status broadcast(void* data, int64_t bytes, int root) = 0;
   // The largest of every rank's `value` (exact, so the same on every rank).
   virtual Result<int64_t> all_reduce_max(int64_t value) = 0;
   // Ends every rank of the run with `code` (after this rank reported why); returns only in a

@@ -42,8 +42,38 @@ class MpiWorld final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status all_reduce_sum(float* data, int64_t count) override { return reduce(data, count); }
-  Status all_reduce_sum(double* data, int64_t count) override { return reduce(data, count); }
+  Status all_reduce_sum(float* data, int64_t count) override { return all_reduce(data, count); }
+  Status all_reduce_sum(double* data, int64_t count) override { return all_reduce(data, count); }
+  Status reduce_scatter_sum(float* data, int64_t count) override {
+    if (size_ == 1) return Status::ok_status();
+    STRATA_RETURN_IF_ERROR(check_count(count));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t k = 0, n = rounds(count); k < n; ++k) {
+      STRATA_RETURN_IF_ERROR(reduce_scatter_round(data, Pieces(*this, count, n, k)));
+    }
+    return Status::ok_status();
+  }
+  Status all_gather(void* data, int64_t count, int64_t elem_bytes) override {
+    if (size_ == 1) return Status::ok_status();
+    STRATA_RETURN_IF_ERROR(check_count(count));
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t k = 0, n = rounds(count); k < n; ++k) {
+      STRATA_RETURN_IF_ERROR(all_gather_round(data, elem_bytes, Pieces(*this, count, n, k)));
+    }
+    return Status::ok_status();
+  }
+  Status broadcast(void* data, int64_t bytes, int root) override {
+    if (size_ == 1) return Status::ok_status();
+    std::lock_guard<std::mutex> lock(mu_);
+    constexpr int64_t kMax = int64_t{1} << 30;
+    for (int64_t at = 0; at < bytes; at += kMax) {
+      const int n = static_cast<int>(std::min(kMax, bytes - at));
+      STRATA_RETURN_IF_ERROR(
+          mpi_status(MPI_Bcast(static_cast<char*>(data) + at, n, MPI_BYTE, root, MPI_COMM_WORLD),
+                     "MPI_Bcast"));
+    }
+    return Status::ok_status();
+  }
   Result<int64_t> all_reduce_max(int64_t value) override {
     int64_t out = value;
     STRATA_RETURN_IF_ERROR(
@@ -62,43 +92,80 @@ class MpiWorld final : public Communicator {
   }
 
  private:
-  // Note [Deterministic all-reduce], one chunk at a time. Collectives run one at a time (the
-  // ranks must call them in the same order anyway), which lets them share the scratch.
+  // Round k of n of a collective over `count` elements: piece k of every rank's shard
+  // (shard_range(count), cut by shard_range(len, n, k)), as MPI's counts and displacements.
+  struct Pieces {
+    std::vector<int> counts, displs;
+    int64_t mine_begin = 0, mine_len = 0;
+    Pieces(const MpiWorld& w, int64_t count, int64_t n, int64_t k) {
+      for (int r = 0; r < w.size_; ++r) {
+        const Range shard = shard_range(count, w.size_, r);
+        const Range piece =
+            shard_range(shard.end - shard.begin, static_cast<int>(n), static_cast<int>(k));
+        counts.push_back(static_cast<int>(piece.end - piece.begin));
+        displs.push_back(static_cast<int>(shard.begin + piece.begin));
+        if (r == w.rank_) {
+          mine_begin = displs.back();
+          mine_len = counts.back();
+        }
+      }
+    }
+  };
+
+  static int64_t rounds(int64_t count) {
+    return std::max<int64_t>(1, (count + kAllReduceChunkElems - 1) / kAllReduceChunkElems);
+  }
+  // MPI counts and displacements are int.
+  static Status check_count(int64_t count) {
+    if (count < (int64_t{1} << 31)) return Status::ok_status();
+    return invalid_argument("a collective over " + std::to_string(count) +
+                            " elements: MPI's counts stop at 2^31 - 1");
+  }
+
+  // Note [Deterministic all-reduce]: a reduce-scatter and an all-gather per round. Collectives
+  // run one at a time (the ranks must call them in the same order anyway), which lets them share
+  // the scratch.
   template <typename T>
-  Status reduce(T* data, int64_t count) {
+  Status all_reduce(T* data, int64_t count) {
     if (size_ == 1) return Status::ok_status();
+    STRATA_RETURN_IF_ERROR(check_count(count));
     std::lock_guard<std::mutex> lock(mu_);
-    for (int64_t at = 0; at < count; at += kAllReduceChunkElems) {
-      STRATA_RETURN_IF_ERROR(reduce_chunk(data + at, std::min(kAllReduceChunkElems, count - at)));
+    for (int64_t k = 0, n = rounds(count); k < n; ++k) {
+      const Pieces p(*this, count, n, k);
+      STRATA_RETURN_IF_ERROR(reduce_scatter_round(data, p));
+      STRATA_RETURN_IF_ERROR(all_gather_round(data, sizeof(T), p));
     }
     return Status::ok_status();
   }
 
   template <typename T>
-  Status reduce_chunk(T* data, int64_t n) {
-    std::vector<int> counts(static_cast<size_t>(size_)), displs(counts.size());
-    for (int r = 0; r < size_; ++r) {
-      const Range s = shard_range(n, size_, r);
-      counts[static_cast<size_t>(r)] = static_cast<int>(s.end - s.begin);
-      displs[static_cast<size_t>(r)] = static_cast<int>(s.begin);
-    }
-    const Range mine = shard_range(n, size_, rank_);
-    const int64_t len = mine.end - mine.begin;
-    // parts: (size, len), row r = rank r's values of my shard; kept between calls (a block's
-    // gradient per collective), grown only.
+  Status reduce_scatter_round(T* data, const Pieces& p) {
+    const int64_t len = p.mine_len;
+    // parts: (size, len), row r = rank r's values of my piece; kept between calls, grown only.
     std::vector<T>& parts = scratch<T>();
     if (parts.size() < static_cast<size_t>(size_ * len))
       parts.resize(static_cast<size_t>(size_ * len));
-    std::vector<int> recv_counts(counts.size(), static_cast<int>(len)), recv_displs(counts.size());
+    std::vector<int> recv_counts(p.counts.size(), static_cast<int>(len)),
+        recv_displs(p.counts.size());
     for (int r = 0; r < size_; ++r) recv_displs[static_cast<size_t>(r)] = static_cast<int>(r * len);
     STRATA_RETURN_IF_ERROR(mpi_status(
-        MPI_Alltoallv(data, counts.data(), displs.data(), mpi_type<T>(), parts.data(),
+        MPI_Alltoallv(data, p.counts.data(), p.displs.data(), mpi_type<T>(), parts.data(),
                       recv_counts.data(), recv_displs.data(), mpi_type<T>(), MPI_COMM_WORLD),
-        "MPI_Alltoallv (gradient reduce-scatter)"));
-    sum_in_rank_order(data + mine.begin, parts.data(), size_, len, len);
-    return mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type<T>(), data, counts.data(),
-                                     displs.data(), mpi_type<T>(), MPI_COMM_WORLD),
-                      "MPI_Allgatherv (gradient all-gather)");
+        "MPI_Alltoallv (reduce-scatter)"));
+    sum_in_rank_order(data + p.mine_begin, parts.data(), size_, len, len);
+    return Status::ok_status();
+  }
+
+  Status all_gather_round(void* data, int64_t elem_bytes, const Pieces& p) {
+    MPI_Datatype elem;
+    STRATA_RETURN_IF_ERROR(mpi_status(
+        MPI_Type_contiguous(static_cast<int>(elem_bytes), MPI_BYTE, &elem), "MPI_Type_contiguous"));
+    MPI_Type_commit(&elem);
+    Status st = mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, elem, data, p.counts.data(),
+                                          p.displs.data(), elem, MPI_COMM_WORLD),
+                           "MPI_Allgatherv (all-gather)");
+    MPI_Type_free(&elem);
+    return st;
   }
 
   template <typename T>
@@ -112,7 +179,7 @@ class MpiWorld final : public Communicator {
 
   int rank_, size_;
   std::mutex mu_;
-  std::vector<float> scratch_f32_;   // (size, shard) of the largest chunk so far
+  std::vector<float> scratch_f32_;   // (size, piece) of the largest round so far
   std::vector<double> scratch_f64_;  // the same for f64 collectives
 };
 

@@ -153,6 +153,15 @@ TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
     case TaskKind::grad_allreduce:
       action = &OffloadTrainer::do_grad_allreduce;
       break;
+    case TaskKind::grad_reduce_scatter:
+      action = &OffloadTrainer::do_grad_reduce_scatter;
+      break;
+    case TaskKind::param_allgather:
+      action = &OffloadTrainer::do_param_allgather;
+      break;
+    case TaskKind::norm_allreduce:
+      action = &OffloadTrainer::do_norm_allreduce;
+      break;
     default:
       break;
   }
@@ -342,8 +351,19 @@ Status OffloadTrainer::do_grad_sumsq(const BoundPlan& bp, const Task& t) {
     g[0] = std::numeric_limits<float>::quiet_NaN();  // poison_gradient_for_test
   }
   if (t.block >= 0) {
-    cpu::sum_squares(&slab_sumsq_[static_cast<size_t>(layout_.block_slab(t.block))], g,
-                     block_elems_);
+    double& sum = slab_sumsq_[static_cast<size_t>(layout_.block_slab(t.block))];
+    if (!sharded()) {
+      cpu::sum_squares(&sum, g, block_elems_);
+      return Status::ok_status();
+    }
+    // Note [Sharded optimizer state]: this rank's shard of each part, in part order.
+    sum = 0;
+    for (const auto& [name, part] : optim_parts(t.block)) {
+      const PartShard sh = owned_part(part);
+      double s = 0;
+      cpu::sum_squares(&s, g + sh.begin, sh.end - sh.begin);
+      sum += s;
+    }
     return Status::ok_status();
   }
   const int64_t ne = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
@@ -358,6 +378,37 @@ Status OffloadTrainer::do_grad_allreduce(const BoundPlan& bp, const Task& t) {
   // and the step that follow agree on every rank without another word between them.
   return world_.all_reduce_sum(f32_of(bp, t, Role::grad),
                                t.block >= 0 ? block_elems_ : embed_elems_);
+}
+
+Status OffloadTrainer::do_grad_reduce_scatter(const BoundPlan& bp, const Task& t) {
+  // Note [Sharded optimizer state]: each part's shards land on their owners.
+  float* g = f32_of(bp, t, Role::grad);  // (block elems)
+  for (const auto& [name, part] : optim_parts(t.block)) {
+    const PartShard sh = owned_part(part);
+    STRATA_RETURN_IF_ERROR(
+        world_.reduce_scatter_sum(g + sh.part_begin, sh.part_end - sh.part_begin));
+  }
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::do_param_allgather(const BoundPlan& bp, const Task& t) {
+  const PartShard sh = owned_part(t.part);
+  const int64_t width = bf16_ ? 2 : 4;  // working params: bf16 or f32 (Note [Precision modes])
+  char* params = static_cast<char*>(static_cast<void*>(f32_of(bp, t, Role::params)));
+  return world_.all_gather(params + sh.part_begin * width, sh.part_end - sh.part_begin, width);
+}
+
+Status OffloadTrainer::do_norm_allreduce(const BoundPlan&, const Task&) {
+  // The blocks' sums of squares are this rank's shards'; the embed group's are whole already.
+  std::vector<double> blocks(static_cast<size_t>(cfg_.model.n_layer));  // (L)
+  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    blocks[static_cast<size_t>(l)] = slab_sumsq_[static_cast<size_t>(layout_.block_slab(l))];
+  }
+  STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(blocks.data(), cfg_.model.n_layer));
+  for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+    slab_sumsq_[static_cast<size_t>(layout_.block_slab(l))] = blocks[static_cast<size_t>(l)];
+  }
+  return Status::ok_status();
 }
 
 Status OffloadTrainer::do_grad_norm(const BoundPlan&, const Task&) {
@@ -413,15 +464,16 @@ Status OffloadTrainer::do_block_step(const BoundPlan& bp, const Task& t) {
 }
 
 Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const StepState& st) {
-  const auto [lo, hi] = part_range(t.part);
-  const int64_t pe = hi - lo;
+  // This rank's shard of the part (Note [Sharded optimizer state]; one rank: all of it).
+  const PartShard sh = owned_part(t.part);
+  const int64_t lo = sh.begin, hi = sh.end, pe = hi - lo, S = sh.stride;
   const float* grad = f32_of(bp, t, Role::grad);    // (block elems)
-  float* master = f32_of(bp, t, Role::state);       // (3, pe): master, m, v of the part
+  float* master = f32_of(bp, t, Role::state);       // (3, S): master, m, v of the shard
   float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params, f32 or bf16
   // Note [Speculative steps]: the state before the step stays where it is; the step works on
   // its copy in state_out.
   if (float* out = f32_of(bp, t, Role::state_out); out != nullptr) {
-    std::memcpy(out, master, static_cast<size_t>(3 * pe * 4));
+    std::memcpy(out, master, static_cast<size_t>(3 * S * 4));
     master = out;
   }
   // bf16 mode (Note [Precision modes]): the part's range of the bf16 working params, written by
@@ -429,8 +481,8 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   bf16_t* out_bf16 = bf16_ ? reinterpret_cast<bf16_t*>(params_out) + lo : nullptr;
   if (!st.skip) {
     const AdamWHyper h = adamw_hyper(cfg_.optim, st.lr, st.adam_step, st.grad_scale);
-    adamw_slab_range(layout_, layout_.block_slab(t.block), lo, hi, master, master + pe,
-                     master + 2 * pe, out_bf16, grad, h, cfg_.optim.weight_decay);
+    adamw_slab_range(layout_, layout_.block_slab(t.block), lo, hi, master, master + S,
+                     master + 2 * S, out_bf16, grad, h, cfg_.optim.weight_decay);
   }
   // Skipped or not, the task's reader expects the current params in params_out.
   if (!bf16_) {

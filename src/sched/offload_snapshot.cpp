@@ -14,6 +14,11 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   if (snapshot_ && !snapshot_->finished()) {
     return internal_error("a snapshot was begun while the last one is still being captured");
   }
+  if (sharded()) {
+    return unavailable(
+        "the optimizer state is sharded over the ranks, and reading it is a collective (Note "
+        "[Sharded optimizer state]): its checkpoints are saved at a standstill");
+  }
   bool on_storage = false;
   for (const auto& [name, memory] : memory_) {
     if (memory->state_slabs.empty()) continue;

@@ -114,14 +114,14 @@ Status OffloadTrainer::initialize_state() {
     STRATA_RETURN_IF_ERROR(write_block_params(l, slab));
     for (const auto& [name, part] : optim_parts(l)) {
       SlotMemory& sm = *memory_.at(name);
-      const auto [lo, hi] = part_range(part);
-      const int64_t pe = hi - lo;
-      // (3, pe): master, m, v of the part.
+      const PartShard sh = owned_part(part);  // Note [Sharded optimizer state]
+      const int64_t S = sh.stride;
+      // (3, S): master, m, v of this rank's shard of the part.
       const bool on_storage = sm.tier == Tier::storage;
       float* state = on_storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
-      std::memset(state, 0, static_cast<size_t>(pe * 12));
-      std::memcpy(state, slab + lo, static_cast<size_t>(pe * 4));  // master; m = v = 0
-      if (on_storage) STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, pe * 12));
+      std::memset(state, 0, static_cast<size_t>(S * 12));
+      std::memcpy(state, slab + sh.begin, static_cast<size_t>((sh.end - sh.begin) * 4));
+      if (on_storage) STRATA_RETURN_IF_ERROR(write_slot(name, 0, state, S * 12));
     }
   }
   // The embed group: params on the device, the master copy and zeroed moments in its state.
@@ -213,14 +213,26 @@ Status OffloadTrainer::state_pieces(int64_t slab, float* stage, const SlabPieceF
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
     SlotMemory& sm = *memory_.at(name);
-    const auto [lo, hi] = part_range(part);
-    const int64_t pe = hi - lo;
-    float* st = sm.buf.f32();  // (3, pe) master, m, v of the part
+    const PartShard own = owned_part(part);
+    const int64_t S = own.stride;
+    float* st = sm.buf.f32();  // (3, S) master, m, v of this rank's shard of the part
     if (sm.tier == Tier::storage) {
       st = stage;
-      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, st, pe * 12));
+      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, 0, st, S * 12));
     }
-    STRATA_RETURN_IF_ERROR(take({lo, pe, st, st + pe, st + 2 * pe}));
+    // Note [Sharded optimizer state]: every rank's shard, in rank order (so in element order),
+    // broadcast by its owner; one rank: its own, the whole part.
+    for (int r = 0; r < world_.size(); ++r) {
+      const PartShard sh = rank_shard(part, r);
+      float* piece = st;  // (3, S)
+      if (r != world_.rank()) {
+        shard_stage_.resize(static_cast<size_t>(3 * S));
+        piece = shard_stage_.data();
+      }
+      if (sharded()) STRATA_RETURN_IF_ERROR(world_.broadcast(piece, 3 * S * 4, r));
+      const int64_t n = sh.end - sh.begin;
+      STRATA_RETURN_IF_ERROR(take({sh.begin, n, piece, piece + S, piece + 2 * S}));
+    }
   }
   return Status::ok_status();
 }
@@ -233,14 +245,23 @@ Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) 
   const int64_t block = slab - layout_.block_slab(0);
   for (const auto& [name, part] : optim_parts(block)) {
     SlotMemory& sm = *memory_.at(name);
-    const auto [lo, hi] = part_range(part);
-    const int64_t pe = hi - lo;
+    const int64_t S = owned_part(part).stride;
     const bool on_storage = sm.tier == Tier::storage;
-    // (3, pe) master, m, v of the part
+    // (3, S) master, m, v of this rank's shard of the part
     float* st = on_storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
-    STRATA_RETURN_IF_ERROR(fill({lo, pe, st, st + pe, st + 2 * pe}));
-    if (on_storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, pe * 12));
-    stage_block_params(lo, st, pe);
+    // Note [Sharded optimizer state]: the checkpoint holds every shard; this rank keeps its own
+    // state, and the working params of all of them (replicated). One rank: one piece, its own.
+    for (int r = 0; r < world_.size(); ++r) {
+      const PartShard sh = rank_shard(part, r);
+      const int64_t n = sh.end - sh.begin;
+      const bool own = r == world_.rank();
+      if (!own) shard_stage_.resize(static_cast<size_t>(3 * S));
+      float* piece = own ? st : shard_stage_.data();                // (3, S)
+      if (own) std::memset(piece, 0, static_cast<size_t>(S * 12));  // a shorter shard's tail
+      STRATA_RETURN_IF_ERROR(fill({sh.begin, n, piece, piece + S, piece + 2 * S}));
+      if (own && on_storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, S * 12));
+      stage_block_params(sh.begin, piece, n);
+    }
   }
   return flush_block_params(block);
 }

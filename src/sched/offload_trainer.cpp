@@ -412,12 +412,6 @@ Status OffloadTrainer::allocate_slots() {
   return Status::ok_status();
 }
 
-std::pair<int64_t, int64_t> OffloadTrainer::part_range(int32_t part) const {
-  if (part < 0) return {0, block_elems_};
-  if (part == 0) return {0, split_elems_};
-  return {split_elems_, block_elems_};
-}
-
 Status OffloadTrainer::run(BoundPlan& bp, bool iteration) {
   ExecutorOptions o;
   o.record_trace = record_trace_;

@@ -106,6 +106,7 @@ class OffloadTrainer final : public Trainer {
     pending_ = Pending::none;
   }
   const ParamLayout& layout() const override { return layout_; }
+  bool state_sharded() const override { return sharded(); }
   int64_t tokens_per_step() const override {
     return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum;
   }
@@ -156,6 +157,8 @@ class OffloadTrainer final : public Trainer {
   };
 
   OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
+  // Note [Sharded optimizer state]: with several ranks, each holds a shard of the blocks' state.
+  bool sharded() const { return world_.size() > 1; }
   // The plans this run may use (PlanKey), built and checked.
   std::vector<PlanKey> plan_keys() const;
   Status build(const PlanKey& key, BoundPlan& out);
@@ -213,6 +216,9 @@ class OffloadTrainer final : public Trainer {
   Status do_block_step(const BoundPlan& bp, const Task& t);
   Status do_embed_step(const BoundPlan& bp, const Task& t);
   Status do_grad_allreduce(const BoundPlan& bp, const Task& t);
+  Status do_grad_reduce_scatter(const BoundPlan& bp, const Task& t);
+  Status do_param_allgather(const BoundPlan& bp, const Task& t);
+  Status do_norm_allreduce(const BoundPlan& bp, const Task& t);
   Status step_block_part(const BoundPlan& bp, const Task& t, const StepState& st);
   // The memory of the task's slot in `role` (null when it has none), and its micro-batch's
   // tokens (inputs, then targets at + B*T).
@@ -238,8 +244,12 @@ class OffloadTrainer final : public Trainer {
   // BlockActs whose saved set lives at `saved` (a plan slot), forward-only tensors in the
   // workspace.
   BlockActs saved_view(float* saved) const;
-  // Element range [first, second) of a block covered by an optimizer part (-1: all of it).
-  std::pair<int64_t, int64_t> part_range(int32_t part) const;
+  // An optimizer part of a block (-1: all of it) and this rank's shard of it (Note [Sharded
+  // optimizer state] in schedule_spec.h; one rank: the whole part).
+  PartShard owned_part(int32_t part) const { return rank_shard(part, world_.rank()); }
+  PartShard rank_shard(int32_t part, int rank) const {
+    return part_shard(block_elems_, split_elems_, part, world_.size(), rank);
+  }
   // Element range [first, second) of the embed group an embed step covers (-1: all of it).
   std::pair<int64_t, int64_t> embed_chunk_range(int32_t chunk) const;
   // Whole-slot access by name outside plans (initial state, read_params).
@@ -316,6 +326,8 @@ class OffloadTrainer final : public Trainer {
   OffloadWorkspace ws_{};
 
   std::vector<float> spare_stage_;  // idle_block_stage when no plan slot serves
+  // Sharded state read or written outside plans: (3, stride) of another rank's shard of a part.
+  std::vector<float> shard_stage_;
   // bf16 mode: (block elems) bf16 on host, whole direct-I/O blocks; stages a block's working
   // params between the caller and params.store.blkL outside plans (initial state, read_params,
   // write_slab_pieces). Owned here rather than borrowed from an idle plan slot, so it does not

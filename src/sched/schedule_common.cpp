@@ -33,14 +33,20 @@ void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpe
 void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
                    int32_t grad_host, int64_t grad_bytes) {
   if (s.ranks > 1) {
-    b.task(TaskKind::grad_allreduce, {.block = block},
+    // A block's gradient only where its optimizer state is (Note [Sharded optimizer state]);
+    // the embed group's, replicated, everywhere.
+    b.task(block >= 0 ? TaskKind::grad_reduce_scatter : TaskKind::grad_allreduce, {.block = block},
            {slot_read(grad_host, Role::grad), slot_write(grad_host, Role::grad)}, grad_bytes);
   }
   b.task(TaskKind::grad_sumsq, {.block = block},
          {slot_read(grad_host, Role::grad), slot_write(c.sums, Role::sums)}, grad_bytes);
 }
 
-void add_grad_norm(PlanBuilder& b, const CommonSlots& c) {
+void add_grad_norm(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
+  if (s.ranks > 1) {  // the blocks' sums are per shard (Note [Sharded optimizer state])
+    b.task(TaskKind::norm_allreduce, {},
+           {slot_read(c.sums, Role::sums), slot_write(c.sums, Role::sums)}, int64_t{8} * s.blocks);
+  }
   b.task(TaskKind::grad_norm, {}, {slot_read(c.sums, Role::sums), slot_write(c.clip, Role::clip)});
 }
 
@@ -91,7 +97,7 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
                         const OptimizerStep& x, SlotRing& state_ring) {
   const TaskTag tag{.block = x.block, .part = x.part};
   const int64_t n = s.block_elems, a = s.split_elems;
-  const int64_t O = part_bytes(s.block_optim_bytes, n, a, x.part);
+  const int64_t O = optim_part_bytes(s, x.part);
   const int64_t P = part_bytes(s.block_param_bytes, n, a, x.part);
   const int64_t p_off = x.part == 1 ? part_bytes(s.block_param_bytes, n, a, 0) : 0;
 
@@ -107,6 +113,10 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   if (x.needs_norm) uses.push_back(slot_read(c.clip, Role::clip));
   b.task(TaskKind::block_step, tag, std::move(uses), O);
   if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, dest, O);
+  if (s.ranks > 1) {  // Note [Sharded optimizer state]: every rank's shard of the new params
+    b.task(TaskKind::param_allgather, tag,
+           {slot_read(x.params_out, Role::params), slot_write(x.params_out, Role::params)}, P);
+  }
   if (x.params_store != x.params_out) {
     b.transfer_range(TaskKind::params_write, tag, x.params_out, p_off, x.params_store, p_off, P);
   }

@@ -31,14 +31,17 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s);
 void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
 
 // One block's host gradient (block -1: the embed group), as soon as it is complete on host: with
-// several ranks summed over them in place (grad_allreduce, Note [Data parallel ranks] in
-// dist/communicator.h), then its sums of squares into its entries of the sums slot. Every later
-// reader of the gradient (a step, a write to storage) is ordered after both by the slot's uses.
+// several ranks summed over them in place (a block's reduce-scattered to the owners of its
+// optimizer shards, Note [Sharded optimizer state] in schedule_spec.h; the embed group's
+// all-reduced, Note [Data parallel ranks] in dist/communicator.h), then its sums of squares
+// into its entries of the sums slot. Every later reader of the gradient (a step, a write to
+// storage) is ordered after both by the slot's uses.
 void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
                    int32_t grad_host, int64_t grad_bytes);
-// Once every sum is in: the global norm, and from it the clip slot (the clip factor, or "skip"
+// Once every sum is in (with several ranks, the blocks' summed over them first): the global
+// norm, and from it the clip slot (the clip factor, or "skip"
 // for a non-finite norm), which every step that must see the norm reads.
-void add_grad_norm(PlanBuilder& b, const CommonSlots& c);
+void add_grad_norm(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
 
 // Last tasks of an iteration: the embed gradient out and its sums of squares, the norm, then
 // `steps` (the block steps that must see the norm), then the embed step and its new params
@@ -52,7 +55,7 @@ template <typename Steps>
 void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
                        SlotRing& state_ring, Steps&& steps) {
   add_embed_grad_out(b, c, s);
-  add_grad_norm(b, c);
+  add_grad_norm(b, c, s);
   steps();
   add_embed_step(b, c, s, state_ring);
 }
@@ -61,10 +64,11 @@ void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec&
 // is in host slot `grad` and, when `needs_norm`, the clip factor is known: the part's optimizer
 // state is read from `state_store` (through the next stage of `state_ring` when on storage);
 // AdamW runs on cpu_optim and writes the part's range of the new working params into
-// `params_out` at the part's offset; when `params_store` is not params_out (params on storage)
-// that range is then written to the store. Shared by both schedules.
-// `state_out`, when not -1, is where the new state goes instead of back into state_store (a
-// slot on state_store's tier: Note [Speculative steps]).
+// `params_out` at the part's offset (with several ranks its shard of the part, and a
+// param_allgather then brings every rank's: Note [Sharded optimizer state]); when `params_store` is
+// not params_out (params on storage) that range is then written to the store. Shared by both
+// schedules. `state_out`, when not -1, is where the new state goes instead of back into state_store
+// (a slot on state_store's tier: Note [Speculative steps]).
 struct OptimizerStep {
   int32_t block = -1, part = -1;
   int32_t grad = -1, state_store = -1, params_out = -1, params_store = -1;

@@ -54,7 +54,7 @@ class HorizontalPlan {
     for (int l = 0; l < L_; ++l) {
       params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l], P, true));
       optim_store_.push_back(
-          b_.slot(names::optim_store(l), tiers_.optim[l], s_.block_optim_bytes, true));
+          b_.slot(names::optim_store(l), tiers_.optim[l], optim_part_bytes(s_, -1), true));
       grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], G));
       ckpt_.push_back(b_.slot(names::ckpt(l), tiers_.checkpoints[l], C));  // every micro-batch's
     }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "dist/communicator.h"
+
 namespace strata {
 
 const char* act_policy_name(ActPolicy p) {
@@ -38,6 +40,27 @@ BlockTiers block_tiers(const ScheduleSpec& s) {
     t.checkpoints_on_storage |= t.checkpoints.back() == Tier::storage;
   }
   return t;
+}
+
+PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank) {
+  PartShard p;
+  p.part_begin = part == 1 ? split_elems : 0;
+  p.part_end = part == 0 ? split_elems : block_elems;
+  const int64_t len = p.part_end - p.part_begin;
+  const Range mine = shard_range(len, ranks, rank);
+  p.begin = p.part_begin + mine.begin;
+  p.end = p.part_begin + mine.end;
+  const Range first = shard_range(len, ranks, 0);  // the longest shard
+  p.stride = first.end - first.begin;
+  return p;
+}
+
+int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part) {
+  const int64_t bytes = part_bytes(s.block_optim_bytes, s.block_elems, s.split_elems, part);
+  if (s.ranks <= 1 || s.block_elems <= 0) return bytes;
+  // The bytes of `stride` elements of state (exact for bytes = elems * width).
+  const int64_t stride = part_shard(s.block_elems, s.split_elems, part, s.ranks, 0).stride;
+  return part_bytes(s.block_optim_bytes, s.block_elems, stride, 0);
 }
 
 int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part) {

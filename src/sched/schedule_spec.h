@@ -27,6 +27,37 @@ enum class Placement : uint8_t { device, host, storage };
 // m, v of that range) so each part is one contiguous extent; working parameters stay one slab
 // and parts write their range of it.
 
+// Note [Sharded optimizer state]
+// With N > 1 ranks (Note [Data parallel ranks] in dist/communicator.h) the offloaded schedules
+// shard every block's optimizer state: of each optimizer part [p0, p1) (Note [Optimizer split];
+// the whole block when the block steps in one part) rank r owns shard_range(p1 - p0, N, r), and
+// the part's state slot holds master, m and v of that shard only, laid out (3, S) with S the
+// largest shard's length (rank 0's), so every rank runs the same plans (part_shard). Per block:
+//  - its gradient, once complete on a rank, is reduce-scattered (grad_reduce_scatter): each
+//    part's shard summed over the ranks in rank order, on its owner (Note [Deterministic
+//    all-reduce]: the same sums as an all-reduce, half the traffic);
+//  - its sum of squares covers the rank's shards, and one norm_allreduce sums the blocks' sums
+//    over the ranks before the global norm, so every rank clips and skips alike, exactly;
+//  - a part's AdamW steps the rank's shard and writes that range of the working params, and
+//    param_allgather copies every rank's range to all before anything reads or stores them.
+// Replicated on every rank: the working params (every rank computes with every block, and
+// fetching them needs no network), the gradient buffers (backward produces whole gradients),
+// and the embed group (small: its gradient all-reduced, its step run by every rank). A rank's
+// store so holds the working params and 1/N of the masters and moments: 4 + 12/N bytes per
+// block parameter with f32 working params, not 16. ZeRO-3 also shards the working params and
+// gathers them before every use; this does not (yet). Reading a slab's state outside plans
+// (checkpoints, sampling) is therefore a collective: every rank's shard is broadcast in rank
+// order (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
+// checkpoint, so a checkpoint resumes on any number of ranks.
+struct PartShard {
+  int64_t part_begin = 0, part_end = 0;  // the part, within the block
+  int64_t begin = 0, end = 0;            // this rank's shard of it, within the block
+  int64_t stride = 0;                    // elements per array of the part's (3, stride) state
+};
+// Part `part` (-1: all of the block; 0: [0, split); 1: [split, block_elems)) of a block, and
+// rank `rank`'s shard of it over `ranks` ranks (one rank: the whole part).
+PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank);
+
 // Note [Speculative steps]
 // With clipping on and alpha < 1 (`speculative`), part 0 of each block steps in backward as if
 // the clip factor were 1 and the gradient finite, which is what the exact step does whenever the
@@ -134,6 +165,9 @@ std::vector<Placement> placement_by_fraction(int32_t blocks, double fraction_on_
 // Bytes of a part of a per-block quantity of `bytes` (Note [Optimizer split]): part 0 is
 // bytes * split / elems, part 1 the rest; part -1 is all of it. Exact for bytes = elems * width.
 int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part);
+// Bytes of a block's optimizer state slot for part `part`: the whole part's with one rank, one
+// shard's (3, stride) with several (Note [Sharded optimizer state]).
+int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part);
 
 // Where offloaded state lives between uses. Placement::device is modelled as host: the CPU
 // optimizer works on host buffers, and device-resident state is the in-memory schedule's job.

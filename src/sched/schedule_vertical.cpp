@@ -82,7 +82,6 @@ class VerticalPlan {
  private:
   // ---- Slots ----------------------------------------------------------------------------------
   void add_block_slots() {
-    const int64_t n = s_.block_elems, a = s_.split_elems;
     for (int l = 0; l < L_; ++l) {
       params_store_.push_back(
           b_.slot(names::params_store(l), tiers_.params[l], s_.block_param_bytes, true));
@@ -90,14 +89,14 @@ class VerticalPlan {
       for (int part = 0; part < 2; ++part) {
         if (part == 0 ? has_part0_ : has_part1_) {
           parts[part] = b_.slot(names::optim_store(l, part), tiers_.optim[l],
-                                part_bytes(s_.block_optim_bytes, n, a, part), true);
+                                optim_part_bytes(s_, part), true);
         }
       }
       optim_store_.push_back(parts);
-      optim_spec_.push_back(s_.speculative || s_.repair
-                                ? b_.slot(names::optim_spec(l), tiers_.optim[l],
-                                          part_bytes(s_.block_optim_bytes, n, a, 0))
-                                : -1);
+      optim_spec_.push_back(
+          s_.speculative || s_.repair
+              ? b_.slot(names::optim_spec(l), tiers_.optim[l], optim_part_bytes(s_, 0))
+              : -1);
       // Read by the pending steps (and the repair) before this iteration's backward writes it
       // again. On storage only the ranges they need are written and read (an early part 0
       // steps from the stage).

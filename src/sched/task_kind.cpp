@@ -148,8 +148,23 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      {rd(Role::grad), rd(Role::clip), rw(Role::state), wr(Role::params)},
      4},
     {"grad_allreduce", "allreduce", true, Resource::net, StateKind::none, {rw(Role::grad)}, 1},
+    {"grad_reduce_scatter",
+     "reduce.scatter",
+     true,
+     Resource::net,
+     StateKind::none,
+     {rw(Role::grad)},
+     1},
+    {"param_allgather", "allgather", true, Resource::net, StateKind::none, {rw(Role::params)}, 1},
+    {"norm_allreduce",
+     "norm.allreduce",
+     false,
+     Resource::net,
+     StateKind::none,
+     {rw(Role::sums)},
+     1},
 }};
-static_assert(static_cast<int>(TaskKind::grad_allreduce) + 1 == kTaskKindCount);
+static_assert(static_cast<int>(TaskKind::norm_allreduce) + 1 == kTaskKindCount);
 
 const KindInfo& info(TaskKind k) {
   return kKinds[static_cast<size_t>(k)];

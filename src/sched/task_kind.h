@@ -59,8 +59,14 @@ enum class TaskKind : uint8_t {
   // The net queue (Note [Data parallel ranks] in dist/communicator.h).
   grad_allreduce,  // {grad read+write}: a host gradient summed over the ranks in place; `bytes`
                    // is the gradient's, what each rank sends is 2 (N-1)/N of it
+  // Note [Sharded optimizer state] (sched/schedule_spec.h):
+  grad_reduce_scatter,  // {grad read+write}: a block's gradient summed over the ranks, each rank
+                        // keeping its shard of every optimizer part; sends (N-1)/N of `bytes`
+  param_allgather,  // {params read+write}: the working params of one optimizer part, each rank's
+                    // shard (just stepped) copied to every rank; sends (N-1)/N of `bytes`
+  norm_allreduce,   // {sums read+write}: the blocks' sums of squares, per shard, summed
 };
-inline constexpr int kTaskKindCount = 29;
+inline constexpr int kTaskKindCount = 32;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
 
 // What a slot is to the task that uses it.

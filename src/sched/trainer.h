@@ -81,8 +81,13 @@ class Trainer {
   // state is the one at the step boundary, and hands each piece to `take`. Writing has `fill`
   // fill each piece, keeps it as the master and moments, and derives the slab's working weights
   // from the master.
+  // With state_sharded(), reading is a collective: every rank calls it for the same slabs in the
+  // same order, and each is handed every rank's pieces.
   virtual Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) = 0;
   virtual Status write_slab_pieces(int64_t slab, const SlabPieceFn& fill) = 0;
+  // Whether each rank holds a shard of the optimizer state (Note [Sharded optimizer state] in
+  // sched/schedule_spec.h): then read_slab_pieces is a collective.
+  virtual bool state_sharded() const { return false; }
   // The same through whole-slab buffers, (slab numel) floats each: for tests and tools with
   // small models; a checkpoint of a large one goes piece by piece.
   Status read_slab_state(int64_t slab, float* master, float* m, float* v);
