@@ -84,19 +84,19 @@ for c in "${cases[@]}"; do
   results+="\"$name\": $line, "
   # Note [Sharded optimizer state]: with the state on storage, each rank's store holds the
   # blocks' masters and moments, 12 bytes per parameter, in 1/N: it is smaller than the single
-  # rank's by 12 (1 - 1/N) bytes per block parameter (GPT-2: 12 C^2 + 13 C per block), and by as
-  # much again of the speculative copy of part 0's state (vertical, alpha 0.5 with clipping on:
-  # half a block, Note [Speculative steps]), up to the 4 KiB rounding of each extent
-  # (io.stripe_unit 4096).
+  # rank's by (1 - 1/N) of them per block parameter (GPT-2: 12 C^2 + 13 C per block), and of the
+  # speculative copy of part 0's state (vertical, alpha 0.5 with clipping on: half a block's, 6
+  # bytes, Note [Speculative steps]), or horizontal of the kept gradient (4 bytes), up to the
+  # 4 KiB rounding of each extent (io.stripe_unit 4096).
   if [[ $name == *storage* && $name != *llama* ]]; then
-    copies=1
-    [[ $name == vertical* ]] && copies=1.5
+    sharded=16
+    [[ $name == vertical* ]] && sharded=18
     store=$(/usr/bin/python3 - "$work/$name.one/metrics.jsonl" "$work/$name.dp/metrics.jsonl" \
-      "$n" "$copies" <<'PY'
+      "$n" "$sharded" <<'PY'
 import json, sys
 one, dp = (json.loads(open(p).read().splitlines()[-1])["store_bytes"] for p in sys.argv[1:3])
-n, copies, C, L = int(sys.argv[3]), float(sys.argv[4]), 64, 2
-expected = copies * 12 * (1 - 1 / n) * L * (12 * C * C + 13 * C)
+n, sharded, C, L = int(sys.argv[3]), int(sys.argv[4]), 64, 2
+expected = sharded * (1 - 1 / n) * L * (12 * C * C + 13 * C)
 saved = one - dp
 ok = abs(saved - expected) <= 8 * 4096 * L
 print(json.dumps({"one_rank_store_bytes": one, "per_rank_store_bytes": dp,

@@ -121,6 +121,7 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
         s.grads = place;
         s.embed_optim = place;
         s.ranks = ranks;
+        s.shard_grads = !vertical && ranks > 1;           // as the trainer sets it
         if (vertical) s.split_elems = s.block_elems / 2;  // part 1 waits for the next iteration
         const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
         const std::string what = std::string(vertical ? "vertical" : "horizontal") +
@@ -137,7 +138,10 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
           continue;
         }
         EXPECT_EQ(reduces, (std::map<int, int>{{-1, 1}})) << what;
-        EXPECT_EQ(scatters, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}})) << what;
+        // Horizontal keeps a shard of the gradient: each micro-batch's is scattered as it comes.
+        const int per_block = vertical ? 1 : s.micro_batches;
+        EXPECT_EQ(scatters, (std::map<int, int>{{0, per_block}, {1, per_block}, {2, per_block}}))
+            << what;
         auto hb = happens_before_edges(p);
         ASSERT_TRUE(hb.ok());
         for (int32_t r = 0; r < static_cast<int32_t>(p.tasks.size()); ++r) {
@@ -151,14 +155,24 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
           for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
             const Task& other = p.tasks[static_cast<size_t>(t)];
             if (other.block != reduce.block) continue;
+            // A micro-batch's scatter (shard_grads, below) orders only that micro-batch's tasks.
+            if (reduce.micro_batch >= 0 && other.micro_batch >= 0 &&
+                other.micro_batch != reduce.micro_batch) {
+              continue;
+            }
+            // A micro-batch's scatter comes before that micro-batch's accumulation into the
+            // kept shard; a whole gradient's after every accumulation.
+            const bool per_micro_batch = reduce.micro_batch >= 0;
+            const bool accumulates = other.kind == TaskKind::grad_accumulate;
             const bool adds =
-                other.kind == TaskKind::grad_out || other.kind == TaskKind::grad_accumulate ||
+                other.kind == TaskKind::grad_out || (accumulates && !per_micro_batch) ||
                 other.kind == TaskKind::block_backward || other.kind == TaskKind::embed_backward;
             // (Horizontal writes partial sums to storage after each earlier micro-batch.)
             const bool last = other.micro_batch < 0 || other.micro_batch == s.micro_batches - 1;
             const bool reads =
                 other.kind == TaskKind::grad_sumsq || other.kind == TaskKind::block_step ||
-                other.kind == TaskKind::embed_step || (other.kind == TaskKind::grad_write && last);
+                other.kind == TaskKind::embed_step ||
+                (other.kind == TaskKind::grad_write && last) || (accumulates && per_micro_batch);
             if (adds) {
               EXPECT_TRUE(happens_before(*hb, t, r))
                   << what << ": " << p.describe(t) << " after " << p.describe(r);
@@ -209,6 +223,7 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
       ScheduleSpec s = spec(3, 2, place, place, place);
       s.grads = place;
       s.ranks = 3;
+      s.shard_grads = !vertical;
       if (vertical) s.split_elems = s.block_elems / 2 + 1;
       const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
       const std::string what = std::string(vertical ? "vertical" : "horizontal") +
@@ -229,6 +244,12 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
           EXPECT_EQ(slot.bytes, bytes) << what << " " << name;
         }
         EXPECT_TRUE(found) << what << " " << name;
+      }
+      // The kept gradient: horizontal's a shard (the longest), vertical's whole.
+      const int64_t kept = vertical ? s.block_grad_bytes : 4 * ((s.block_elems + 2) / 3);
+      EXPECT_EQ(kept_grad_bytes(s), kept) << what;
+      for (const Slot& slot : p.slots) {
+        if (slot.name == slot_names::grad_store(0)) EXPECT_EQ(slot.bytes, kept) << what;
       }
       auto hb = happens_before_edges(p);
       ASSERT_TRUE(hb.ok());

@@ -22,7 +22,8 @@ void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64
   for_each_tensor_range(
       layout, slab, lo, hi, h, weight_decay, [&](int64_t a, int64_t b, const AdamWHyper& th) {
         bf16_t* out_bf16 = master_bf16 != nullptr ? master_bf16 + (a - lo) : nullptr;
-        adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), out_bf16, grad + a, b - a, th);
+        adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), out_bf16, grad + (a - lo), b - a,
+                   th);
       });
 }
 

@@ -18,10 +18,10 @@ namespace strata {
 // decay is left to adamw_slab_range (per tensor).
 AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float grad_scale);
 
-// The elements [lo, hi) of `slab` (slab-relative): master, m, v point at element lo, grad at
-// element 0 of the slab. Tensors decay by `weight_decay` when ParamTensor::decay, else not.
-// master_bf16, when not null, points at element lo too and receives the updated master rounded
-// to bf16 in the same pass (bf16 working weights, Note [Precision modes] in sched/trainer.h).
+// The elements [lo, hi) of `slab` (slab-relative): master, m, v and grad point at element lo.
+// Tensors decay by `weight_decay` when ParamTensor::decay, else not. master_bf16, when not null,
+// points at element lo too and receives the updated master rounded to bf16 in the same pass (bf16
+// working weights, Note [Precision modes] in sched/trainer.h).
 void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
                       float* master, float* m, float* v, bf16_t* master_bf16, const float* grad,
                       AdamWHyper h, float weight_decay);

@@ -335,7 +335,12 @@ Status OffloadTrainer::do_grad_accumulate(const BoundPlan& bp, const Task& t) {
   const float* src = f32_of(bp, t, Role::src);
   const int32_t acc_slot = slot_of(t, Role::grad);
   float* acc = static_cast<float*>(slot_ptr(bp, acc_slot));
-  const int64_t n = bp.slots[static_cast<size_t>(acc_slot)]->bytes / 4;
+  int64_t n = bp.slots[static_cast<size_t>(acc_slot)]->bytes / 4;
+  if (grads_sharded() && t.block >= 0) {  // Note [Sharded optimizer state]: this rank's shard
+    const PartShard sh = owned_part(-1);
+    src += sh.begin;
+    n = sh.end - sh.begin;
+  }
   if (reads_role(t, Role::grad)) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) acc[i] += src[i];
@@ -356,12 +361,13 @@ Status OffloadTrainer::do_grad_sumsq(const BoundPlan& bp, const Task& t) {
       cpu::sum_squares(&sum, g, block_elems_);
       return Status::ok_status();
     }
-    // Note [Sharded optimizer state]: this rank's shard of each part, in part order.
+    // Note [Sharded optimizer state]: this rank's shard of each part, in part order (the kept
+    // gradient is that shard when it is sharded).
     sum = 0;
     for (const auto& [name, part] : optim_parts(t.block)) {
       const PartShard sh = owned_part(part);
       double s = 0;
-      cpu::sum_squares(&s, g + sh.begin, sh.end - sh.begin);
+      cpu::sum_squares(&s, grads_sharded() ? g : g + sh.begin, sh.end - sh.begin);
       sum += s;
     }
     return Status::ok_status();
@@ -467,7 +473,9 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   // This rank's shard of the part (Note [Sharded optimizer state]; one rank: all of it).
   const PartShard sh = owned_part(t.part);
   const int64_t lo = sh.begin, hi = sh.end, pe = hi - lo, S = sh.stride;
-  const float* grad = f32_of(bp, t, Role::grad);    // (block elems)
+  // (block elems), or this rank's shard of them when the kept gradient is sharded
+  const float* grad = f32_of(bp, t, Role::grad);
+  if (!grads_sharded()) grad += lo;                 // now at element lo, as the state
   float* master = f32_of(bp, t, Role::state);       // (3, S): master, m, v of the shard
   float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params, f32 or bf16
   // Note [Speculative steps]: the state before the step stays where it is; the step works on
@@ -516,12 +524,12 @@ Status OffloadTrainer::do_embed_step(const BoundPlan& bp, const Task& t) {
     // The range's part in each slab: the embedding [0, ne), the final norm [ne, E).
     if (lo < ne) {
       adamw_slab_range(layout_, layout_.embed_slab(), lo, std::min(hi, ne), master, m, v, nullptr,
-                       grad, h, cfg_.optim.weight_decay);
+                       grad + lo, h, cfg_.optim.weight_decay);
     }
     if (hi > ne) {
       const int64_t at = std::max(lo, ne) - lo;  // where the final slab starts in the range
       adamw_slab_range(layout_, layout_.final_slab(), lo + at - ne, hi - ne, master + at, m + at,
-                       v + at, nullptr, grad + ne, h, cfg_.optim.weight_decay);
+                       v + at, nullptr, grad + lo + at, h, cfg_.optim.weight_decay);
     }
   }
   if (bf16_) {

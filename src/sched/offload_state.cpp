@@ -47,7 +47,7 @@ Status OffloadTrainer::read_slot(const std::string& name, int64_t offset, void* 
   return store_io(m, IoOp::read, offset, dst, bytes);
 }
 
-float* OffloadTrainer::idle_block_stage() {
+float* OffloadTrainer::plan_block_stage() {
   for (const std::string& name :
        {names::grad_store(0), names::kGradWstage.at(0), names::kGradRstage.at(0)}) {
     auto it = memory_.find(name);
@@ -56,10 +56,22 @@ float* OffloadTrainer::idle_block_stage() {
       return it->second->buf.f32();
     }
   }
-  // Every gradient slot on storage and none of its stages in the plans (alpha = 1 with no
-  // gradient kept between plans): one block's worth, beside what the plan counts.
-  spare_stage_.resize(static_cast<size_t>(block_elems_));
-  return spare_stage_.data();
+  return nullptr;
+}
+
+Status OffloadTrainer::ensure_idle_block_stage() {
+  if (plan_block_stage() != nullptr || spare_stage_) return Status::ok_status();
+  // No host gradient slot or stage holds a whole block (every gradient on storage with none of
+  // its stages in the plans, or only shards of gradients kept: Note [Sharded optimizer
+  // state]): one block's worth beside what the plan counts, aligned for direct I/O.
+  STRATA_ASSIGN_OR_RETURN(spare_stage_,
+                          HostBuffer::allocate(static_cast<uint64_t>(block_elems_) * 4, false));
+  return Status::ok_status();
+}
+
+float* OffloadTrainer::idle_block_stage() {
+  float* stage = plan_block_stage();
+  return stage != nullptr ? stage : static_cast<float*>(spare_stage_.data());
 }
 
 Status OffloadTrainer::write_block_params(int64_t block, const float* master) {
@@ -104,6 +116,7 @@ Status OffloadTrainer::initialize_state() {
     STRATA_ASSIGN_OR_RETURN(bf16_stage_, dev_.alloc_host(round_up(n * 2, kIoAlign)));
     std::memset(bf16_stage_.data(), 0, static_cast<size_t>(bf16_stage_.bytes()));
   }
+  STRATA_RETURN_IF_ERROR(ensure_idle_block_stage());
   float* slab = idle_block_stage();  // (n)
   SlowProgress progress("initializing the parameters and optimizer state", cfg_.model.n_layer,
                         "blocks");

@@ -61,6 +61,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.blocks = static_cast<int32_t>(cfg.model.n_layer);
   s.micro_batches = static_cast<int32_t>(M);
   s.ranks = cfg.ranks;
+  s.shard_grads = cfg.ranks > 1 && cfg.schedule == Schedule::horizontal;
   const bool bf16 = cfg.precision == Precision::bf16;  // Note [Precision modes]
   s.block_param_bytes = n * (bf16 ? 2 : 4);
   s.block_grad_bytes = n * 4;

@@ -35,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
+#include "io/host_buffer.h"
 #include "io/io_engine.h"
 #include "io/tensor_store.h"
 #include "model/block.h"
@@ -159,6 +160,8 @@ class OffloadTrainer final : public Trainer {
   OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
   // Note [Sharded optimizer state]: with several ranks, each holds a shard of the blocks' state.
   bool sharded() const { return world_.size() > 1; }
+  // And the horizontal schedule keeps only this rank's shard of each block's gradient.
+  bool grads_sharded() const { return sharded() && !vertical_; }
   // The plans this run may use (PlanKey), built and checked.
   std::vector<PlanKey> plan_keys() const;
   Status build(const PlanKey& key, BoundPlan& out);
@@ -262,6 +265,10 @@ class OffloadTrainer final : public Trainer {
   // stage), for the state moved outside plans; never an optimizer stage, which the same moves
   // use beside it.
   float* idle_block_stage();
+  // The plan's slot idle_block_stage uses (null when none holds a block), and the spare it
+  // uses otherwise, allocated by initialize_state before any use.
+  float* plan_block_stage();
+  Status ensure_idle_block_stage();
   // Elements [at, at + elems) of the embed group's (3, E) optimizer state to or from `data`,
   // wherever the state lives (through idle_block_stage on storage).
   Status embed_state_io(IoOp op, int64_t at, float* data, int64_t elems);
@@ -325,7 +332,7 @@ class OffloadTrainer final : public Trainer {
   // the head's buffers; laid out in the "compute.workspace" slot.
   OffloadWorkspace ws_{};
 
-  std::vector<float> spare_stage_;  // idle_block_stage when no plan slot serves
+  HostBuffer spare_stage_;  // idle_block_stage when no plan slot serves
   // Sharded state read or written outside plans: (3, stride) of another rank's shard of a part.
   std::vector<float> shard_stage_;
   // bf16 mode: (block elems) bf16 on host, whole direct-I/O blocks; stages a block's working

@@ -32,9 +32,10 @@ void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpe
 
 void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
                    int32_t grad_host, int64_t grad_bytes) {
-  if (s.ranks > 1) {
-    // A block's gradient only where its optimizer state is (Note [Sharded optimizer state]);
-    // the embed group's, replicated, everywhere.
+  if (s.ranks > 1 && !(block >= 0 && s.shard_grads)) {
+    // A block's gradient only where its optimizer state is (Note [Sharded optimizer state];
+    // with shard_grads each micro-batch's was, as it came); the embed group's, replicated,
+    // everywhere.
     b.task(block >= 0 ? TaskKind::grad_reduce_scatter : TaskKind::grad_allreduce, {.block = block},
            {slot_read(grad_host, Role::grad), slot_write(grad_host, Role::grad)}, grad_bytes);
   }

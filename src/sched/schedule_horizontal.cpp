@@ -35,7 +35,7 @@ class HorizontalPlan {
       for (int l = L_ - 1; l >= 0; --l) {
         const bool on_storage = tiers_.params[l] == Tier::storage;
         const int32_t grad = b_.to_host(TaskKind::grad_read, {.block = l}, grad_store_[l],
-                                        grad_rstage_, s_.block_grad_bytes);
+                                        grad_rstage_, kept_grad_bytes(s_));
         add_optimizer_step(b_, c_, s_,
                            {.block = l,
                             .grad = grad,
@@ -55,7 +55,7 @@ class HorizontalPlan {
       params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l], P, true));
       optim_store_.push_back(
           b_.slot(names::optim_store(l), tiers_.optim[l], optim_part_bytes(s_, -1), true));
-      grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], G));
+      grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], kept_grad_bytes(s_)));
       ckpt_.push_back(b_.slot(names::ckpt(l), tiers_.checkpoints[l], C));  // every micro-batch's
     }
     act_ = b_.slot(names::kAct, Tier::device, C);    // forward activation, updated in place
@@ -70,8 +70,10 @@ class HorizontalPlan {
     ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
     optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes,
                             tiers_.optim_on_storage || s_.embed_optim == Placement::storage);
-    grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, G, tiers_.grads_on_storage);
-    grad_rstage_ = add_ring(b_, names::kGradRstage, Tier::host, G, tiers_.grads_on_storage);
+    grad_wstage_ =
+        add_ring(b_, names::kGradWstage, Tier::host, kept_grad_bytes(s_), tiers_.grads_on_storage);
+    grad_rstage_ =
+        add_ring(b_, names::kGradRstage, Tier::host, kept_grad_bytes(s_), tiers_.grads_on_storage);
   }
 
   // storage -> host stage (if on storage) -> device double buffer; returns the device slot.
@@ -123,6 +125,11 @@ class HorizontalPlan {
                slot_write(grad_buf_[j], Role::grad)},
               0, s_.block_fwd_flops + s_.block_bwd_flops);
       b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
+      if (s_.shard_grads) {  // Note [Sharded optimizer state]: summed over the ranks as it comes
+        b_.task(TaskKind::grad_reduce_scatter, tag,
+                {slot_read(grad_stage_[j], Role::grad), slot_write(grad_stage_[j], Role::grad)},
+                s_.block_grad_bytes);
+      }
       accumulate(l, m, grad_stage_[j]);
     }
     b_.task(TaskKind::embed_backward, {.micro_batch = m},
@@ -130,13 +137,13 @@ class HorizontalPlan {
              slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
   }
 
-  // Micro-batch m's gradient of block l (in host slot `part`) added into the block's sum. On
-  // storage the sum is read into a stage (after the first micro-batch), added to there and
-  // written back: the traffic ZeRO-Infinity avoids by keeping gradients in host memory, paid
-  // here only where the placement asks for it.
+  // Micro-batch m's gradient of block l (in host slot `part`) added into the block's sum (with
+  // shard_grads: the rank's shard of it). On storage the sum is read into a stage (after the
+  // first micro-batch), added to there and written back: the traffic ZeRO-Infinity avoids by
+  // keeping gradients in host memory, paid here only where the placement asks for it.
   void accumulate(int l, int m, int32_t part) {
     const TaskTag tag{.block = l, .micro_batch = m};
-    const int64_t G = s_.block_grad_bytes;
+    const int64_t G = kept_grad_bytes(s_);
     const bool on_storage = b_.tier(grad_store_[l]) == Tier::storage;
     int32_t sum = grad_store_[l];
     if (on_storage) {

@@ -55,6 +55,12 @@ PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int
   return p;
 }
 
+int64_t kept_grad_bytes(const ScheduleSpec& s) {
+  if (!s.shard_grads || s.ranks <= 1 || s.block_elems <= 0) return s.block_grad_bytes;
+  const int64_t stride = part_shard(s.block_elems, 0, -1, s.ranks, 0).stride;
+  return part_bytes(s.block_grad_bytes, s.block_elems, stride, 0);
+}
+
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part) {
   const int64_t bytes = part_bytes(s.block_optim_bytes, s.block_elems, s.split_elems, part);
   if (s.ranks <= 1 || s.block_elems <= 0) return bytes;

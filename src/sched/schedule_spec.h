@@ -40,13 +40,19 @@ enum class Placement : uint8_t { device, host, storage };
 //    over the ranks before the global norm, so every rank clips and skips alike, exactly;
 //  - a part's AdamW steps the rank's shard and writes that range of the working params, and
 //    param_allgather copies every rank's range to all before anything reads or stores them.
+// The horizontal schedule also shards the kept gradient (`shard_grads`), as ZeRO-Infinity does:
+// it sums a block's gradient on host once per micro-batch, so each micro-batch's gradient is
+// reduce-scattered as it reaches the host and only the rank's shard is added to the block's sum
+// (on host or storage), which is 1/N of the block. The vertical schedule sums micro-batches on
+// the device and moves each block's gradient once per step, so it keeps it whole and
+// reduce-scatters it once, when it is complete.
 // Replicated on every rank: the working params (every rank computes with every block, and
-// fetching them needs no network), the gradient buffers (backward produces whole gradients),
-// and the embed group (small: its gradient all-reduced, its step run by every rank). A rank's
-// store so holds the working params and 1/N of the masters and moments: 4 + 12/N bytes per
-// block parameter with f32 working params, not 16. ZeRO-3 also shards the working params and
-// gathers them before every use; this does not (yet). Reading a slab's state outside plans
-// (checkpoints, sampling) is therefore a collective: every rank's shard is broadcast in rank
+// fetching them needs no network), the vertical schedule's gradients, and the embed group
+// (small: its gradient all-reduced, its step run by every rank). A rank's store so holds the
+// working params and 1/N of the masters and moments (and horizontal: of the gradients): with
+// f32 working params 4 + 12/N bytes per block parameter, not 16. ZeRO-3 also shards the working
+// params and gathers them before every use; this does not (yet). Reading a slab's state outside
+// plans (checkpoints, sampling) is therefore a collective: every rank's shard is broadcast in rank
 // order (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
 // checkpoint, so a checkpoint resumes on any number of ranks.
 struct PartShard {
@@ -94,6 +100,10 @@ struct ScheduleSpec {
   // Ranks of the run (Note [Data parallel ranks]): above 1, every gradient complete on this rank
   // is summed over them by a grad_allreduce task on the net queue before anything reads it.
   int32_t ranks = 1;
+  // Horizontal with several ranks (Note [Sharded optimizer state]): each micro-batch's block
+  // gradient is reduce-scattered as it reaches the host, and only the rank's shard is summed
+  // and kept (ZeRO-Infinity's way).
+  bool shard_grads = false;
   int64_t block_param_bytes = 0;  // working params per block (bf16, or f32 in exactness mode)
   int64_t block_grad_bytes = 0;   // f32 gradient accumulator per block
   int64_t block_optim_bytes = 0;  // master + m + v per block
@@ -165,6 +175,9 @@ std::vector<Placement> placement_by_fraction(int32_t blocks, double fraction_on_
 // Bytes of a part of a per-block quantity of `bytes` (Note [Optimizer split]): part 0 is
 // bytes * split / elems, part 1 the rest; part -1 is all of it. Exact for bytes = elems * width.
 int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part);
+// Bytes of the gradient a block keeps between micro-batches and until its step: the whole
+// block's, or with shard_grads the rank's shard of it (the longest shard's bytes).
+int64_t kept_grad_bytes(const ScheduleSpec& s);
 // Bytes of a block's optimizer state slot for part `part`: the whole part's with one rank, one
 // shard's (3, stride) with several (Note [Sharded optimizer state]).
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part);
