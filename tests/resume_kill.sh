@@ -1,46 +1,43 @@
 #!/usr/bin/env bash
-# CTest `resume_kill`: SIGKILL at random moments, resume each time, end where an uninterrupted
+# CTest `resume_kill`: SIGKILL at chosen moments, resume each time, end where an uninterrupted
 # run ends.
 # A small vertical run (state on storage) checkpoints every 2 steps; checkpoint writes are rate-
-# limited (io.write_bytes_per_s) so they take most of the wall time and many kills land inside
-# one (seen as a .tmp-step-* directory left behind). The harness kills the run at least 20 times
-# with `timeout -s KILL` after a random delay, restarting it with --resume whenever a complete
-# checkpoint exists; every restart must resume from the newest complete checkpoint (never from a
-# half-written one), and no run may fail on its own. The final checkpoint of the interrupted
-# run must equal the uninterrupted run's bit for bit (same CRC32C of weights and moments).
-# The delays are scaled by the uninterrupted run's own timing (its start-up until the first
-# checkpoint, and the time between checkpoints), so that a slow build (a sanitizer's, a busy
-# machine) still gets kills after start-up, inside writes, and resumes that make progress.
+# limited (io.write_bytes_per_s) so they take most of the wall time. The harness kills the run
+# with SIGKILL 20 times, restarting it with --resume whenever a complete checkpoint exists; every
+# restart must resume from the newest complete checkpoint (never from a half-written one), and
+# no run may fail on its own. The final checkpoint of the interrupted run must equal the
+# uninterrupted run's bit for bit (same CRC32C of weights and moments).
+# The kills follow the run's own checkpoints, not the clock, so a slow build (a sanitizer's, a
+# busy machine) gets the same kinds of kill as a fast one: alternately, as soon as the run's
+# next checkpoint write has begun (its .tmp-step-*-PID directory exists: a kill inside a write,
+# which the next save clears away), and at a random moment up to 0.5 s after its next complete
+# checkpoint (between writes, or in the next one). So every second attempt makes progress, and
+# 20 kills leave the run well short of its end.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/resume_kill"
 rm -rf "$work" && mkdir -p "$work/store_ref" "$work/store"
 RANDOM=20261202  # a fixed sequence of delays
-steps=80
+steps=60
 args=(--set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
       --set train.seq_len=64 --set train.batch_size=4 --set train.grad_accum=2
       --set train.steps=$steps --set train.schedule=vertical
       --set offload.params_on_host=0 --set offload.optim_on_host=0
       --set io.write_bytes_per_s=8000000 --save-every 2 --keep 2 --quiet)
 
-now() { date +%s.%N; }
-started=$(now)
 "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store_ref\"]" \
-  --checkpoint-dir "$work/ref" 2>"$work/ref.log" &
-ref_pid=$!
-while [ ! -d "$work/ref/step-00000002" ] && kill -0 "$ref_pid" 2>/dev/null; do sleep 0.02; done
-first_checkpoint=$(now)
-wait "$ref_pid"
-finished=$(now)
-# Start-up (to the end of the first step) and the seconds between two checkpoints, measured.
-read -r startup interval < <(python3 -c "
-first, total, count = $first_checkpoint - $started, $finished - $started, $steps // 2
-interval = (total - first) / (count - 1)
-print(max(first - interval, 0.05), interval)")
-echo "uninterrupted run: start-up ${startup} s, ${interval} s between checkpoints"
+  --checkpoint-dir "$work/ref" 2>"$work/ref.log"
 
 newest() {  # the newest complete checkpoint's step directory name, or nothing
   ls -1 "$work/ckpt" 2>/dev/null | grep '^step-' | sort | tail -n 1 || true
+}
+alive() {  # whether process $1 runs (a finished one not yet waited for is a zombie: no)
+  local state
+  state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+writing() {  # whether run $1 has a checkpoint write under way (or left one behind)
+  compgen -G "$work/ckpt/.tmp-step-*-$1" >/dev/null
 }
 
 kills=0 during_write=0 attempts=0 resumes=0
@@ -50,13 +47,25 @@ while true; do
   before=$(newest)
   resume=()
   [ -n "$before" ] && resume=(--resume "$work/ckpt")
-  # Start-up plus 0.2 .. 2 checkpoint intervals, then SIGKILL; after 20 kills, let it finish.
-  delay=$(printf '0.%02d' $((RANDOM % 100)))
-  limit=$(python3 -c "print($startup + $interval * (0.2 + 1.8 * $delay))")
-  [ "$kills" -ge 20 ] && limit=600
+  "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store\"]" \
+    --checkpoint-dir "$work/ckpt" "${resume[@]}" 2>"$work/run.log" &
+  pid=$!
+  if [ "$kills" -lt 20 ]; then  # after 20 kills, let it finish
+    in_write=$((attempts % 2))
+    for ((i = 0; i < 12000; i++)); do  # 120 s at most
+      alive "$pid" || break
+      if [ "$in_write" -eq 1 ] && writing "$pid"; then break; fi
+      if [ "$in_write" -eq 0 ] && [ "$(newest)" != "$before" ]; then
+        sleep "$(printf '0.%02d' $((RANDOM % 50)))"
+        break
+      fi
+      sleep 0.01
+    done
+    [ "$i" -lt 12000 ] || { echo "attempt $attempts: no checkpoint within 120 s" >&2; exit 1; }
+    kill -9 "$pid" 2>/dev/null || true
+  fi
   set +e
-  timeout -s KILL "$limit" "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store\"]" \
-    --checkpoint-dir "$work/ckpt" "${resume[@]}" 2>"$work/run.log"
+  wait "$pid" 2>/dev/null
   code=$?
   set -e
   if [ -n "$before" ] && grep -q "resumed from" "$work/run.log"; then
@@ -69,12 +78,11 @@ while true; do
   fi
   if [ "$code" -eq 137 ]; then
     kills=$((kills + 1))
-    if ls -1a "$work/ckpt" 2>/dev/null | grep -q '^\.tmp-step-'; then
-      during_write=$((during_write + 1))
-    fi
+    if writing "$pid"; then during_write=$((during_write + 1)); fi
     continue
   fi
   [ "$code" -eq 0 ] || { echo "attempt $attempts failed by itself (exit $code):" >&2; cat "$work/run.log" >&2; exit 1; }
+  [ "$kills" -ge 20 ] || { echo "the run ended after only $kills kills" >&2; exit 1; }
   break
 done
 
