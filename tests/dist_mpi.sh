@@ -111,6 +111,12 @@ PY
     echo "$name: the $n-rank run did not log its ranks" >&2
     exit 1
   }
+  if [[ $name != in_memory* ]]; then  # the offloaded schedules shard, and say so
+    grep -q "state sharded over $n ranks" "$work/$name.dp/log" || {
+      echo "$name: the $n-rank run did not log its sharded state" >&2
+      exit 1
+    }
+  fi
 done
 
 # bf16 working weights (2 bytes per element in the all-gather): within 1e-5, not 1e-6, because a

@@ -361,13 +361,12 @@ Status OffloadTrainer::do_grad_sumsq(const BoundPlan& bp, const Task& t) {
       cpu::sum_squares(&sum, g, block_elems_);
       return Status::ok_status();
     }
-    // Note [Sharded optimizer state]: this rank's shard of each part, in part order (the kept
-    // gradient is that shard when it is sharded).
+    // Note [Sharded optimizer state]: this rank's shard of each part, in part order.
     sum = 0;
     for (const auto& [name, part] : optim_parts(t.block)) {
       const PartShard sh = owned_part(part);
       double s = 0;
-      cpu::sum_squares(&s, grads_sharded() ? g : g + sh.begin, sh.end - sh.begin);
+      cpu::sum_squares(&s, kept_grad_at(g, sh.begin), sh.end - sh.begin);
       sum += s;
     }
     return Status::ok_status();
@@ -399,8 +398,8 @@ Status OffloadTrainer::do_grad_reduce_scatter(const BoundPlan& bp, const Task& t
 
 Status OffloadTrainer::do_param_allgather(const BoundPlan& bp, const Task& t) {
   const PartShard sh = owned_part(t.part);
-  const int64_t width = bf16_ ? 2 : 4;  // working params: bf16 or f32 (Note [Precision modes])
-  char* params = static_cast<char*>(static_cast<void*>(f32_of(bp, t, Role::params)));
+  const int64_t width = bf16_ ? 2 : 4;  // Note [Precision modes]
+  char* params = static_cast<char*>(slot_ptr(bp, slot_of(t, Role::params)));  // f32 or bf16
   return world_.all_gather(params + sh.part_begin * width, sh.part_end - sh.part_begin, width);
 }
 
@@ -473,9 +472,7 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   // This rank's shard of the part (Note [Sharded optimizer state]; one rank: all of it).
   const PartShard sh = owned_part(t.part);
   const int64_t lo = sh.begin, hi = sh.end, pe = hi - lo, S = sh.stride;
-  // (block elems), or this rank's shard of them when the kept gradient is sharded
-  const float* grad = f32_of(bp, t, Role::grad);
-  if (!grads_sharded()) grad += lo;                 // now at element lo, as the state
+  const float* grad = kept_grad_at(f32_of(bp, t, Role::grad), lo);  // at element lo, as the state
   float* master = f32_of(bp, t, Role::state);       // (3, S): master, m, v of the shard
   float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params, f32 or bf16
   // Note [Speculative steps]: the state before the step stays where it is; the step works on

@@ -25,6 +25,13 @@ std::vector<std::string> OffloadTrainer::describe() const {
     }
   }
   std::vector<std::string> lines = {line};
+  if (sharded()) {  // Note [Sharded optimizer state]
+    const std::string n = std::to_string(world_.size());
+    lines.push_back("state sharded over " + n + " ranks: each owns 1/" + n +
+                    " of every block's masters and moments" +
+                    (grads_sharded() ? " and of its kept gradient" : "") +
+                    "; working weights whole on every rank");
+  }
   if (store_) lines.push_back("store: " + store_description());
   return lines;
 }

@@ -162,6 +162,11 @@ class OffloadTrainer final : public Trainer {
   bool sharded() const { return world_.size() > 1; }
   // And the horizontal schedule keeps only this rank's shard of each block's gradient.
   bool grads_sharded() const { return sharded() && !vertical_; }
+  // Block element `at` of a kept block gradient `g`: (block elems), or when sharded this rank's
+  // shard only, starting at the shard's first element.
+  const float* kept_grad_at(const float* g, int64_t at) const {
+    return grads_sharded() ? g + (at - owned_part(-1).begin) : g + at;
+  }
   // The plans this run may use (PlanKey), built and checked.
   std::vector<PlanKey> plan_keys() const;
   Status build(const PlanKey& key, BoundPlan& out);
