@@ -8,7 +8,7 @@
 #     is rounding noise that AdamW scales up (tools/compare_checkpoints.py --key-bias-atol: at
 #     most lr per step, absolute). Both schedules and the in-memory trainer, state on host and on
 #     storage, N = 2 and 3, GPT-2 and Llama (no biases: every tensor within 1e-6), and bf16
-#     working weights (within 1e-5: below).
+#     working weights (within 1e-5: at the cases).
 #     With the state on storage, each rank's store is smaller than the single rank's by the
 #     blocks' masters and moments it does not own (Note [Sharded optimizer state]).
 #  2. Determinism: the same 2-rank run twice gives bit-identical checkpoints.
@@ -61,21 +61,26 @@ storage=(--set offload.params_on_host=0 --set offload.optim_on_host=0
          --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 --set io.stripe_unit=4096)
 host=(--set offload.params_on_host=1 --set offload.optim_on_host=1
       --set offload.grads_on_host=1 --set offload.checkpoints_on_host=1)
+# NAME RANKS RTOL ARGS...: bf16 working weights (2 bytes per element in the all-gather) within
+# 1e-5, not 1e-6, because a master that differs from the single rank's in its last bits may
+# round to the neighbouring bf16 value, a 2^-8 relative change in one working weight that later
+# gradients carry (measured 1.7e-6 on this case).
 cases=(
-  "vertical-storage-2 2 --set train.schedule=vertical --set optim.alpha=0.5 ${storage[*]}"
-  "horizontal-host-2 2 --set train.schedule=horizontal ${host[*]}"
-  "in_memory-2 2 --set train.schedule=in_memory"
-  "vertical-host-3 3 --set train.schedule=vertical --set optim.alpha=0.5 ${host[*]}"
-  "horizontal-storage-3 3 --set train.schedule=horizontal ${storage[*]}"
-  "vertical-llama-2 2 --set model.arch=llama --set train.schedule=vertical ${storage[*]}"
+  "vertical-storage-2 2 1e-6 --set train.schedule=vertical --set optim.alpha=0.5 ${storage[*]}"
+  "horizontal-host-2 2 1e-6 --set train.schedule=horizontal ${host[*]}"
+  "in_memory-2 2 1e-6 --set train.schedule=in_memory"
+  "vertical-host-3 3 1e-6 --set train.schedule=vertical --set optim.alpha=0.5 ${host[*]}"
+  "horizontal-storage-3 3 1e-6 --set train.schedule=horizontal ${storage[*]}"
+  "vertical-llama-2 2 1e-6 --set model.arch=llama --set train.schedule=vertical ${storage[*]}"
+  "vertical-bf16-2 2 1e-5 --set train.schedule=vertical --set optim.alpha=0.5 --set train.precision=bf16 ${storage[*]}"
 )
 results="{"
 for c in "${cases[@]}"; do
-  read -r name n rest <<<"$c"
+  read -r name n rtol rest <<<"$c"
   read -ra args <<<"$rest"
   run "$name.one" 1 $((2 * n)) "${args[@]}"
   run "$name.dp" "$n" 2 "${args[@]}"
-  line=$($compare "$(final "$name.one")" "$(final "$name.dp")" --rtol 1e-6 \
+  line=$($compare "$(final "$name.one")" "$(final "$name.dp")" --rtol "$rtol" \
     --key-bias-atol "$key_bias_atol") || {
     echo "$name: $n ranks x 2 micro-batches differ from 1 rank x $((2 * n)): $line" >&2
     exit 1
@@ -118,22 +123,6 @@ PY
     }
   fi
 done
-
-# bf16 working weights (2 bytes per element in the all-gather): within 1e-5, not 1e-6, because a
-# master that differs from the single rank's in its last bits may round to the neighbouring bf16
-# value, a 2^-8 relative change in one working weight that later gradients carry (measured
-# 1.7e-6 on this case).
-name=vertical-bf16-2
-bf16=(--set train.schedule=vertical --set optim.alpha=0.5 --set train.precision=bf16 "${storage[@]}")
-run "$name.one" 1 4 "${bf16[@]}"
-run "$name.dp" 2 2 "${bf16[@]}"
-line=$($compare "$(final "$name.one")" "$(final "$name.dp")" --rtol 1e-5 \
-  --key-bias-atol "$key_bias_atol") || {
-  echo "$name: 2 ranks x 2 micro-batches differ from 1 rank x 4: $line" >&2
-  exit 1
-}
-echo "$name: $line"
-results+="\"$name\": $line, "
 
 # Determinism: the same 2-rank run again, bit for bit.
 run vertical-storage-2.again 2 2 --set train.schedule=vertical --set optim.alpha=0.5 "${storage[@]}"

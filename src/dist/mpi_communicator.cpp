@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -38,7 +39,10 @@ MPI_Datatype mpi_type<double>() {
 class MpiWorld final : public Communicator {
  public:
   MpiWorld(int rank, int size) : rank_(rank), size_(size) {}
-  ~MpiWorld() override { MPI_Finalize(); }
+  ~MpiWorld() override {
+    for (auto& [bytes, type] : element_types_) MPI_Type_free(&type);
+    MPI_Finalize();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -157,15 +161,23 @@ class MpiWorld final : public Communicator {
   }
 
   Status all_gather_round(void* data, int64_t elem_bytes, const Pieces& p) {
-    MPI_Datatype elem;
-    STRATA_RETURN_IF_ERROR(mpi_status(
-        MPI_Type_contiguous(static_cast<int>(elem_bytes), MPI_BYTE, &elem), "MPI_Type_contiguous"));
-    MPI_Type_commit(&elem);
-    Status st = mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, elem, data, p.counts.data(),
-                                          p.displs.data(), elem, MPI_COMM_WORLD),
-                           "MPI_Allgatherv (all-gather)");
-    MPI_Type_free(&elem);
-    return st;
+    STRATA_ASSIGN_OR_RETURN(const MPI_Datatype elem, element_type(elem_bytes));
+    return mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, elem, data, p.counts.data(), p.displs.data(),
+                                     elem, MPI_COMM_WORLD),
+                      "MPI_Allgatherv (all-gather)");
+  }
+
+  // An element of `bytes` bytes as one MPI type (displacements count elements, not bytes),
+  // made once per width and kept until MPI_Finalize; called under mu_.
+  Result<MPI_Datatype> element_type(int64_t bytes) {
+    auto it = element_types_.find(bytes);
+    if (it != element_types_.end()) return it->second;
+    MPI_Datatype t;
+    STRATA_RETURN_IF_ERROR(mpi_status(MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &t),
+                                      "MPI_Type_contiguous"));
+    STRATA_RETURN_IF_ERROR(mpi_status(MPI_Type_commit(&t), "MPI_Type_commit"));
+    element_types_.emplace(bytes, t);
+    return t;
   }
 
   template <typename T>
@@ -179,8 +191,9 @@ class MpiWorld final : public Communicator {
 
   int rank_, size_;
   std::mutex mu_;
-  std::vector<float> scratch_f32_;   // (size, piece) of the largest round so far
-  std::vector<double> scratch_f64_;  // the same for f64 collectives
+  std::vector<float> scratch_f32_;                 // (size, piece) of the largest round so far
+  std::vector<double> scratch_f64_;                // the same for f64 collectives
+  std::map<int64_t, MPI_Datatype> element_types_;  // element_type's, by width in bytes
 };
 
 }  // namespace

@@ -269,8 +269,9 @@ Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) 
       const int64_t n = sh.end - sh.begin;
       const bool own = r == world_.rank();
       if (!own) shard_stage_.resize(static_cast<size_t>(3 * S));
-      float* piece = own ? st : shard_stage_.data();                // (3, S)
-      if (own) std::memset(piece, 0, static_cast<size_t>(S * 12));  // a shorter shard's tail
+      float* piece = own ? st : shard_stage_.data();  // (3, S)
+      // A shard shorter than the stride leaves a tail the fill does not cover: zero, as at start.
+      if (own && n < S) std::memset(piece, 0, static_cast<size_t>(S * 12));
       STRATA_RETURN_IF_ERROR(fill({sh.begin, n, piece, piece + S, piece + 2 * S}));
       if (own && on_storage) STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::write, 0, st, S * 12));
       stage_block_params(sh.begin, piece, n);
