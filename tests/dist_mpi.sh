@@ -61,6 +61,9 @@ storage=(--set offload.params_on_host=0 --set offload.optim_on_host=0
          --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 --set io.stripe_unit=4096)
 host=(--set offload.params_on_host=1 --set offload.optim_on_host=1
       --set offload.grads_on_host=1 --set offload.checkpoints_on_host=1)
+# Checksummed 8 KiB chunks: a rank's share of a kept gradient is cut at whole chunks (Note
+# [Sharded kept gradient]).
+checksums=(--set io.checksums=true --set io.stripe_unit=8192)
 # NAME RANKS RTOL ARGS...: bf16 working weights (2 bytes per element in the all-gather) within
 # 1e-5, not 1e-6, because a master that differs from the single rank's in its last bits may
 # round to the neighbouring bf16 value, a 2^-8 relative change in one working weight that later
@@ -71,8 +74,8 @@ cases=(
   "in_memory-2 2 1e-6 --set train.schedule=in_memory"
   "vertical-host-3 3 1e-6 --set train.schedule=vertical --set optim.alpha=0.5 ${host[*]}"
   "horizontal-storage-3 3 1e-6 --set train.schedule=horizontal ${storage[*]}"
-  "vertical-llama-2 2 1e-6 --set model.arch=llama --set train.schedule=vertical ${storage[*]}"
-  "vertical-bf16-2 2 1e-5 --set train.schedule=vertical --set optim.alpha=0.5 --set train.precision=bf16 ${storage[*]}"
+  "vertical-llama-2 2 1e-6 --set model.arch=llama --set train.schedule=vertical ${storage[*]} ${checksums[*]}"
+  "vertical-bf16-2 2 1e-5 --set train.schedule=vertical --set optim.alpha=0.5 --set train.precision=bf16 ${storage[*]} ${checksums[*]}"
 )
 results="{"
 for c in "${cases[@]}"; do
@@ -91,11 +94,12 @@ for c in "${cases[@]}"; do
   # blocks' masters and moments, 12 bytes per parameter, in 1/N: it is smaller than the single
   # rank's by (1 - 1/N) of them per block parameter (GPT-2: 12 C^2 + 13 C per block), and of the
   # speculative copy of part 0's state (vertical, alpha 0.5 with clipping on: half a block's, 6
-  # bytes, Note [Speculative steps]), or horizontal of the kept gradient (4 bytes), up to the
-  # 4 KiB rounding of each extent (io.stripe_unit 4096).
+  # bytes, Note [Speculative steps]), and of the kept gradient (4 bytes: horizontal's, Note
+  # [Sharded optimizer state], or vertical's, kept whole for the repair, Note [Sharded kept
+  # gradient]), up to the 4 KiB rounding of each extent (io.stripe_unit 4096).
   if [[ $name == *storage* && $name != *llama* ]]; then
     sharded=16
-    [[ $name == vertical* ]] && sharded=18
+    [[ $name == vertical* ]] && sharded=22
     store=$(/usr/bin/python3 - "$work/$name.one/metrics.jsonl" "$work/$name.dp/metrics.jsonl" \
       "$n" "$sharded" <<'PY'
 import json, sys

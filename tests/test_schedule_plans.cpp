@@ -213,6 +213,75 @@ TEST(plan_schedules, PartShardsCoverEachPartOnce) {
   }
 }
 
+// Note [Sharded kept gradient]: each rank keeps (stage side) what its steps read of a part, its
+// optimizer shard, widened to whole I/O units: aligned, inside the part, whole units unless it
+// ends where the part does; packed in its store without overlap; all ranks together hardly more
+// than the part. One rank keeps the part's range at its own offset, in a store of the whole
+// block's gradient.
+TEST(plan_schedules, VerticalKeptGradientShardsCoverWhatEachRankSteps) {
+  ScheduleSpec s;
+  for (int64_t unit : {int64_t{1}, int64_t{64}}) {
+    s.grad_io_elems = unit;
+    s.block_elems = 1003;
+    s.block_grad_bytes = 4 * s.block_elems;
+    // The split is a multiple of the unit, or the whole block (alpha 0).
+    for (int64_t split : {int64_t{0}, int64_t{384}, s.block_elems}) {
+      s.split_elems = split;
+      for (int ranks : {1, 2, 3, 7}) {
+        s.ranks = ranks;
+        for (int32_t part : {-1, 0, 1}) {
+          const int64_t lo = part == 1 ? split : 0, hi = part == 0 ? split : s.block_elems;
+          const std::string what = "unit " + std::to_string(unit) + " split " +
+                                   std::to_string(split) + " ranks " + std::to_string(ranks) +
+                                   " part " + std::to_string(part);
+          int64_t kept_by_all = 0;
+          for (int r = 0; r < ranks; ++r) {
+            s.rank = r;
+            std::vector<char> stored(static_cast<size_t>(vertical_kept_grad_bytes(s)), 0);
+            std::vector<char> kept(static_cast<size_t>(s.block_elems), 0);
+            for (const GradRange& g : vertical_kept_grad_ranges(s, part)) {
+              const int64_t begin = g.stage_at / 4, end = (g.stage_at + g.bytes) / 4;
+              ASSERT_EQ(g.stage_at % 4, 0) << what;
+              ASSERT_EQ(g.bytes % 4, 0) << what;
+              ASSERT_LE(g.store_at + g.bytes, vertical_kept_grad_bytes(s)) << what;
+              EXPECT_EQ(begin % unit, 0) << what;
+              EXPECT_EQ(g.store_at % (4 * unit), 0) << what;
+              EXPECT_TRUE((end - begin) % unit == 0 || end == split || end == s.block_elems)
+                  << what;
+              EXPECT_GE(begin, lo) << what;
+              EXPECT_LE(end, hi) << what;
+              for (int64_t b = g.store_at; b < g.store_at + g.bytes; ++b) {
+                EXPECT_EQ(stored[static_cast<size_t>(b)]++, 0) << what << " store byte " << b;
+              }
+              for (int64_t e = begin; e < end; ++e) kept[static_cast<size_t>(e)] = 1;
+              if (ranks == 1) {
+                EXPECT_EQ(g.store_at, g.stage_at) << what;
+              }
+              kept_by_all += end - begin;
+            }
+            for (int32_t q : {0, 1}) {
+              if (part >= 0 && q != part) continue;
+              const PartShard sh = part_shard(s.block_elems, split, q, ranks, r);
+              for (int64_t e = sh.begin; e < sh.end; ++e) {
+                EXPECT_EQ(kept[static_cast<size_t>(e)], 1)
+                    << what << " rank " << r << " elem " << e;
+              }
+            }
+          }
+          EXPECT_LE(kept_by_all, hi - lo + 2 * 2 * unit * ranks) << what;
+          if (unit == 1) {
+            EXPECT_EQ(kept_by_all, hi - lo) << what;
+          }
+        }
+        s.rank = 0;
+        if (ranks == 1) {
+          EXPECT_EQ(vertical_kept_grad_bytes(s), s.block_grad_bytes);
+        }
+      }
+    }
+  }
+}
+
 // Note [Sharded optimizer state]: with several ranks each optimizer part's state slot holds one
 // shard (the longest, rank 0's), every AdamW part is followed by the all-gather of its working
 // params before they are stored or fetched, and the blocks' sums of squares are summed over the
@@ -245,11 +314,28 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
         }
         EXPECT_TRUE(found) << what << " " << name;
       }
-      // The kept gradient: horizontal's a shard (the longest), vertical's whole.
-      const int64_t kept = vertical ? s.block_grad_bytes : 4 * ((s.block_elems + 2) / 3);
-      EXPECT_EQ(kept_grad_bytes(s), kept) << what;
+      // The kept gradient: horizontal's a shard (the longest); vertical's whole in host memory,
+      // on storage the longest shard of each part (Note [Sharded kept gradient]).
+      const int64_t split = vertical ? s.split_elems : 0;
+      const int64_t kept = !vertical ? 4 * ((s.block_elems + 2) / 3)
+                           : place == Placement::storage
+                               ? 4 * ((split + 2) / 3 + (s.block_elems - split + 2) / 3)
+                               : s.block_grad_bytes;
+      if (!vertical) {
+        EXPECT_EQ(kept_grad_bytes(s), kept) << what;
+      }
+      if (vertical && place == Placement::storage) {
+        EXPECT_EQ(vertical_kept_grad_bytes(s), kept) << what;
+      }
       for (const Slot& slot : p.slots) {
-        if (slot.name == slot_names::grad_store(0)) EXPECT_EQ(slot.bytes, kept) << what;
+        if (slot.name == slot_names::grad_store(0)) {
+          EXPECT_EQ(slot.bytes, kept) << what;
+        }
+      }
+      if (vertical && place == Placement::storage) {  // rank 0 writes its shard of part 1 only
+        int64_t written = 0;
+        for (const Task& t : p.tasks) written += t.kind == TaskKind::grad_write ? t.bytes : 0;
+        EXPECT_EQ(written, s.blocks * 4 * ((s.block_elems - split + 2) / 3)) << what;
       }
       auto hb = happens_before_edges(p);
       ASSERT_TRUE(hb.ok());
@@ -260,8 +346,12 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
           ++norms;
           for (int32_t j = 0; j < static_cast<int32_t>(p.tasks.size()); ++j) {
             const TaskKind k = p.tasks[static_cast<size_t>(j)].kind;
-            if (k == TaskKind::grad_sumsq) EXPECT_TRUE(happens_before(*hb, j, i)) << what;
-            if (k == TaskKind::grad_norm) EXPECT_TRUE(happens_before(*hb, i, j)) << what;
+            if (k == TaskKind::grad_sumsq) {
+              EXPECT_TRUE(happens_before(*hb, j, i)) << what;
+            }
+            if (k == TaskKind::grad_norm) {
+              EXPECT_TRUE(happens_before(*hb, i, j)) << what;
+            }
           }
         }
         if (t.kind != TaskKind::block_step) continue;

@@ -90,6 +90,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.grads_at = placement_by_fraction(s.blocks, cfg.offload.grads_on_host);
   s.block_elems = n;
   s.split_elems = split_elems_for(cfg, n);
+  s.grad_io_elems = (cfg.io.checksums ? std::max(cfg.io.stripe_unit, kIoAlign) : kIoAlign) / 4;
   s.acts_bytes = block_saved_floats(d) * 4;
   s.compute_reads_host = shares_host_memory(dev);
   if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsMode::recompute) {
@@ -310,6 +311,7 @@ Status OffloadTrainer::build(const PlanKey& key, BoundPlan& out) {
   out.key = key;
   const bool iteration = key.iteration;
   ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, key.pending != Pending::none, iteration);
+  spec.rank = world_.rank();
   spec.pending_part0 = key.pending == Pending::both;
   spec.defer_part0 = key.defer_part0;
   spec.speculative = speculative_ && iteration && !key.defer_part0;

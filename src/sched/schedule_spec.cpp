@@ -1,7 +1,10 @@
 #include "sched/schedule_spec.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
+#include "core/math_util.h"
 #include "dist/communicator.h"
 
 namespace strata {
@@ -59,6 +62,59 @@ int64_t kept_grad_bytes(const ScheduleSpec& s) {
   if (!s.shard_grads || s.ranks <= 1 || s.block_elems <= 0) return s.block_grad_bytes;
   const int64_t stride = part_shard(s.block_elems, 0, -1, s.ranks, 0).stride;
   return part_bytes(s.block_grad_bytes, s.block_elems, stride, 0);
+}
+
+namespace {
+
+// Bytes of `elems` elements of a block's gradient (f32: exact for block_grad_bytes = n * 4).
+int64_t grad_elem_bytes(const ScheduleSpec& s, int64_t elems) {
+  return part_bytes(s.block_grad_bytes, s.block_elems, elems, 0);
+}
+
+}  // namespace
+
+namespace {
+
+// Elements [begin, end) of part `part` of a block's gradient that rank s.rank keeps: its shard,
+// widened to whole grad_io_elems units within the part.
+std::pair<int64_t, int64_t> kept_grad_elems(const ScheduleSpec& s, int32_t part) {
+  const PartShard sh = part_shard(s.block_elems, s.split_elems, part, s.ranks, s.rank);
+  if (sh.end <= sh.begin) return {0, 0};
+  const int64_t u = std::max<int64_t>(s.grad_io_elems, 1);
+  return {sh.begin / u * u, std::min(round_up(sh.end, u), sh.part_end)};
+}
+
+}  // namespace
+
+std::vector<GradRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part) {
+  const int64_t n = s.block_elems, a = s.split_elems;
+  if (s.ranks <= 1 || n <= 0) {
+    const int64_t at = part == 1 ? part_bytes(s.block_grad_bytes, n, a, 0) : 0;
+    const int64_t bytes = part_bytes(s.block_grad_bytes, n, a, part);
+    if (bytes == 0) return {};
+    return {{at, at, bytes}};
+  }
+  std::vector<GradRange> ranges;
+  int64_t store_at = 0;
+  for (int32_t q = 0; q < 2; ++q) {
+    const auto [begin, end] = kept_grad_elems(s, q);
+    const int64_t bytes = grad_elem_bytes(s, end - begin);
+    if ((part < 0 || q == part) && bytes > 0) {
+      ranges.push_back({grad_elem_bytes(s, begin), store_at, bytes});
+    }
+    store_at += bytes;
+  }
+  return ranges;
+}
+
+int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
+  if (s.ranks <= 1 || s.block_elems <= 0) return s.block_grad_bytes;
+  int64_t elems = 0;
+  for (int32_t q = 0; q < 2; ++q) {
+    const auto [begin, end] = kept_grad_elems(s, q);
+    elems += end - begin;
+  }
+  return grad_elem_bytes(s, elems);
 }
 
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part) {

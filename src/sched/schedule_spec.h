@@ -44,16 +44,17 @@ enum class Placement : uint8_t { device, host, storage };
 // it sums a block's gradient on host once per micro-batch, so each micro-batch's gradient is
 // reduce-scattered as it reaches the host and only the rank's shard is added to the block's sum
 // (on host or storage), which is 1/N of the block. The vertical schedule sums micro-batches on
-// the device and moves each block's gradient once per step, so it keeps it whole and
-// reduce-scatters it once, when it is complete.
+// the device and moves each block's gradient once per step, so it reduce-scatters it once, when
+// it is complete, in a whole-block host buffer; what it keeps of it on storage for later plans
+// is the rank's shard (Note [Sharded kept gradient]).
 // Replicated on every rank: the working params (every rank computes with every block, and
-// fetching them needs no network), the vertical schedule's gradients, and the embed group
-// (small: its gradient all-reduced, its step run by every rank). A rank's store so holds the
-// working params and 1/N of the masters and moments (and horizontal: of the gradients): with
-// f32 working params 4 + 12/N bytes per block parameter, not 16. ZeRO-3 also shards the working
-// params and gathers them before every use; this does not (yet). Reading a slab's state outside
-// plans (checkpoints, sampling) is therefore a collective: every rank's shard is broadcast in rank
-// order (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
+// fetching them needs no network), the vertical schedule's gradient buffers in host memory,
+// and the embed group (small: its gradient all-reduced, its step run by every rank). A rank's
+// store so holds the working params and 1/N of the masters, moments and kept gradients: with
+// f32 working params 4 + 12/N (+ 4/N) bytes per block parameter, not 16 (+ 4). ZeRO-3 also shards
+// the working params and gathers them before every use; this does not (yet). Reading a slab's state
+// outside plans (checkpoints, sampling) is therefore a collective: every rank's shard is broadcast
+// in rank order (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
 // checkpoint, so a checkpoint resumes on any number of ranks.
 struct PartShard {
   int64_t part_begin = 0, part_end = 0;  // the part, within the block
@@ -100,6 +101,14 @@ struct ScheduleSpec {
   // Ranks of the run (Note [Data parallel ranks]): above 1, every gradient complete on this rank
   // is summed over them by a grad_allreduce task on the net queue before anything reads it.
   int32_t ranks = 1;
+  // This rank (0 .. ranks - 1). Plans of every rank have the same tasks; only the ranges and
+  // store size of a vertical gradient kept on storage depend on it (Note [Sharded kept
+  // gradient]).
+  int32_t rank = 0;
+  // Elements of f32 gradient whose bytes a storage transfer may start at and cut at: direct I/O
+  // alignment, and whole checksum chunks (Note [Extent checksums] in io/tensor_store.h). The
+  // optimizer split and the blocks' sizes are multiples of it.
+  int64_t grad_io_elems = 1;
   // Horizontal with several ranks (Note [Sharded optimizer state]): each micro-batch's block
   // gradient is reduce-scattered as it reaches the host, and only the rank's shard is summed
   // and kept (ZeRO-Infinity's way).
@@ -178,6 +187,25 @@ int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part);
 // Bytes of the gradient a block keeps between micro-batches and until its step: the whole
 // block's, or with shard_grads the rank's shard of it (the longest shard's bytes).
 int64_t kept_grad_bytes(const ScheduleSpec& s);
+// Note [Sharded kept gradient]
+// The vertical schedule moves a block's gradient off the device whole, once per step, into a
+// host slot where it is reduce-scattered (Note [Sharded optimizer state]), summed and part 0
+// stepped. What a later plan still needs of it (part 1's range, or both parts when part 0
+// waits or may be repaired: Note [Speculative steps]) is kept until then; on storage, with
+// several ranks, only what this rank's steps read: its shard of each such part, widened to
+// whole units of grad_io_elems (so every transfer is aligned and covers whole checksum chunks),
+// packed in the block's store as (part 0's range | part 1's range). A rank so writes, reads and
+// stores 1/N of the kept gradient (plus at most two units per part). The host stages keep the
+// block's layout, so a step finds element e at e in either. A kept gradient in host memory
+// stays whole: it is the reduce-scatter's own buffer.
+struct GradRange {
+  int64_t stage_at = 0, store_at = 0,
+          bytes = 0;  // bytes at stage_at in a stage, store_at in the store
+};
+// The ranges of part `part` (-1: both) of a block's gradient that the vertical schedule keeps on
+// storage on rank s.rank, and the bytes of its store (Note [Sharded kept gradient]).
+std::vector<GradRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part);
+int64_t vertical_kept_grad_bytes(const ScheduleSpec& s);
 // Bytes of a block's optimizer state slot for part `part`: the whole part's with one rank, one
 // shard's (3, stride) with several (Note [Sharded optimizer state]).
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part);

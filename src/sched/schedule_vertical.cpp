@@ -100,8 +100,10 @@ class VerticalPlan {
       // Read by the pending steps (and the repair) before this iteration's backward writes it
       // again. On storage only the ranges they need are written and read (an early part 0
       // steps from the stage).
-      grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], s_.block_grad_bytes,
-                                    s_.pending_steps || s_.repair));
+      grad_store_.push_back(b_.slot(
+          names::grad_store(l), tiers_.grads[l],
+          tiers_.grads[l] == Tier::storage ? vertical_kept_grad_bytes(s_) : s_.block_grad_bytes,
+          s_.pending_steps || s_.repair));
       ckpt_.emplace_back(static_cast<size_t>(M_), -1);
       for (int i = 0; s_.iteration && i < M_; ++i) {
         const int m = vertical_micro_batch(l, i, M_);
@@ -281,21 +283,24 @@ class VerticalPlan {
   }
 
   // ---- Gradients ------------------------------------------------------------------------------
-  // Part `part`'s byte range of block l's gradient (Note [Optimizer split]; -1: all of it) from
-  // src to dst at the same offset on both sides, so a step finds it where it belongs in either
-  // slot.
-  void move_grad(TaskKind kind, int l, int32_t src, int32_t dst, int32_t part) {
-    const int64_t at =
-        part == 1 ? part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, 0) : 0;
-    const int64_t bytes = part_bytes(s_.block_grad_bytes, s_.block_elems, s_.split_elems, part);
-    b_.transfer_range(kind, {.block = l, .part = part}, src, at, dst, at, bytes);
+  // Part `part` of block l's gradient (Note [Optimizer split]; -1: both) between a host stage
+  // and its store on storage: what the steps of a later plan read of it (Note [Sharded kept
+  // gradient]), at its place in the block's layout in the stage.
+  void keep_grad(int l, int32_t stage, int32_t part) {
+    for (const GradRange& r : vertical_kept_grad_ranges(s_, part)) {
+      b_.transfer_range(TaskKind::grad_write, {.block = l, .part = part}, stage, r.stage_at,
+                        grad_store_[l], r.store_at, r.bytes);
+    }
   }
   // The host slot holding the range `part` of block l's gradient that its pending steps (or
   // repair) read: its store on host, or that range read back into a stage.
   int32_t grad_for_steps(int l, int32_t part) {
     if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
     const int32_t stage = grad_rstage_.take();
-    move_grad(TaskKind::grad_read, l, grad_store_[l], stage, part);
+    for (const GradRange& r : vertical_kept_grad_ranges(s_, part)) {
+      b_.transfer_range(TaskKind::grad_read, {.block = l, .part = part}, grad_store_[l], r.store_at,
+                        stage, r.stage_at, r.bytes);
+    }
     return stage;
   }
 
@@ -327,7 +332,7 @@ class VerticalPlan {
            s_.speculative);
     }
     if (grad_on_storage && (has_part1_ || keep_whole_grad_)) {
-      move_grad(TaskKind::grad_write, l, grad, grad_store_[l], keep_whole_grad_ ? -1 : 1);
+      keep_grad(l, grad, keep_whole_grad_ ? -1 : 1);
     }
   }
 
