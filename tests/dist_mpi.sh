@@ -58,7 +58,8 @@ run() {
 final() { echo "$work/$1/ckpt/step-$(printf %08d $steps)"; }
 
 storage=(--set offload.params_on_host=0 --set offload.optim_on_host=0
-         --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 --set io.stripe_unit=4096)
+         --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 --set io.stripe_unit=4096
+         --set offload.embed_optim_on_host=false)
 host=(--set offload.params_on_host=1 --set offload.optim_on_host=1
       --set offload.grads_on_host=1 --set offload.checkpoints_on_host=1)
 # Checksummed 8 KiB chunks: a rank's share of a kept gradient is cut at whole chunks (Note

@@ -36,7 +36,6 @@ ScheduleSpec spec(int L, int M, Placement params, Placement optim, Placement ckp
   s.embed_param_bytes = 20 * kMiB;  // 2.5 blocks of elements: three chunks, the last short
   s.embed_elems = s.embed_param_bytes / 4;
   s.embed_optim_bytes = 3 * s.embed_param_bytes;
-  s.embed_chunk_elems = s.block_elems;
   s.block_fwd_flops = 1e9;
   s.block_bwd_flops = 2e9;
   s.params = params;
@@ -293,6 +292,7 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
       s.grads = place;
       s.ranks = 3;
       s.shard_grads = !vertical;
+      s.embed_optim = place;  // on storage: its step in chunks of the shard-sized stage
       if (vertical) s.split_elems = s.block_elems / 2 + 1;
       const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
       const std::string what = std::string(vertical ? "vertical" : "horizontal") +
@@ -332,6 +332,19 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
           EXPECT_EQ(slot.bytes, kept) << what;
         }
       }
+      // Note [Optimizer stage size]: the stage holds the longest shard's state, not a block's.
+      const int64_t longest = vertical ? std::max((split + 2) / 3, (s.block_elems - split + 2) / 3)
+                                       : (s.block_elems + 2) / 3;
+      int stages = 0;
+      for (const Slot& slot : p.slots) {
+        if (slot.name != slot_names::kOptimStage.at(0) &&
+            slot.name != slot_names::kOptimStage.at(1)) {
+          continue;
+        }
+        ++stages;
+        EXPECT_EQ(slot.bytes, 12 * longest) << what << " " << slot.name;
+      }
+      EXPECT_EQ(stages, place == Placement::storage ? 2 : 0) << what;
       if (vertical && place == Placement::storage) {  // rank 0 writes its shard of part 1 only
         int64_t written = 0;
         for (const Task& t : p.tasks) written += t.kind == TaskKind::grad_write ? t.bytes : 0;

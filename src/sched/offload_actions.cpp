@@ -504,8 +504,8 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
 // The embed group's elements [lo, hi) a step covers (Note [Embed step in chunks]).
 std::pair<int64_t, int64_t> OffloadTrainer::embed_chunk_range(int32_t chunk) const {
   if (chunk < 0) return {0, embed_elems_};
-  const int64_t lo = chunk * block_elems_;
-  return {lo, std::min(embed_elems_, lo + block_elems_)};
+  const int64_t lo = chunk * embed_chunk_elems_;
+  return {lo, std::min(embed_elems_, lo + embed_chunk_elems_)};
 }
 
 Status OffloadTrainer::do_embed_step(const BoundPlan& bp, const Task& t) {

@@ -71,7 +71,6 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.embed_optim_bytes = E * 12;
   s.embed_elems = E;
   s.embed_optim = cfg.offload.embed_optim_on_host ? Placement::host : Placement::storage;
-  s.embed_chunk_elems = n;
   s.tokens_bytes = M * 2 * BT * 4;
   s.losses_bytes = M * BT * 4;
   const BlockDims d = block_dims(dev, cfg.model, B, T);
@@ -126,6 +125,8 @@ OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator
   block_elems_ = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
   split_elems_ = split_elems_for(cfg, block_elems_);
   embed_elems_ = embed_group_elems(layout_);
+  // Note [Optimizer stage size]: the plans' chunks, so the step tasks' `part` means the same here.
+  embed_chunk_elems_ = embed_chunk_elems_for(offload_schedule_spec(dev, cfg, false, true));
   slab_sumsq_.assign(layout_.slabs.size(), 0.0);
   // Note [Data parallel ranks]: the mean over every rank's micro-batches.
   dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum * cfg.ranks);

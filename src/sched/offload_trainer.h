@@ -307,6 +307,8 @@ class OffloadTrainer final : public Trainer {
   bool vertical_ = false;
   bool bf16_ = false;  // train.precision bf16: params slots hold bf16 (Note [Precision modes])
   int64_t block_elems_ = 0, split_elems_ = 0, embed_elems_ = 0;
+  int64_t embed_chunk_elems_ =
+      0;  // the embed step's chunk on storage (Note [Optimizer stage size])
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
   // Note [Ordering by events]

@@ -75,7 +75,7 @@ void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
   if (b.tier(c.embed_state) != Tier::storage) {
     add_embed_step_task(b, c, -1, c.embed_state, s.embed_optim_bytes);
   } else {  // Note [Embed step in chunks]
-    const int64_t E = s.embed_elems, S = s.embed_chunk_elems;
+    const int64_t E = s.embed_elems, S = embed_chunk_elems_for(s);
     const int64_t width = s.embed_optim_bytes / (3 * E);  // bytes per element of each array
     for (int32_t k = 0; int64_t{k} * S < E; ++k) {
       const int64_t lo = k * S, len = std::min(S, E - lo);

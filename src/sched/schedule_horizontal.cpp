@@ -68,7 +68,7 @@ class HorizontalPlan {
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     // One ring for both directions: a checkpoint is read back only after every write.
     ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
-    optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes,
+    optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, optim_stage_bytes(s_),
                             tiers_.optim_on_storage || s_.embed_optim == Placement::storage);
     grad_wstage_ =
         add_ring(b_, names::kGradWstage, Tier::host, kept_grad_bytes(s_), tiers_.grads_on_storage);

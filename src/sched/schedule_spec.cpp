@@ -117,6 +117,21 @@ int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
   return grad_elem_bytes(s, elems);
 }
 
+int64_t embed_chunk_elems_for(const ScheduleSpec& s) {
+  const int64_t n = s.block_elems;
+  if (s.ranks <= 1 || n <= 0) return n;
+  const bool split = s.split_elems > 0 && s.split_elems < n;
+  int64_t stride = 0;
+  for (int32_t part : split ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{-1}) {
+    stride = std::max(stride, part_shard(n, s.split_elems, part, s.ranks, 0).stride);
+  }
+  return std::min(n, round_up(stride, std::max<int64_t>(s.grad_io_elems, 1)));
+}
+
+int64_t optim_stage_bytes(const ScheduleSpec& s) {
+  return part_bytes(s.block_optim_bytes, s.block_elems, embed_chunk_elems_for(s), 0);
+}
+
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part) {
   const int64_t bytes = part_bytes(s.block_optim_bytes, s.block_elems, s.split_elems, part);
   if (s.ranks <= 1 || s.block_elems <= 0) return bytes;

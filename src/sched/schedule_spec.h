@@ -121,9 +121,8 @@ struct ScheduleSpec {
   int64_t embed_optim_bytes = 0;  // their master + m + v, laid out (3, embed_elems)
   int64_t embed_elems = 0;        // elements of the embed group (both slabs, padding included)
   // Where the embed group's optimizer state lives (Note [Embed step in chunks]); on storage its
-  // step runs in chunks of embed_chunk_elems (at most block_elems: one optimizer stage each).
+  // step runs in chunks of embed_chunk_elems_for(spec) elements, one optimizer stage each.
   Placement embed_optim = Placement::host;
-  int64_t embed_chunk_elems = 0;
   int64_t tokens_bytes = 0;     // inputs and targets of every micro-batch (host, uploaded once)
   int64_t losses_bytes = 0;     // per-position losses of every micro-batch (host)
   int64_t workspace_bytes = 0;  // device scratch of the compute tasks (activations, head)
@@ -167,9 +166,9 @@ struct ScheduleSpec {
 // Note [Embed step in chunks]
 // The embed group's optimizer state is one (3, E) array: master, then m, then v, on host or in
 // the store alike. On host its step is one task over all E elements. On storage the step runs
-// chunk by chunk (chunk k: elements [k S, min(E, (k + 1) S)), S = embed_chunk_elems): the
+// chunk by chunk (chunk k: elements [k S, min(E, (k + 1) S)), S = embed_chunk_elems_for): the
 // chunk's three ranges are read into an optimizer stage laid out (3, len), stepped there, and
-// written back, so host memory holds one block's optimizer state, not the group's. AdamW is
+// written back, so host memory holds one stage of optimizer state, not the group's. AdamW is
 // elementwise, so the chunks give the bits of the whole step. A step task's `part` is its chunk
 // (-1: the whole group).
 
@@ -206,6 +205,15 @@ struct GradRange {
 // storage on rank s.rank, and the bytes of its store (Note [Sharded kept gradient]).
 std::vector<GradRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part);
 int64_t vertical_kept_grad_bytes(const ScheduleSpec& s);
+// Note [Optimizer stage size]
+// An optimizer stage (the ring a step's state passes through when it lives on storage, and the
+// embed step's chunks: Note [Embed step in chunks]) holds the largest state one step task
+// reads: with one rank a block's (3, block_elems); with several the longest shard of a part
+// (Note [Sharded optimizer state]), so a rank's host memory shrinks with its state. The embed
+// group, replicated, then steps in chunks that fit it, whole I/O units (grad_io_elems) long.
+// Elements per array of one embed chunk, and bytes of one optimizer stage.
+int64_t embed_chunk_elems_for(const ScheduleSpec& s);
+int64_t optim_stage_bytes(const ScheduleSpec& s);
 // Bytes of a block's optimizer state slot for part `part`: the whole part's with one rank, one
 // shard's (3, stride) with several (Note [Sharded optimizer state]).
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part);

@@ -161,7 +161,7 @@ class VerticalPlan {
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     ckpt_wstage_ = add_ring(b_, names::kCkptWstage, Tier::host, C, tiers_.checkpoints_on_storage);
     ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
-    optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, s_.block_optim_bytes,
+    optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, optim_stage_bytes(s_),
                             tiers_.optim_on_storage || s_.embed_optim == Placement::storage);
     grad_wstage_ = add_ring(b_, names::kGradWstage, Tier::host, s_.block_grad_bytes,
                             tiers_.grads_on_storage && s_.iteration);
