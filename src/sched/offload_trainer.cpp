@@ -33,6 +33,12 @@ int64_t embed_group_elems(const ParamLayout& layout) {
          layout.slabs[static_cast<size_t>(layout.final_slab())].numel;
 }
 
+// Bytes a storage transfer of block state may start at and cut at: a direct-I/O block, or a
+// whole checksum chunk when checksums are on (Note [Extent checksums] in io/tensor_store.h).
+int64_t io_unit_bytes(const TrainConfig& cfg) {
+  return cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit, kIoAlign) : kIoAlign;
+}
+
 // Part 0 of each block's step (run in backward) holds (1 - alpha) of its elements, rounded to
 // whole I/O blocks of the working params (whole checksum chunks when checksums are on, since
 // parts are written separately): 1024 elements in f32, 2048 in bf16. Note [Optimizer split].
@@ -41,9 +47,7 @@ int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
   if (cfg.schedule != Schedule::vertical || alpha >= 1.0) return 0;
   if (alpha <= 0.0) return n;
   const int64_t width = cfg.precision == Precision::bf16 ? 2 : 4;  // bytes per working param
-  const int64_t io_block = kIoAlign / width;
-  const int64_t align =
-      cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit / width, io_block) : io_block;
+  const int64_t align = io_unit_bytes(cfg) / width;
   const auto a = static_cast<int64_t>(std::llround((1.0 - alpha) * n / align)) * align;
   return std::clamp<int64_t>(a, 0, n);
 }
@@ -89,7 +93,7 @@ ScheduleSpec offload_schedule_spec(const Device& dev, const TrainConfig& cfg, bo
   s.grads_at = placement_by_fraction(s.blocks, cfg.offload.grads_on_host);
   s.block_elems = n;
   s.split_elems = split_elems_for(cfg, n);
-  s.grad_io_elems = (cfg.io.checksums ? std::max(cfg.io.stripe_unit, kIoAlign) : kIoAlign) / 4;
+  s.grad_io_elems = io_unit_bytes(cfg) / 4;
   s.acts_bytes = block_saved_floats(d) * 4;
   s.compute_reads_host = shares_host_memory(dev);
   if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsMode::recompute) {

@@ -71,10 +71,6 @@ int64_t grad_elem_bytes(const ScheduleSpec& s, int64_t elems) {
   return part_bytes(s.block_grad_bytes, s.block_elems, elems, 0);
 }
 
-}  // namespace
-
-namespace {
-
 // Elements [begin, end) of part `part` of a block's gradient that rank s.rank keeps: its shard,
 // widened to whole grad_io_elems units within the part.
 std::pair<int64_t, int64_t> kept_grad_elems(const ScheduleSpec& s, int32_t part) {
@@ -108,13 +104,9 @@ std::vector<GradRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t 
 }
 
 int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
-  if (s.ranks <= 1 || s.block_elems <= 0) return s.block_grad_bytes;
-  int64_t elems = 0;
-  for (int32_t q = 0; q < 2; ++q) {
-    const auto [begin, end] = kept_grad_elems(s, q);
-    elems += end - begin;
-  }
-  return grad_elem_bytes(s, elems);
+  int64_t bytes = 0;  // the ranges of both parts, packed from 0
+  for (const GradRange& r : vertical_kept_grad_ranges(s, -1)) bytes += r.bytes;
+  return bytes;
 }
 
 int64_t embed_chunk_elems_for(const ScheduleSpec& s) {
