@@ -46,7 +46,7 @@ case $kind in
     tests=(
       test_executor test_io_engine test_configured_engine test_rate_limited_engine
       test_fault_injector test_tensor_store test_store_sharing test_happens_before
-      test_offload_faults test_checkpoint test_state_snapshot
+      test_offload_faults test_checkpoint test_checkpoint_shards test_state_snapshot
       test_offload_faults_discrete test_state_snapshot_discrete
     )
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}

@@ -95,5 +95,11 @@ expect_error not_utf8 'data\.train is not UTF-8 text \(byte 0xe9 at offset 1\)' 
 expect_error plan_ranks_zero "--ranks must be an integer from 1 to 4096, got '0'" \
   plan --profile "${STRATA_SOURCE_DIR:?}/profiles/a100-80gb-4nvme.json" --model gpt-65b --ranks 0
 
+# strata gather (Note [Sharded checkpoints]): its flags, and a checkpoint that is not there.
+expect_error gather_flags '--checkpoint DIR and --out ROOT are both required' \
+  gather --checkpoint "$work"
+expect_error gather_missing "no complete checkpoint in $work" \
+  gather --checkpoint "$work" --out "$work/gathered"
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

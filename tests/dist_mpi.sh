@@ -11,12 +11,15 @@
 #     working weights (within 1e-5: at the cases).
 #     With the state on storage, each rank's store is smaller than the single rank's by the
 #     blocks' masters and moments it does not own (Note [Sharded optimizer state]).
-#  2. Determinism: the same 2-rank run twice gives bit-identical checkpoints.
+#     Every N-rank checkpoint is sharded (Note [Sharded checkpoints]): N rank files, each an
+#     N-th of the state; the comparisons read its gathered copy (`strata gather`).
+#  2. Determinism: the same 2-rank run twice gives bit-identical checkpoints (every rank file).
 #  3. Faults: an injected I/O error on rank 1 alone (MPMD: only rank 1 gets io.faults) stops
 #     every rank, non-zero, with a line naming rank 1, the task and its store file (in its own
 #     io.dirs: "{rank}" replaced); a rank
 #     killed with SIGKILL makes mpirun exit non-zero within 60 s; a 2-rank run killed after a
-#     checkpoint and resumed ends bit-identical to one never killed.
+#     checkpoint and resumed ends bit-identical to one never killed (every rank file).
+#  4. A 2-rank checkpoint is resumed by 1 and by 4 ranks (resharded), and its export gathers it.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/setup.sh" >&2; exit 1; }
@@ -56,6 +59,33 @@ run() {
   }
 }
 final() { echo "$work/$1/ckpt/step-$(printf %08d $steps)"; }
+# plain DIR: the checkpoint as tools that read Hugging Face files take it: DIR itself, or, when
+# ranks wrote their shards (Note [Sharded checkpoints]), the copy `strata gather` makes of it.
+plain() {
+  if grep -q '"shards"' "$1/manifest.json"; then
+    "$STRATA_BIN" gather --checkpoint "$1" --out "$1.gathered" 2>>"$work/gather.log" || return 1
+    echo "$1.gathered/$(basename "$1")"
+  else
+    echo "$1"
+  fi
+}
+# shards DIR N: DIR was written by N ranks, each its own file, together 12 bytes per element of
+# the layout (master, m, v), each within a few elements per extent of an N-th (shard_range).
+shards() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, os, sys
+d, n = sys.argv[1], int(sys.argv[2])
+m = json.load(open(os.path.join(d, "manifest.json")))
+files = sorted(f for f in os.listdir(d) if f.endswith(".state"))
+sizes = [os.path.getsize(os.path.join(d, "rank-%05d.state" % r)) for r in range(n)]
+extents = [len(f["extents"]) for f in m["shards"]["files"]]
+state = sum(12 * e[2] for f in m["shards"]["files"] for e in f["extents"])
+ok = (m["version"] == 3 and m["shards"]["ranks"] == n and len(files) == n and sum(sizes) == state
+      and all(abs(s - state / n) <= 12 * k for s, k in zip(sizes, extents)))
+print(json.dumps({"rank_file_bytes": sizes, "state_bytes": state}))
+sys.exit(0 if ok else 1)
+PY
+}
 
 storage=(--set offload.params_on_host=0 --set offload.optim_on_host=0
          --set offload.grads_on_host=0 --set offload.checkpoints_on_host=0 --set io.stripe_unit=4096
@@ -84,7 +114,13 @@ for c in "${cases[@]}"; do
   read -ra args <<<"$rest"
   run "$name.one" 1 $((2 * n)) "${args[@]}"
   run "$name.dp" "$n" 2 "${args[@]}"
-  line=$($compare "$(final "$name.one")" "$(final "$name.dp")" --rtol "$rtol" \
+  ckpt=$(shards "$(final "$name.dp")" "$n") || {
+    echo "$name: the $n ranks did not each write an N-th of the checkpoint: $ckpt" >&2
+    exit 1
+  }
+  echo "$name checkpoint: $ckpt"
+  results+="\"$name-checkpoint\": $ckpt, "
+  line=$($compare "$(final "$name.one")" "$(plain "$(final "$name.dp")")" --rtol "$rtol" \
     --key-bias-atol "$key_bias_atol") || {
     echo "$name: $n ranks x 2 micro-batches differ from 1 rank x $((2 * n)): $line" >&2
     exit 1
@@ -131,7 +167,9 @@ done
 
 # Determinism: the same 2-rank run again, bit for bit.
 run vertical-storage-2.again 2 2 --set train.schedule=vertical --set optim.alpha=0.5 "${storage[@]}"
-$compare "$(final vertical-storage-2.dp)" "$(final vertical-storage-2.again)" --rtol 0
+for r in 0 1; do
+  cmp "$(final vertical-storage-2.dp)/rank-0000$r.state" "$(final vertical-storage-2.again)/rank-0000$r.state"
+done
 
 # An I/O error on rank 1 alone stops both ranks, naming rank 1, the task and the file.
 mkdir -p "$work/fault/store0" "$work/fault/store1"
@@ -251,8 +289,24 @@ reap "$launcher"
 "${mpi[@]}" -np 2 "$STRATA_BIN" "${rargs[@]}" --set "io.dirs=[\"$work/resume/s{rank}\"]" \
   --checkpoint-dir "$work/resume/ckpt" --resume "$work/resume/ckpt" 2>"$work/resume/run2.log"
 grep -q "resumed from $work/resume/ckpt/step-" "$work/resume/run2.log"
-$compare "$work/resume/ref/step-00000008" "$work/resume/ckpt/step-00000008" --rtol 0
+for r in 0 1; do
+  cmp "$work/resume/ref/step-00000008/rank-0000$r.state" "$work/resume/ckpt/step-00000008/rank-0000$r.state"
+done
+$compare "$(plain "$work/resume/ref/step-00000008")" "$(plain "$work/resume/ckpt/step-00000008")" \
+  --rtol 0
 echo "kill -9 + resume of 2 ranks: bit-identical"
+
+# The export of a sharded checkpoint gathers it: the same file as the export of its gathered copy.
+"$STRATA_BIN" export --checkpoint "$work/resume/ref/step-00000008" \
+  --out "$work/export/sharded/model.safetensors" 2>"$work/export.log"
+"$STRATA_BIN" export --checkpoint "$(plain "$work/resume/ref/step-00000008")" \
+  --out "$work/export/gathered/model.safetensors" 2>>"$work/export.log"
+cmp "$work/export/sharded/model.safetensors" "$work/export/gathered/model.safetensors"
+[ -z "$(ls -A "$work/export/sharded" | grep -v -e '^model.safetensors$' -e '^config.json$')" ] || {
+  echo "the export of a sharded checkpoint left files: $(ls -A "$work/export/sharded")" >&2
+  exit 1
+}
+echo "export of a sharded checkpoint: the gathered export, byte for byte"
 
 # Another world size resumes the (sharded) state: the 2-rank checkpoint at step 4 taken on by
 # 1 rank x 4 micro-batches and by 4 ranks x 1, the same 4 per step; each ends within 1e-6 of the
@@ -272,7 +326,8 @@ for n in 1 4; do
     exit 1
   }
   grep -q "resumed from .*step-00000004 at step 4" "$work/$name/log"
-  line=$($compare "$work/resume/ref/step-00000008" "$work/$name/ckpt/step-00000008" --rtol 1e-6 \
+  line=$($compare "$(plain "$work/resume/ref/step-00000008")" \
+    "$(plain "$work/$name/ckpt/step-00000008")" --rtol 1e-6 \
     --key-bias-atol "$(/usr/bin/python3 -c "print(8 * $lr)")")
   echo "2-rank checkpoint resumed by $n ranks x $m: $line"
   results+="\"resumed-by-$n\": $line, "

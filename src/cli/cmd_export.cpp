@@ -2,11 +2,13 @@
 // HF names and layout, or shards and their index, plus HF's config.json beside them), for loading
 // in other tools. The work is io/hf_export.h's (Note [Streaming export]); host memory is one copy
 // chunk whatever the model's size.
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/gathered_checkpoint.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
 #include "io/hf_export.h"
@@ -48,7 +50,14 @@ int cmd_export(const std::vector<std::string>& args) {
   auto dir = resolve_checkpoint(parsed->get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);
 
-  auto plan = plan_hf_export(*dir);
+  // A sharded checkpoint is gathered first, beside the output.
+  const std::filesystem::path out_path(parsed->get("out"));
+  std::string out_dir =
+      out_path.has_filename() ? out_path.parent_path().string() : out_path.string();
+  if (out_dir.empty()) out_dir = ".";
+  auto readable = HfReadableCheckpoint::open(*dir, out_dir);
+  if (!readable.ok()) return fail(readable.status().message(), exit_status(readable.status()));
+  auto plan = plan_hf_export(readable->dir());
   if (!plan.ok()) return fail(plan.status().message(), 2);
   auto files = write_hf_export(*plan, parsed->get("out"), shard_bytes);
   if (!files.ok()) return fail(files.status().message(), exit_status(files.status()));

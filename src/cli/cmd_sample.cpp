@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <span>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/gathered_checkpoint.h"
 #include "core/file_util.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
@@ -172,7 +174,11 @@ int cmd_sample(const std::vector<std::string>& args) {
 
   auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);
-  auto plan = plan_hf_export(*dir);  // verifies model.safetensors against the manifest
+  // A sharded checkpoint is gathered first, beside it.
+  auto readable =
+      HfReadableCheckpoint::open(*dir, std::filesystem::path(*dir).parent_path().string());
+  if (!readable.ok()) return fail(readable.status().message(), 2);
+  auto plan = plan_hf_export(readable->dir());  // verifies model.safetensors against the manifest
   if (!plan.ok()) return fail(plan.status().message(), 2);
   // Text in and out through the tokenizer (byte-level by default); --prompt-tokens skips it in.
   const std::string tokenizer_path = a.has("tokenizer") ? a.get("tokenizer") : "byte";

@@ -27,6 +27,7 @@
 #include "dist/communicator.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_lineage.h"
+#include "io/checkpoint_shards.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
 #include "io/hf_import.h"
@@ -362,17 +363,24 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto ckpt = checkpoint_options(a);
   if (!ckpt.ok()) return SetupError{ckpt.status().message()};
   run.ckpt = *ckpt;
-  // Rank 0 writes the checkpoints; the others take part in reading a sharded state (below).
-  const int64_t save_every = run.ckpt.save_every;
-  if (!writes_outputs(run)) run.ckpt.save_every = 0;
+  // With ranks, every rank writes its shard of each checkpoint and rank 0 publishes it (Note
+  // [Sharded checkpoints]): rank 0 alone holds the directory and claims it.
   run.lineage = {new_run_id()};
-  if (run.ckpt.save_every > 0) {
+  if (run.ckpt.save_every > 0 && writes_outputs(run)) {
     auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
     if (!lock.ok()) return SetupError{lock.status().message(), exit_code_for(lock.status())};
     run.ckpt_lock.emplace(std::move(*lock));
     if (run.ckpt.resume.empty()) {  // a resumed run claims the directory once it knows its step
       auto claimed = claim_checkpoint_root(run.ckpt.dir, run.lineage, -1);
       if (!claimed.ok()) return SetupError{claimed.status().message()};
+    }
+  }
+  if (run.ckpt.save_every > 0) {
+    // Another rank may get here before rank 0 made the directory.
+    std::error_code ec;
+    std::filesystem::create_directories(run.ckpt.dir, ec);
+    if (ec) {
+      return SetupError{"cannot create checkpoint directory " + run.ckpt.dir + ": " + ec.message()};
     }
     auto e = create_configured_engine(c.io, run.ckpt.dir);
     if (!e.ok()) return SetupError{e.status().message()};
@@ -396,9 +404,6 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   auto trainer = create_trainer(*run.device, c, *run.world);
   if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
   run.trainer = std::move(*trainer);
-  // Note [Sharded optimizer state]: reading it is a collective, so every rank saves when rank 0
-  // does; only rank 0 writes.
-  if (!writes_outputs(run) && run.trainer->state_sharded()) run.ckpt.save_every = save_every;
   if (predicted.wait_iter_s > 0) {
     run.trainer->set_speculation_costs(predicted.iter_s, predicted.wait_iter_s, predicted.repair_s,
                                        "simulated");
@@ -502,17 +507,21 @@ void note_saved(const CheckpointSaveStats& saved, const CheckpointReport& r, Pro
   progress.note(line);
 }
 
-// The checkpoint after `steps_done` steps, at a standstill. On a rank other than 0 (a sharded
-// state's, Note [Sharded optimizer state]): its part of the reads, in save_checkpoint's order,
-// slab by slab; nothing written.
+// The checkpoint after `steps_done` steps, at a standstill. With ranks, every rank writes its
+// share (Note [Sharded checkpoints]).
 Result<CheckpointReport> save(TrainRun& run, int64_t steps_done, Progress& progress) {
-  if (!writes_outputs(run)) {
-    const int64_t slabs = static_cast<int64_t>(run.trainer->layout().slabs.size());
-    for (int64_t slab = 0; slab < slabs; ++slab) {
-      STRATA_RETURN_IF_ERROR(
-          run.trainer->read_slab_pieces(slab, [](const SlabPiece&) { return Status(); }));
-    }
-    return CheckpointReport{steps_done, 0, 0, false};
+  Communicator& world = *run.world;
+  if (world.size() > 1) {
+    const SlabReader share = [&](int64_t slab, const SlabPieceFn& take) {
+      return run.trainer->read_shard_pieces(slab, world.rank(), world.size(), take);
+    };
+    STRATA_ASSIGN_OR_RETURN(
+        auto saved,
+        save_sharded_checkpoint(*run.ckpt_engine, run.ckpt.dir, run.cfg,
+                                checkpoint_meta(run, steps_done), share, run.ckpt.keep, world));
+    const CheckpointReport r{steps_done, saved.seconds, saved.seconds, false};
+    if (writes_outputs(run)) note_saved(saved, r, progress);
+    return r;
   }
   STRATA_ASSIGN_OR_RETURN(
       auto saved, save_checkpoint(
@@ -529,6 +538,7 @@ Result<CheckpointReport> save(TrainRun& run, int64_t steps_done, Progress& progr
 // The checkpoint after `steps_done` steps begun behind training; false when the trainer takes
 // no snapshots (the caller saves at a standstill).
 Result<bool> start_save_behind(TrainRun& run, int64_t steps_done) {
+  if (run.world->size() > 1) return false;  // every rank writes its share, at a standstill
   const auto t0 = std::chrono::steady_clock::now();
   auto snapshot = run.trainer->begin_snapshot();
   if (!snapshot.ok()) {

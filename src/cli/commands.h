@@ -13,6 +13,7 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_prepare(const std::vector<std::string>& args);
 int cmd_bench_io(const std::vector<std::string>& args);
 int cmd_export(const std::vector<std::string>& args);
+int cmd_gather(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
 int cmd_sample(const std::vector<std::string>& args);

@@ -39,6 +39,9 @@ const char* kUsage =
     "            --out FILE.safetensors | DIR/ (DIR/model.safetensors)  [--shard-size 2GB]:\n"
     "            weights over the shard size go to BASE-00001-of-0000N.safetensors ... and\n"
     "            BASE.safetensors.index.json beside FILE (Hugging Face's layout)\n"
+    "  gather    the ordinary checkpoint of one written by several ranks (their shards)\n"
+    "            --checkpoint DIR (a step-* directory, or a root: its newest)  --out ROOT\n"
+    "            (writes ROOT/step-N; export and sample gather by themselves)\n"
     "  plan      predict a run and choose its configuration (docs/design.md §7, docs/planner.md)\n"
     "            --profile HW.json  --model PRESET | --config FILE --set ...  --simulate\n"
     "            --sequences N  --schedule S  --json  --trace FILE  --sweep N,N,...\n"
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   if (command == "prepare") return strata::cli::cmd_prepare(args);
   if (command == "bench-io") return strata::cli::cmd_bench_io(args);
   if (command == "export") return strata::cli::cmd_export(args);
+  if (command == "gather") return strata::cli::cmd_gather(args);
   if (command == "sample") return strata::cli::cmd_sample(args);
   if (command == "report") return strata::cli::cmd_report(args);
   if (command == "plan") return strata::cli::cmd_plan(args);

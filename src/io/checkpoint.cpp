@@ -21,6 +21,8 @@
 #include "core/json_util.h"
 #include "core/slow_progress.h"
 #include "io/checkpoint_lineage.h"
+#include "io/checkpoint_publish.h"
+#include "io/checkpoint_shards.h"
 #include "io/checkpoint_tensors.h"
 #include "io/crc32c.h"
 #include "io/safetensors.h"
@@ -33,20 +35,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = "strata-checkpoint";
+constexpr const char* kFormat = kCheckpointFormat;
 constexpr int kVersion = 2;  // 1: both moments in optimizer.safetensors (still read)
-
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
-  return buf;
-}
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
 
 // The safetensors header for tensors streamed in the order given (io/safetensors.h).
 struct StreamedTensor {
@@ -64,21 +54,6 @@ std::string safetensors_header(const std::vector<StreamedTensor>& tensors,
     off += t.bytes;
   }
   return safetensors_header_bytes(h);
-}
-
-struct ManifestEntry {
-  std::string name;
-  int64_t bytes;
-  uint32_t crc;
-};
-
-Status write_text(IoEngine& engine, const std::string& dir, const std::string& name,
-                  const std::string& text, std::vector<ManifestEntry>* manifest) {
-  STRATA_ASSIGN_OR_RETURN(SequentialFile f, SequentialFile::create(engine, dir + "/" + name));
-  STRATA_RETURN_IF_ERROR(f.append(text.data(), static_cast<int64_t>(text.size())));
-  STRATA_RETURN_IF_ERROR(f.finish());
-  if (manifest != nullptr) manifest->push_back({name, f.size(), f.crc()});
-  return Status();
 }
 
 // The three tensor files, slab by slab in the snapshot's capture order, each slab's bytes at
@@ -166,27 +141,8 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
   const ParamLayout layout = make_param_layout(cfg.model);
   std::vector<ManifestEntry> manifest;
   STRATA_RETURN_IF_ERROR(write_state_files(engine, dir, layout, snapshot, stats, &manifest));
-  STRATA_RETURN_IF_ERROR(
-      write_text(engine, dir, "config.json", config_to_json(cfg).dump(2) + "\n", &manifest));
-  nlohmann::json state = {{"step", meta.step},
-                          {"adam_steps", meta.adam_steps},
-                          {"data_position", meta.data_position},
-                          {"seed", meta.seed},
-                          {"schedule", meta.schedule}};
-  if (!meta.run_id.empty()) state["run_id"] = meta.run_id;
-  if (!meta.lineage.empty()) state["lineage"] = meta.lineage;
-  STRATA_RETURN_IF_ERROR(
-      write_text(engine, dir, "trainer_state.json", state.dump(2) + "\n", &manifest));
-  nlohmann::json files = nlohmann::json::array();
-  for (const ManifestEntry& e : manifest) {
-    files.push_back({{"name", e.name}, {"bytes", e.bytes}, {"crc32c", hex32(e.crc)}});
-    stats->bytes += e.bytes;
-  }
-  const nlohmann::json mf = {
-      {"format", kFormat}, {"version", kVersion}, {"step", meta.step}, {"files", files}};
-  const std::string text = mf.dump(2) + "\n";
-  stats->bytes += static_cast<int64_t>(text.size());
-  return write_text(engine, dir, "manifest.json", text, nullptr);
+  return write_checkpoint_meta(engine, dir, cfg, meta, kVersion, std::move(manifest),
+                               nlohmann::json::object(), stats);
 }
 
 }  // namespace
@@ -236,44 +192,11 @@ namespace {
 Result<CheckpointSaveStats> publish_checkpoint(IoEngine& engine, const std::string& root,
                                                const TrainConfig& cfg, const CheckpointMeta& meta,
                                                const StateSnapshot& snapshot, int64_t keep) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return io_error("cannot create checkpoint directory " + root + ": " + ec.message());
-  // Leftovers of saves that a crash interrupted.
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    // (never a live save's: Note [Checkpoint lineage])
-    if (is_stale_save_dir(e.path().filename().string())) fs::remove_all(e.path(), ec);
-  }
-  CheckpointSaveStats stats;
-  stats.dir = (fs::path(root) / step_name(meta.step)).string();
-  if (fs::exists(fs::path(stats.dir) / "manifest.json")) return stats;  // the same state
-
-  const std::string tmp =
-      (fs::path(root) / (".tmp-" + step_name(meta.step) + "-" + std::to_string(::getpid())))
-          .string();
-  fs::remove_all(tmp, ec);
-  fs::create_directory(tmp, ec);
-  if (ec) return io_error("cannot create " + tmp + ": " + ec.message());
-  Status st = write_checkpoint_files(engine, tmp, cfg, meta, snapshot, &stats);
-  if (st.ok()) st = fsync_path(tmp);
-  if (st.ok()) {
-    fs::rename(tmp, stats.dir, ec);
-    if (ec) st = io_error("cannot publish checkpoint " + stats.dir + ": " + ec.message());
-  }
-  if (!st.ok()) {
-    fs::remove_all(tmp, ec);
-    return Status(st.code(), "checkpoint " + stats.dir + " not written: " + st.message());
-  }
-  STRATA_RETURN_IF_ERROR(fsync_path(root));
-  if (keep > 0) {
-    auto dirs = checkpoint_step_dirs(root);
-    for (size_t i = 0; i + static_cast<size_t>(keep) < dirs.size(); ++i) {
-      fs::remove_all(dirs[i].second, ec);
-    }
-  }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return stats;
+  STRATA_ASSIGN_OR_RETURN(PendingSave pending, begin_checkpoint_save(root, meta.step, ::getpid()));
+  if (pending.done) return pending.stats;
+  const Status written =
+      write_checkpoint_files(engine, pending.tmp, cfg, meta, snapshot, &pending.stats);
+  return publish_checkpoint_save(std::move(pending), root, keep, written);
 }
 
 }  // namespace
@@ -308,6 +231,7 @@ struct ManifestFile {
 struct Manifest {
   int version = 0;
   std::vector<ManifestFile> files;
+  nlohmann::json shards;  // version 3's (Note [Sharded checkpoints])
 };
 
 // The manifest of `dir`: its format version and the files it lists.
@@ -349,11 +273,15 @@ Result<Manifest> read_manifest(const std::string& dir) {
   Manifest out;
   const nlohmann::json& version = m["version"];
   if (!version.is_number_integer() || version.get<int64_t>() < 1 ||
-      version.get<int64_t>() > kVersion) {
+      version.get<int64_t>() > kShardedCheckpointVersion) {
     return bad_format("checkpoint manifest " + mpath + " has a version other than 1 to " +
-                      std::to_string(kVersion) + " (this build's)");
+                      std::to_string(kShardedCheckpointVersion) + " (this build's)");
   }
   out.version = version.get<int>();
+  if (out.version == kShardedCheckpointVersion) {
+    if (!m.contains("shards")) return bad_format("checkpoint manifest " + mpath + " has no shards");
+    out.shards = m["shards"];
+  }
   const nlohmann::json& files = m["files"];
   for (size_t i = 0; i < files.size(); ++i) {
     STRATA_ASSIGN_OR_RETURN(ManifestFile f, manifest_file(files[i], i, mpath));
@@ -393,8 +321,8 @@ Status verify_file(const std::string& dir, const ManifestFile& want, std::vector
                       " bytes, the manifest says " + std::to_string(want.bytes));
   }
   STRATA_ASSIGN_OR_RETURN(uint32_t crc, crc32c_of(f, chunk));
-  if (hex32(crc) != want.crc32c) {
-    return bad_format("checkpoint file " + path + " is corrupt: CRC32C " + hex32(crc) +
+  if (crc32c_hex(crc) != want.crc32c) {
+    return bad_format("checkpoint file " + path + " is corrupt: CRC32C " + crc32c_hex(crc) +
                       ", the manifest says " + want.crc32c);
   }
   return Status();
@@ -461,14 +389,8 @@ namespace {
 // The model shape saved in config.json against the one asked for: invalid_argument naming the
 // field and both values.
 Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
-  const std::string path = dir + "/config.json";
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
-  STRATA_ASSIGN_OR_RETURN(nlohmann::json cj, parse_json(text, "checkpoint file " + path));
-  auto saved = parse_config(cj);
-  if (!saved.ok()) {
-    return bad_format("checkpoint config " + path + ": " + saved.status().message());
-  }
-  if (auto d = model_difference(saved->model, cfg.model)) {
+  STRATA_ASSIGN_OR_RETURN(TrainConfig saved, read_checkpoint_config(dir));
+  if (auto d = model_difference(saved.model, cfg.model)) {
     return invalid_argument("checkpoint " + dir + " has " + d->key + " " + d->a +
                             ", the config asks for " + d->b);
   }
@@ -476,6 +398,22 @@ Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
 }
 
 }  // namespace
+
+Result<int> checkpoint_version(const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(Manifest manifest, read_manifest(dir));
+  return manifest.version;
+}
+
+Result<TrainConfig> read_checkpoint_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json cj, parse_json(text, "checkpoint file " + path));
+  auto saved = parse_config(cj);
+  if (!saved.ok()) {
+    return bad_format("checkpoint config " + path + ": " + saved.status().message());
+  }
+  return *saved;
+}
 
 // Every field is checked before the trainer sees it: a negative step trained with a negative
 // learning rate, a negative adam_steps failed a CHECK, and the run id names a directory (Note
@@ -542,34 +480,55 @@ Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
   return meta;
 }
 
-Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
-                                       const SlabWriter& write,
-                                       const CheckpointReadOptions& options) {
+Result<std::unique_ptr<StateSource>> open_checkpoint_state(const std::string& dir,
+                                                           const TrainConfig& cfg,
+                                                           CheckpointMeta* meta,
+                                                           const CheckpointReadOptions& options) {
   // Pass 1: nothing is used until every file matches the manifest.
   STRATA_RETURN_IF_ERROR(verify_checkpoint(dir, options));
   STRATA_ASSIGN_OR_RETURN(Manifest manifest, read_manifest(dir));
+  const bool sharded = manifest.version == kShardedCheckpointVersion;
   std::vector<std::string> needed = {"config.json", "trainer_state.json"};
-  for (const std::string& name : state_file_names(manifest.version)) needed.push_back(name);
+  if (!sharded) {
+    for (const std::string& name : state_file_names(manifest.version)) needed.push_back(name);
+  }
   for (const std::string& name : needed) {
     const bool listed = std::any_of(manifest.files.begin(), manifest.files.end(),
                                     [&](const ManifestFile& f) { return f.name == name; });
     if (!listed) return bad_format("checkpoint " + dir + ": its manifest does not list " + name);
   }
   STRATA_RETURN_IF_ERROR(check_model_shape(dir, cfg));
-  STRATA_ASSIGN_OR_RETURN(CheckpointMeta meta, read_trainer_state(dir));
+  STRATA_ASSIGN_OR_RETURN(*meta, read_trainer_state(dir));
 
-  // Pass 2: slab by slab, piece by piece, exactly the bytes of each piece's tensors.
   const ParamLayout layout = make_param_layout(cfg.model);
   ReadStats* reads = options.stats != nullptr ? &options.stats->reads : nullptr;
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateFileReader> reader,
-                          StateFileReader::open(dir, layout, manifest.version, reads));
+  if (!sharded) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateFileReader> reader,
+                            StateFileReader::open(dir, layout, manifest.version, reads));
+    return std::unique_ptr<StateSource>(std::move(reader));
+  }
+  std::vector<std::string> verified;  // the files pass 1 checked
+  for (const ManifestFile& f : manifest.files) verified.push_back(f.name);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ShardedStateReader> reader,
+                          ShardedStateReader::open(dir, layout, manifest.shards, verified, reads));
+  return std::unique_ptr<StateSource>(std::move(reader));
+}
+
+Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                                       const SlabWriter& write,
+                                       const CheckpointReadOptions& options) {
+  CheckpointMeta meta;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateSource> source,
+                          open_checkpoint_state(dir, cfg, &meta, options));
+  // Pass 2: slab by slab, piece by piece, exactly the bytes of each piece's tensors.
+  const ParamLayout layout = make_param_layout(cfg.model);
   SlowProgress progress("loading checkpoint " + dir, static_cast<int64_t>(layout.slabs.size()),
                         "slabs");
   for (int64_t si = 0; si < static_cast<int64_t>(layout.slabs.size()); ++si) {
     progress.update(si);
-    STRATA_RETURN_IF_ERROR(write(si, [&](const SlabPiece& p) { return reader->fill(si, p); }));
+    STRATA_RETURN_IF_ERROR(write(si, [&](const SlabPiece& p) { return source->fill(si, p); }));
   }
-  if (options.stats != nullptr) options.stats->note_buffers(reader->buffer_bytes());
+  if (options.stats != nullptr) options.stats->note_buffers(source->buffer_bytes());
   return meta;
 }
 

@@ -16,8 +16,10 @@
 //                          data loader's next token, the init seed. The learning rate schedule is
 //                          a function of "step"; nothing random is drawn after initialisation, so
 //                          the seed and the data position are the whole RNG state.
-//   manifest.json          written last: {"format": "strata-checkpoint", "version": 1, "step",
+//   manifest.json          written last: {"format": "strata-checkpoint", "version": 2, "step",
 //                          "files": [{"name", "bytes", "crc32c"}]} (crc32c: 8 hex digits)
+// A run of several ranks writes version 3 instead, one state file per rank (Note [Sharded
+// checkpoints] in io/checkpoint_shards.h); both load through open_checkpoint_state.
 // Publishing: every file is written into ROOT/.tmp-step-%08d-<pid>, fsynced, the directory
 // fsynced, then renamed to ROOT/step-%08d and ROOT fsynced. A crash leaves either no step
 // directory or a complete one, so any step-* directory is complete; leftover .tmp-* directories
@@ -47,6 +49,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +57,7 @@
 #include "core/config.h"
 #include "core/file_util.h"
 #include "core/status.h"
+#include "io/checkpoint_tensors.h"
 #include "io/io_engine.h"
 #include "io/safetensors.h"
 #include "model/layout.h"
@@ -137,6 +141,19 @@ Result<CheckpointMeta> read_trainer_state(const std::string& dir);
 // A checkpoint directory itself (it has manifest.json), or a root: its newest complete step-*.
 // not_found when there is none.
 Result<std::string> resolve_checkpoint(const std::string& path);
+
+// The format version its manifest declares (3: sharded, Note [Sharded checkpoints]).
+Result<int> checkpoint_version(const std::string& dir);
+
+// config.json of a checkpoint directory (bad_format naming the file).
+Result<TrainConfig> read_checkpoint_config(const std::string& dir);
+
+// Everything load_checkpoint does before the state moves: verifies `dir`, checks its model shape
+// against cfg.model and reads trainer_state.json into *meta; then the state's source, either
+// version (Note [Sharded checkpoints] in io/checkpoint_shards.h for version 3).
+Result<std::unique_ptr<StateSource>> open_checkpoint_state(
+    const std::string& dir, const TrainConfig& cfg, CheckpointMeta* meta,
+    const CheckpointReadOptions& options = {});
 
 // Verifies `dir`, checks its model shape against cfg.model (invalid_argument naming the field and
 // both values), then hands every slab's master, m, v to `write`, and returns the metadata. Two

@@ -63,17 +63,27 @@ class StateFileWriter {
   int64_t buffer_bytes_ = 0;
 };
 
+// Where a load's pieces come from: a version 2 checkpoint's Hugging Face files
+// (StateFileReader) or a sharded one's rank files (ShardedStateReader, io/checkpoint_shards.h).
+class StateSource {
+ public:
+  virtual ~StateSource() = default;
+  // Fills piece `p` of slab `slab`: its master, m and v (padding zero).
+  virtual Status fill(int64_t slab, const SlabPiece& p) = 0;
+  virtual int64_t buffer_bytes() const = 0;  // the most bytes of buffers held at once
+};
+
 // The streams of one verified checkpoint directory, every tensor found and its dtype and shape
 // checked at open (so a bad header changes no trainer state), filled into pieces by range.
-class StateFileReader {
+class StateFileReader : public StateSource {
  public:
   // `version`: the manifest's (1: both moments in optimizer.safetensors).
   static Result<std::unique_ptr<StateFileReader>> open(const std::string& dir,
                                                        const ParamLayout& layout, int version,
                                                        ReadStats* stats);
   // Fills piece `p` of slab `slab` from the files (padding zero). Pieces must come in order.
-  Status fill(int64_t slab, const SlabPiece& p);
-  int64_t buffer_bytes() const { return buffer_bytes_; }  // the most held at once
+  Status fill(int64_t slab, const SlabPiece& p) override;
+  int64_t buffer_bytes() const override { return buffer_bytes_; }
 
  private:
   struct TensorFile {
@@ -84,7 +94,7 @@ class StateFileReader {
   Status read_tensor_range(StateStream k, int64_t tensor, float* dst, int64_t lo, int64_t hi);
 
   std::string dir_;
-  const ParamLayout& layout_;
+  const ParamLayout layout_;  // a copy: the reader outlives its opener's (open_checkpoint_state)
   std::vector<std::unique_ptr<TensorFile>> files_;
   // Per stream, per tensor of the layout: its file (index into files_) and entry.
   std::array<std::vector<std::pair<size_t, const StEntry*>>, kStateStreamCount> entries_;

@@ -16,8 +16,8 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   }
   if (sharded()) {
     return unavailable(
-        "the optimizer state is sharded over the ranks, and reading it is a collective (Note "
-        "[Sharded optimizer state]): its checkpoints are saved at a standstill");
+        "the optimizer state is sharded over the ranks: every rank writes its shard of a "
+        "checkpoint at a standstill (Note [Sharded checkpoints])");
   }
   bool on_storage = false;
   for (const auto& [name, memory] : memory_) {

@@ -219,7 +219,22 @@ float* OffloadTrainer::optim_stage0() {
   return it == memory_.end() ? nullptr : it->second->buf.f32();
 }
 
-Status OffloadTrainer::state_pieces(int64_t slab, float* stage, const SlabPieceFn& take) {
+Status OffloadTrainer::read_shard_pieces(int64_t slab, int rank, int ranks,
+                                         const SlabPieceFn& take) {
+  const bool block = slab != layout_.embed_slab() && slab != layout_.final_slab();
+  if (!block || !sharded()) return Trainer::read_shard_pieces(slab, rank, ranks, take);
+  if (rank != world_.rank() || ranks != world_.size()) {
+    return internal_error("the share of rank " + std::to_string(rank) + " of " +
+                          std::to_string(ranks) + " asked of rank " +
+                          std::to_string(world_.rank()) + " of " + std::to_string(world_.size()) +
+                          ": a rank reads only its own shard");
+  }
+  STRATA_RETURN_IF_ERROR(finish());
+  return state_pieces(slab, optim_stage0(), take, Shards::own_only);
+}
+
+Status OffloadTrainer::state_pieces(int64_t slab, float* stage, const SlabPieceFn& take,
+                                    Shards shards) {
   if (slab == layout_.embed_slab() || slab == layout_.final_slab()) {
     return embed_slab_pieces(IoOp::read, slab, stage, take);
   }
@@ -236,13 +251,16 @@ Status OffloadTrainer::state_pieces(int64_t slab, float* stage, const SlabPieceF
     // Note [Sharded optimizer state]: every rank's shard, in rank order (so in element order),
     // broadcast by its owner; one rank: its own, the whole part.
     for (int r = 0; r < world_.size(); ++r) {
+      if (shards == Shards::own_only && r != world_.rank()) continue;
       const PartShard sh = rank_shard(part, r);
       float* piece = st;  // (3, S)
       if (r != world_.rank()) {
         shard_stage_.resize(static_cast<size_t>(3 * S));
         piece = shard_stage_.data();
       }
-      if (sharded()) STRATA_RETURN_IF_ERROR(world_.broadcast(piece, 3 * S * 4, r));
+      if (sharded() && shards == Shards::every_rank) {
+        STRATA_RETURN_IF_ERROR(world_.broadcast(piece, 3 * S * 4, r));
+      }
       const int64_t n = sh.end - sh.begin;
       STRATA_RETURN_IF_ERROR(take({sh.begin, n, piece, piece + S, piece + 2 * S}));
     }

@@ -95,6 +95,8 @@ class OffloadTrainer final : public Trainer {
   // chunk by chunk through optimizer stage 0 (the chunks of Note [Embed step in chunks]).
   Status read_slab_pieces(int64_t slab, const SlabPieceFn& take) override;
   Status write_slab_pieces(int64_t slab, const SlabPieceFn& fill) override;
+  // A block's sharded state: this rank's shard of each part, read here (no collective).
+  Status read_shard_pieces(int64_t slab, int rank, int ranks, const SlabPieceFn& take) override;
   // Note [Asynchronous checkpoints]: the checkpoint thread reads state on host in place and
   // state on storage through a stage of its own (one optimizer stage's bytes, kept for the run);
   // unavailable when any optimizer state is on the device.
@@ -284,8 +286,12 @@ class OffloadTrainer final : public Trainer {
   // storage goes through `stage` ((3, chunk) f32).
   Status embed_slab_pieces(IoOp op, int64_t slab, float* stage, const SlabPieceFn& fn);
   // A slab's state as it is now, in pieces, state on storage read through `stage` (an optimizer
-  // stage's bytes): read_slab_pieces after finish(), and the snapshot's reads.
-  Status state_pieces(int64_t slab, float* stage, const SlabPieceFn& take);
+  // stage's bytes): read_slab_pieces after finish(), and the snapshot's reads. Of a sharded
+  // block, every rank's shard (a collective: each broadcast by its owner), or with
+  // Shards::own_only this rank's alone.
+  enum class Shards { every_rank, own_only };
+  Status state_pieces(int64_t slab, float* stage, const SlabPieceFn& take,
+                      Shards shards = Shards::every_rank);
   // Optimizer stage 0, which stages the trainer's own state I/O between steps (null when no
   // state is on storage).
   float* optim_stage0();

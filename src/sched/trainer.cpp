@@ -1,5 +1,6 @@
 #include "sched/trainer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,18 @@ Status Trainer::write_slab_state(int64_t slab, const float* master, const float*
     std::memcpy(p.m, m + p.begin, bytes);
     std::memcpy(p.v, v + p.begin, bytes);
     return Status();
+  });
+}
+
+Status Trainer::read_shard_pieces(int64_t slab, int rank, int ranks, const SlabPieceFn& take) {
+  const int64_t numel = layout().slabs.at(static_cast<size_t>(slab)).numel;
+  const Range share = shard_range(numel, ranks, rank);
+  const int64_t lo = share.begin, hi = share.end;
+  return read_slab_pieces(slab, [&](const SlabPiece& p) {
+    const int64_t a = std::max(p.begin, lo), b = std::min(p.begin + p.count, hi);
+    if (a >= b) return Status();
+    const int64_t skip = a - p.begin;
+    return take({a, b - a, p.master + skip, p.m + skip, p.v + skip});
   });
 }
 

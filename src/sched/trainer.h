@@ -88,6 +88,12 @@ class Trainer {
   // Whether each rank holds a shard of the optimizer state (Note [Sharded optimizer state] in
   // sched/schedule_spec.h): then read_slab_pieces is a collective.
   virtual bool state_sharded() const { return false; }
+  // A sharded checkpoint's share of slab `slab` for rank `rank` of `ranks` (Note [Sharded
+  // checkpoints] in io/checkpoint_shards.h): pieces in increasing order that, with the other
+  // ranks' shares, cover the slab exactly once. Never a collective. A rank's shard of a sharded
+  // state is its share (then rank and ranks must be this trainer's: internal otherwise); of a
+  // replicated slab, its ranks-th part (shard_range), cut from read_slab_pieces' pieces.
+  virtual Status read_shard_pieces(int64_t slab, int rank, int ranks, const SlabPieceFn& take);
   // The same through whole-slab buffers, (slab numel) floats each: for tests and tools with
   // small models; a checkpoint of a large one goes piece by piece.
   Status read_slab_state(int64_t slab, float* master, float* m, float* v);

@@ -1,0 +1,46 @@
+// Tools' view of a checkpoint, gathered when sharded; gathered_checkpoint.h.
+#include "cli/gathered_checkpoint.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_shards.h"
+#include "io/configured_engine.h"
+
+namespace strata::cli {
+
+namespace fs = std::filesystem;
+
+Result<HfReadableCheckpoint> HfReadableCheckpoint::open(const std::string& dir,
+                                                        const std::string& scratch_parent) {
+  STRATA_ASSIGN_OR_RETURN(const int version, checkpoint_version(dir));
+  if (version != kShardedCheckpointVersion) return HfReadableCheckpoint(dir, "");
+  const std::string scratch =
+      (fs::path(scratch_parent) / (".tmp-gather-" + std::to_string(::getpid()))).string();
+  log_info("checkpoint " + dir + " is sharded over ranks: gathering it in " + scratch);
+  HfReadableCheckpoint out("", scratch);  // removes the scratch on every way out
+  std::error_code ec;
+  fs::create_directories(scratch, ec);
+  if (ec) return io_error("cannot create " + scratch + " to gather into: " + ec.message());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                          create_configured_engine(IoConfig{}, scratch));
+  STRATA_ASSIGN_OR_RETURN(CheckpointSaveStats saved, gather_checkpoint(*engine, dir, scratch));
+  out.dir_ = saved.dir;
+  return out;
+}
+
+HfReadableCheckpoint::HfReadableCheckpoint(HfReadableCheckpoint&& other) noexcept
+    : dir_(std::move(other.dir_)), scratch_(std::exchange(other.scratch_, "")) {}
+
+HfReadableCheckpoint::~HfReadableCheckpoint() {
+  if (scratch_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(scratch_, ec);
+}
+
+}  // namespace strata::cli

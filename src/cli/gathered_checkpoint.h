@@ -1,0 +1,33 @@
+// A checkpoint as the tools that read Hugging Face files need it (export, sample): a version 2
+// checkpoint is used as it is; a sharded one (Note [Sharded checkpoints] in
+// io/checkpoint_shards.h) is gathered first into a temporary directory, removed afterwards.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace strata::cli {
+
+class HfReadableCheckpoint {
+ public:
+  // `dir`: a resolved step directory. A sharded one is gathered under `scratch_parent` (made
+  // when missing), in .tmp-gather-<pid>; a crash leaves it for the user to remove.
+  static Result<HfReadableCheckpoint> open(const std::string& dir,
+                                           const std::string& scratch_parent);
+  HfReadableCheckpoint(HfReadableCheckpoint&& other) noexcept;
+  HfReadableCheckpoint& operator=(HfReadableCheckpoint&&) = delete;
+  HfReadableCheckpoint(const HfReadableCheckpoint&) = delete;
+  ~HfReadableCheckpoint();
+
+  const std::string& dir() const { return dir_; }  // the checkpoint to read
+  bool gathered() const { return !scratch_.empty(); }
+
+ private:
+  HfReadableCheckpoint(std::string dir, std::string scratch)
+      : dir_(std::move(dir)), scratch_(std::move(scratch)) {}
+  std::string dir_;
+  std::string scratch_;  // the temporary root, when gathered
+};
+
+}  // namespace strata::cli
