@@ -15,6 +15,9 @@
 #   - store_bytes per rank: each rank's store holds the working params and gradients whole and
 #     half of the blocks' masters and moments (Note [Sharded optimizer state]), against the
 #     single rank's whole state;
+#   - the checkpoint after the last step, at a standstill: its write_s (rank 0's metrics) and
+#     the bytes of its state files: the single rank's three safetensors files against each
+#     rank's rank-RRRRR.state (Note [Sharded checkpoints]: every rank writes its half at once);
 #   - the final loss of each: the same up to the order of the gradient sums.
 # Last line: JSON.   usage: bench/data_parallel.sh [DIR] [REPEATS=3]
 set -euo pipefail
@@ -24,7 +27,7 @@ command -v mpirun >/dev/null || { echo "data_parallel: mpirun not found (scripts
 dir=${1:-$build_dir/bench-dp}
 repeats=${2:-3}
 mkdir -p "$dir"
-need_kb=$((512 * 1024))  # three stores of ~60 MiB and their checkpoint-free runs, with margin
+need_kb=$((1024 * 1024))  # a store of ~60 MiB and a 40 MiB checkpoint per run, with margin
 free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
 if [ "$free_kb" -lt "$need_kb" ]; then
   echo "data_parallel: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
@@ -39,7 +42,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversub
 args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
       --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
       --set train.steps=14 --set train.schedule=vertical --set offload.params_on_host=0
-      --set offload.optim_on_host=0 --set offload.grads_on_host=0 --quiet)
+      --set offload.optim_on_host=0 --set offload.grads_on_host=0 --quiet --save-every 14)
 
 for ((i = 0; i < repeats; i++)); do
   for kind in one two; do
@@ -47,22 +50,27 @@ for ((i = 0; i < repeats; i++)); do
     mkdir -p "$out/s0" "$out/s1"
     if [ "$kind" = one ]; then
       "$STRATA_BIN" "${args[@]}" --set train.grad_accum=4 --set "io.dirs=[\"$out/s0\"]" \
-        --metrics "$out/metrics.jsonl" 2>"$out/log"
+        --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     else
       mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" \
         --set train.grad_accum=2 --set "io.dirs=[\"$out/s{rank}\"]" \
-        --metrics "$out/metrics.jsonl" 2>"$out/log"
+        --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     fi
   done
 done
 
 /usr/bin/python3 - "$dir" "$repeats" <<'PY'
-import json, statistics, sys
+import glob, json, os, statistics, sys
 d, repeats = sys.argv[1], int(sys.argv[2])
+
+def state_files(step_dir):
+    names = sorted(glob.glob(step_dir + "/*.safetensors") + glob.glob(step_dir + "/rank-*.state"))
+    return {os.path.basename(n): os.path.getsize(n) for n in names}
+
 med = statistics.median
 res = {}
 for kind in ("one", "two"):
-    iters, tps, net, store, loss = [], [], [], [], []
+    iters, tps, net, store, loss, ckpt_s = [], [], [], [], [], []
     for i in range(repeats):
         rows = [json.loads(l) for l in open(f"{d}/{kind}.{i}/metrics.jsonl")]
         steady = rows[4:]
@@ -71,16 +79,23 @@ for kind in ("one", "two"):
         net.append(med(r["busy_s"].get("net", 0.0) for r in steady))
         store.append(rows[-1]["store_bytes"])
         loss.append(rows[-1]["loss"])
+        ckpt_s.append(rows[-1]["checkpoints"][0]["write_s"])
     res[kind] = {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
                  "net_busy_s": round(med(net), 4), "store_bytes_per_rank": store[0],
-                 "final_loss": loss[0], "iter_s_runs": [round(x, 4) for x in iters]}
+                 "final_loss": loss[0], "iter_s_runs": [round(x, 4) for x in iters],
+                 "checkpoint_write_s": round(med(ckpt_s), 4),
+                 "checkpoint_write_s_runs": [round(x, 4) for x in ckpt_s],
+                 "checkpoint_files": state_files(f"{d}/{kind}.0/ckpt/step-00000014")}
 two = res["two"]
 res["two_over_one_tokens_per_s"] = round(two["tokens_per_s"] / res["one"]["tokens_per_s"], 3)
 res["net_share_of_step"] = round(two["net_busy_s"] / two["iter_s"], 3)
 res["store_per_rank_over_single"] = round(two["store_bytes_per_rank"] /
                                           res["one"]["store_bytes_per_rank"], 3)
+res["checkpoint_write_two_over_one"] = round(two["checkpoint_write_s"] /
+                                             res["one"]["checkpoint_write_s"], 3)
 for k in ("one", "two"):
     print(f"{k}: {res[k]['iter_s']} s/step, {res[k]['tokens_per_s']} tokens/s, "
-          f"net {res[k]['net_busy_s']} s, loss {res[k]['final_loss']:.5f}", file=sys.stderr)
+          f"net {res[k]['net_busy_s']} s, checkpoint {res[k]['checkpoint_write_s']} s, "
+          f"loss {res[k]['final_loss']:.5f}", file=sys.stderr)
 print(json.dumps(res))
 PY
