@@ -276,8 +276,8 @@ Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& 
 
 // Note [Data parallel ranks]: the config for this rank of the world. Each rank's io.dirs are its
 // own ("{rank}" replaced, so a single-process run reads it as 0); rank 0 alone writes metrics,
-// traces, reports and checkpoints and logs below warnings. What does not work across ranks yet
-// is refused with one line.
+// traces and reports and logs below warnings; every rank writes its shard of a checkpoint (Note
+// [Sharded checkpoints]). What does not work across ranks yet is refused with one line.
 std::optional<SetupError> join_world(const ParsedArgs& a, TrainRun& run) {
   Communicator& w = *run.world;
   run.cfg.ranks = w.size();

@@ -13,7 +13,8 @@
 // block's gradient is reduce-scattered to the owners of its shards (Note [Sharded optimizer
 // state] in sched/schedule_spec.h); the embed group's, replicated, and the in-memory trainer's
 // are all-reduced. Every rank then computes the same global norm, clip factor and skip, and takes
-// the same step on what it holds. Rank 0 logs, writes metrics, traces and checkpoints.
+// the same step on what it holds. Rank 0 logs, writes metrics and traces; every rank writes its
+// shard of a checkpoint (Note [Sharded checkpoints] in io/checkpoint_shards.h).
 //
 // Note [Deterministic all-reduce]
 // all_reduce_sum gives every rank the same bits, whatever the timing and whatever the transport:
