@@ -1,18 +1,15 @@
 // strata gather: the ordinary (version 2) checkpoint of a sharded one (Note [Sharded
 // checkpoints] in io/checkpoint_shards.h), for tools that read Hugging Face files and for
 // comparing runs of different world sizes. Host memory: one piece buffer.
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "core/config.h"
+#include "cli/gathered_checkpoint.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
-#include "io/checkpoint_shards.h"
-#include "io/configured_engine.h"
 
 namespace strata::cli {
 
@@ -24,13 +21,7 @@ int cmd_gather(const std::vector<std::string>& args) {
   }
   auto dir = resolve_checkpoint(parsed->get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);
-  const std::string out = parsed->get("out");
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) return fail("cannot create --out directory " + out + ": " + ec.message(), 2);
-  auto engine = create_configured_engine(IoConfig{}, out);
-  if (!engine.ok()) return fail(engine.status().message(), 2);
-  auto saved = gather_checkpoint(**engine, *dir, out);
+  auto saved = gather_into(*dir, parsed->get("out"));
   if (!saved.ok()) {
     return fail(saved.status().message(), saved.status().code() == ErrorCode::io_error ? 1 : 2);
   }

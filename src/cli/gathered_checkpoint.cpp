@@ -16,6 +16,15 @@ namespace strata::cli {
 
 namespace fs = std::filesystem;
 
+Result<CheckpointSaveStats> gather_into(const std::string& dir, const std::string& out_root) {
+  std::error_code ec;
+  fs::create_directories(out_root, ec);
+  if (ec) return io_error("cannot create " + out_root + " to gather into: " + ec.message());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
+                          create_configured_engine(IoConfig{}, out_root));
+  return gather_checkpoint(*engine, dir, out_root);
+}
+
 Result<HfReadableCheckpoint> HfReadableCheckpoint::open(const std::string& dir,
                                                         const std::string& scratch_parent) {
   STRATA_ASSIGN_OR_RETURN(const int version, checkpoint_version(dir));
@@ -24,12 +33,7 @@ Result<HfReadableCheckpoint> HfReadableCheckpoint::open(const std::string& dir,
       (fs::path(scratch_parent) / (".tmp-gather-" + std::to_string(::getpid()))).string();
   log_info("checkpoint " + dir + " is sharded over ranks: gathering it in " + scratch);
   HfReadableCheckpoint out("", scratch);  // removes the scratch on every way out
-  std::error_code ec;
-  fs::create_directories(scratch, ec);
-  if (ec) return io_error("cannot create " + scratch + " to gather into: " + ec.message());
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> engine,
-                          create_configured_engine(IoConfig{}, scratch));
-  STRATA_ASSIGN_OR_RETURN(CheckpointSaveStats saved, gather_checkpoint(*engine, dir, scratch));
+  STRATA_ASSIGN_OR_RETURN(CheckpointSaveStats saved, gather_into(dir, scratch));
   out.dir_ = saved.dir;
   return out;
 }

@@ -6,8 +6,13 @@
 #include <string>
 
 #include "core/status.h"
+#include "io/checkpoint.h"
 
 namespace strata::cli {
+
+// The version 2 checkpoint of checkpoint `dir` in OUT_ROOT/step-N (gather_checkpoint), OUT_ROOT
+// made when missing: `strata gather`, and the gathering below.
+Result<CheckpointSaveStats> gather_into(const std::string& dir, const std::string& out_root);
 
 class HfReadableCheckpoint {
  public:
@@ -21,7 +26,6 @@ class HfReadableCheckpoint {
   ~HfReadableCheckpoint();
 
   const std::string& dir() const { return dir_; }  // the checkpoint to read
-  bool gathered() const { return !scratch_.empty(); }
 
  private:
   HfReadableCheckpoint(std::string dir, std::string scratch)

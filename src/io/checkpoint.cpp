@@ -35,7 +35,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kFormat = kCheckpointFormat;
 constexpr int kVersion = 2;  // 1: both moments in optimizer.safetensors (still read)
 
 // The safetensors header for tensors streamed in the order given (io/safetensors.h).
@@ -62,7 +61,8 @@ std::string safetensors_header(const std::vector<StreamedTensor>& tensors,
 Status write_state_files(IoEngine& engine, const std::string& dir, const ParamLayout& layout,
                          const StateSnapshot& snapshot, CheckpointSaveStats* stats,
                          std::vector<ManifestEntry>* manifest) {
-  const nlohmann::ordered_json md = {{"format", kFormat}, {"version", std::to_string(kVersion)}};
+  const nlohmann::ordered_json md = {{"format", kCheckpointFormat},
+                                     {"version", std::to_string(kVersion)}};
   const auto names = state_file_names(kVersion);
   const auto n_tensors = static_cast<int64_t>(layout.tensors.size());
   const auto n_slabs = static_cast<int64_t>(layout.slabs.size());
@@ -266,7 +266,7 @@ Result<Manifest> read_manifest(const std::string& dir) {
   }
   STRATA_ASSIGN_OR_RETURN(nlohmann::json m, read_json(mpath));
   const bool ours = m.is_object() && m.contains("format") && m["format"].is_string() &&
-                    m["format"].get<std::string>() == kFormat;
+                    m["format"].get<std::string>() == kCheckpointFormat;
   if (!ours || !m.contains("files") || !m["files"].is_array()) {
     return bad_format("checkpoint manifest " + mpath + " is not a Strata checkpoint manifest");
   }

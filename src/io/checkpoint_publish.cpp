@@ -18,6 +18,15 @@ std::string checkpoint_step_name(int64_t step) {
   return buf;
 }
 
+std::string checkpoint_step_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / checkpoint_step_name(step)).string();
+}
+
+std::string checkpoint_tmp_dir(const std::string& root, int64_t step, long pid) {
+  return (fs::path(root) / (".tmp-" + checkpoint_step_name(step) + "-" + std::to_string(pid)))
+      .string();
+}
+
 std::string crc32c_hex(uint32_t crc) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", crc);
@@ -76,11 +85,10 @@ Result<PendingSave> begin_checkpoint_save(const std::string& root, int64_t step,
     // (never a live save's: Note [Checkpoint lineage])
     if (is_stale_save_dir(e.path().filename().string())) fs::remove_all(e.path(), ec);
   }
-  p.stats.dir = (fs::path(root) / checkpoint_step_name(step)).string();
+  p.stats.dir = checkpoint_step_dir(root, step);
   p.done = fs::exists(fs::path(p.stats.dir) / "manifest.json");
   if (p.done) return p;
-  p.tmp = (fs::path(root) / (".tmp-" + checkpoint_step_name(step) + "-" + std::to_string(pid)))
-              .string();
+  p.tmp = checkpoint_tmp_dir(root, step, pid);
   fs::remove_all(p.tmp, ec);
   fs::create_directory(p.tmp, ec);
   if (ec) return io_error("cannot create " + p.tmp + ": " + ec.message());

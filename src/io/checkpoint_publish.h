@@ -26,7 +26,11 @@ struct ManifestEntry {
 };
 
 std::string checkpoint_step_name(int64_t step);  // "step-%08d"
-std::string crc32c_hex(uint32_t crc);            // 8 lowercase hex digits
+// ROOT/step-%08d, and the temporary directory process `pid` writes it in before publishing:
+// ROOT/.tmp-step-%08d-<pid> (is_stale_save_dir reads the pid back).
+std::string checkpoint_step_dir(const std::string& root, int64_t step);
+std::string checkpoint_tmp_dir(const std::string& root, int64_t step, long pid);
+std::string crc32c_hex(uint32_t crc);  // 8 lowercase hex digits
 
 // config.json and trainer_state.json, then manifest.json (last) listing `files` and those two,
 // with `extra` fields added to it (version 3's "shards"). Adds every byte to stats->bytes.

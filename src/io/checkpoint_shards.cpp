@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <utility>
 
 #include "core/json_util.h"
@@ -13,8 +12,6 @@
 #include "io/sequential_file.h"
 
 namespace strata {
-
-namespace fs = std::filesystem;
 
 std::string rank_shard_file_name(int rank) {
   char buf[32];
@@ -25,7 +22,6 @@ std::string rank_shard_file_name(int rank) {
 Result<RankShardFile> write_rank_shard(IoEngine& engine, const std::string& dir, int rank,
                                        int64_t slabs, const SlabReader& read_share) {
   RankShardFile out;
-  out.rank = rank;
   out.name = rank_shard_file_name(rank);
   STRATA_ASSIGN_OR_RETURN(SequentialFile f, SequentialFile::create(engine, dir + "/" + out.name));
   for (int64_t slab = 0; slab < slabs; ++slab) {
@@ -105,7 +101,7 @@ Result<CheckpointSaveStats> save_sharded_checkpoint(IoEngine& engine, const std:
                                                     const SlabReader& read_share, int64_t keep,
                                                     Communicator& world) {
   const int rank = world.rank();
-  const std::string step_dir = (fs::path(root) / checkpoint_step_name(meta.step)).string();
+  const std::string step_dir = checkpoint_step_dir(root, meta.step);
   // 1. Rank 0 opens the save: {0 write it, 1 saved already, 2 failed; its pid}.
   enum : int64_t { kWrite, kSavedAlready, kFailed };
   Result<PendingSave> pending = internal_error("only rank 0 begins a sharded save");
@@ -126,9 +122,7 @@ Result<CheckpointSaveStats> save_sharded_checkpoint(IoEngine& engine, const std:
 
   // 2. Every rank its file; 3. the descriptions to rank 0.
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string tmp =
-      (fs::path(root) / (".tmp-" + checkpoint_step_name(meta.step) + "-" + std::to_string(head[1])))
-          .string();
+  const std::string tmp = checkpoint_tmp_dir(root, meta.step, static_cast<long>(head[1]));
   const int64_t slabs = static_cast<int64_t>(make_param_layout(cfg.model).slabs.size());
   Result<RankShardFile> mine = write_rank_shard(engine, tmp, rank, slabs, read_share);
   STRATA_ASSIGN_OR_RETURN(std::vector<nlohmann::json> descriptions,
@@ -150,11 +144,13 @@ Result<CheckpointSaveStats> save_sharded_checkpoint(IoEngine& engine, const std:
   }
   STRATA_RETURN_IF_ERROR(world.broadcast(&failed, sizeof failed, 0));
   if (rank == 0) return published;
-  if (!mine.ok())
+  if (!mine.ok()) {
     return Status(mine.status().code(),
                   "checkpoint " + step_dir + " not written: " + mine.status().message());
-  if (failed != 0)
+  }
+  if (failed != 0) {
     return io_error("checkpoint " + step_dir + " not written: rank 0 could not publish it");
+  }
   stats.bytes = mine->bytes;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;

@@ -55,7 +55,6 @@ struct ShardExtent {
 
 // What a rank wrote: its file in the checkpoint directory and the extents in it.
 struct RankShardFile {
-  int rank = 0;
   std::string name;  // rank_shard_file_name(rank)
   int64_t bytes = 0;
   uint32_t crc = 0;
@@ -91,7 +90,6 @@ class ShardedStateReader : public StateSource {
   // p's master, and m and v where not null, from the extents covering it.
   Status fill(int64_t slab, const SlabPiece& p) override;
   int64_t buffer_bytes() const override { return 0; }  // reads go straight into the piece
-  int ranks() const { return static_cast<int>(files_.size()); }
 
  private:
   struct Extent {
