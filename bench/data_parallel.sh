@@ -12,9 +12,9 @@
 #   - net_busy_s: seconds per step the two-rank run's net queue was busy, and its share of the
 #     step: the all-reduces, including the wait for the other rank to reach each one (a
 #     collective starts when both have), so an upper bound on what moving the data costs;
-#   - store_bytes per rank: each rank's store holds the working params and gradients whole and
-#     half of the blocks' masters and moments (Note [Sharded optimizer state]), against the
-#     single rank's whole state;
+#   - store_bytes per rank: each rank's store holds half of the blocks' working params (Note
+#     [Sharded working params]), masters and moments (Note [Sharded optimizer state]) and kept
+#     gradients, and the embed group's state whole, against the single rank's whole state;
 #   - the checkpoint after the last step, at a standstill: its write_s (rank 0's metrics) and
 #     the bytes of its state files: the single rank's three safetensors files against each
 #     rank's rank-RRRRR.state (Note [Sharded checkpoints]: every rank writes its half at once);

@@ -13,6 +13,8 @@
 #     blocks' masters and moments it does not own (Note [Sharded optimizer state]).
 #     Every N-rank checkpoint is sharded (Note [Sharded checkpoints]): N rank files, each an
 #     N-th of the state; the comparisons read its gathered copy (`strata gather`).
+#     The validation loss after the last step (every rank gathering each block's weights) is
+#     the single rank's within 1e-5 relative.
 #  2. Determinism: the same 2-rank run twice gives bit-identical checkpoints (every rank file).
 #  3. Faults: an injected I/O error on rank 1 alone (MPMD: only rank 1 gets io.faults) stops
 #     every rank, non-zero, with a line naming rank 1, the task and its store file (in its own
@@ -108,12 +110,39 @@ cases=(
   "vertical-llama-2 2 1e-6 --set model.arch=llama --set train.schedule=vertical ${storage[*]} ${checksums[*]}"
   "vertical-bf16-2 2 1e-5 --set train.schedule=vertical --set optim.alpha=0.5 --set train.precision=bf16 ${storage[*]} ${checksums[*]}"
 )
+# Validation after the last step (Note [Sharded working params]: with params on storage every
+# rank reads its shard of each block and gathers the rest): the N-rank run's loss is the single
+# rank's, up to the rounding its weights differ by.
+/usr/bin/python3 - "$work/val.txt" <<'PY'
+import random, sys
+random.seed(7)
+words = "rank shard gather store block weights step loss disk layer".split()
+open(sys.argv[1], "w").write(" ".join(random.choice(words) for _ in range(3000)) + "\n")
+PY
+"$STRATA_BIN" prepare --in "$work/val.txt" --out "$work/val.bin" 2>/dev/null
+val=(--set "data.val=\"$work/val.bin\"" --set "train.eval_every=$steps" --set train.eval_batches=2)
+# val_loss NAME: the validation loss in NAME's metrics.
+val_loss() {
+  /usr/bin/python3 -c 'import json, sys
+print(repr([json.loads(l) for l in open(sys.argv[1])][-1]["val_loss"]))' "$work/$1/metrics.jsonl"
+}
 results="{"
 for c in "${cases[@]}"; do
   read -r name n rtol rest <<<"$c"
   read -ra args <<<"$rest"
-  run "$name.one" 1 $((2 * n)) "${args[@]}"
-  run "$name.dp" "$n" 2 "${args[@]}"
+  run "$name.one" 1 $((2 * n)) "${args[@]}" "${val[@]}"
+  run "$name.dp" "$n" 2 "${args[@]}" "${val[@]}"
+  v1=$(val_loss "$name.one") && vn=$(val_loss "$name.dp") || {
+    echo "$name: no validation loss in the metrics" >&2
+    exit 1
+  }
+  /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(a))' \
+    "$v1" "$vn" || {
+    echo "$name: validation loss $vn on $n ranks, $v1 on one" >&2
+    exit 1
+  }
+  echo "$name validation: $v1 (1 rank) $vn ($n ranks)"
+  results+="\"$name-val_loss\": [$v1, $vn], "
   ckpt=$(shards "$(final "$name.dp")" "$n") || {
     echo "$name: the $n ranks did not each write an N-th of the checkpoint: $ckpt" >&2
     exit 1
@@ -130,13 +159,15 @@ for c in "${cases[@]}"; do
   # Note [Sharded optimizer state]: with the state on storage, each rank's store holds the
   # blocks' masters and moments, 12 bytes per parameter, in 1/N: it is smaller than the single
   # rank's by (1 - 1/N) of them per block parameter (GPT-2: 12 C^2 + 13 C per block), and of the
-  # speculative copy of part 0's state (vertical, alpha 0.5 with clipping on: half a block's, 6
-  # bytes, Note [Speculative steps]), and of the kept gradient (4 bytes: horizontal's, Note
-  # [Sharded optimizer state], or vertical's, kept whole for the repair, Note [Sharded kept
-  # gradient]), up to the 4 KiB rounding of each extent (io.stripe_unit 4096).
+  # working params (4 bytes, f32: Note [Sharded working params]), of the speculative copy of
+  # part 0's state (vertical, alpha 0.5 with clipping on: half a block's, 6 bytes, Note
+  # [Speculative steps]), and of the kept gradient (4 bytes: horizontal's, Note [Sharded
+  # optimizer state], or vertical's, kept whole for the repair, Note [Sharded kept gradient]), up
+  # to the 4 KiB rounding of each extent (io.stripe_unit 4096) and the I/O units a shard's
+  # ranges are widened to (Note [Shard ranges in a store]).
   if [[ $name == *storage* && $name != *llama* ]]; then
-    sharded=16
-    [[ $name == vertical* ]] && sharded=22
+    sharded=20
+    [[ $name == vertical* ]] && sharded=26
     store=$(/usr/bin/python3 - "$work/$name.one/metrics.jsonl" "$work/$name.dp/metrics.jsonl" \
       "$n" "$sharded" <<'PY'
 import json, sys

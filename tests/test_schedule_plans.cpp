@@ -212,17 +212,18 @@ TEST(plan_schedules, PartShardsCoverEachPartOnce) {
   }
 }
 
-// Note [Sharded kept gradient]: each rank keeps (stage side) what its steps read of a part, its
-// optimizer shard, widened to whole I/O units: aligned, inside the part, whole units unless it
-// ends where the part does; packed in its store without overlap; all ranks together hardly more
-// than the part. One rank keeps the part's range at its own offset, in a store of the whole
-// block's gradient.
-TEST(plan_schedules, VerticalKeptGradientShardsCoverWhatEachRankSteps) {
+// Note [Shard ranges in a store] (a kept gradient, f32; working params, f32 or bf16): each rank
+// keeps (stage side) what its steps read of a part, its optimizer shard, widened to whole I/O
+// units of bytes: aligned, inside the part, whole units unless it ends where the part does;
+// packed in its store without overlap; all ranks together hardly more than the part. One rank
+// keeps the part's range at its own offset, in a store of the whole block's.
+TEST(plan_schedules, ShardStoreRangesCoverWhatEachRankSteps) {
   ScheduleSpec s;
-  for (int64_t unit : {int64_t{1}, int64_t{64}}) {
-    s.grad_io_elems = unit;
+  for (const auto [width, io_f32] : {std::pair<int64_t, int64_t>{4, 1}, {4, 64}, {2, 1}, {2, 64}}) {
+    s.grad_io_elems = io_f32;                                       // f32 elements of one I/O unit
+    const int64_t unit = std::max<int64_t>(io_f32 * 4 / width, 1);  // elements of one
     s.block_elems = 1003;
-    s.block_grad_bytes = 4 * s.block_elems;
+    const int64_t block_bytes = width * s.block_elems;
     // The split is a multiple of the unit, or the whole block (alpha 0).
     for (int64_t split : {int64_t{0}, int64_t{384}, s.block_elems}) {
       s.split_elems = split;
@@ -230,21 +231,23 @@ TEST(plan_schedules, VerticalKeptGradientShardsCoverWhatEachRankSteps) {
         s.ranks = ranks;
         for (int32_t part : {-1, 0, 1}) {
           const int64_t lo = part == 1 ? split : 0, hi = part == 0 ? split : s.block_elems;
-          const std::string what = "unit " + std::to_string(unit) + " split " +
-                                   std::to_string(split) + " ranks " + std::to_string(ranks) +
-                                   " part " + std::to_string(part);
+          const std::string what = "width " + std::to_string(width) + " unit " +
+                                   std::to_string(unit) + " split " + std::to_string(split) +
+                                   " ranks " + std::to_string(ranks) + " part " +
+                                   std::to_string(part);
           int64_t kept_by_all = 0;
           for (int r = 0; r < ranks; ++r) {
             s.rank = r;
-            std::vector<char> stored(static_cast<size_t>(vertical_kept_grad_bytes(s)), 0);
+            const int64_t store_bytes = shard_store_bytes(s, block_bytes);
+            std::vector<char> stored(static_cast<size_t>(store_bytes), 0);
             std::vector<char> kept(static_cast<size_t>(s.block_elems), 0);
-            for (const GradRange& g : vertical_kept_grad_ranges(s, part)) {
-              const int64_t begin = g.stage_at / 4, end = (g.stage_at + g.bytes) / 4;
-              ASSERT_EQ(g.stage_at % 4, 0) << what;
-              ASSERT_EQ(g.bytes % 4, 0) << what;
-              ASSERT_LE(g.store_at + g.bytes, vertical_kept_grad_bytes(s)) << what;
+            for (const StoreRange& g : shard_store_ranges(s, block_bytes, part)) {
+              const int64_t begin = g.stage_at / width, end = (g.stage_at + g.bytes) / width;
+              ASSERT_EQ(g.stage_at % width, 0) << what;
+              ASSERT_EQ(g.bytes % width, 0) << what;
+              ASSERT_LE(g.store_at + g.bytes, store_bytes) << what;
               EXPECT_EQ(begin % unit, 0) << what;
-              EXPECT_EQ(g.store_at % (4 * unit), 0) << what;
+              EXPECT_EQ(g.store_at % (width * unit), 0) << what;
               EXPECT_TRUE((end - begin) % unit == 0 || end == split || end == s.block_elems)
                   << what;
               EXPECT_GE(begin, lo) << what;
@@ -268,13 +271,13 @@ TEST(plan_schedules, VerticalKeptGradientShardsCoverWhatEachRankSteps) {
             }
           }
           EXPECT_LE(kept_by_all, hi - lo + 2 * 2 * unit * ranks) << what;
-          if (unit == 1) {
+          if (io_f32 == 1 && width == 4) {
             EXPECT_EQ(kept_by_all, hi - lo) << what;
           }
         }
         s.rank = 0;
         if (ranks == 1) {
-          EXPECT_EQ(vertical_kept_grad_bytes(s), s.block_grad_bytes);
+          EXPECT_EQ(shard_store_bytes(s, block_bytes), block_bytes);
         }
       }
     }
@@ -282,20 +285,25 @@ TEST(plan_schedules, VerticalKeptGradientShardsCoverWhatEachRankSteps) {
 }
 
 // Note [Sharded optimizer state]: with several ranks each optimizer part's state slot holds one
-// shard (the longest, rank 0's), every AdamW part is followed by the all-gather of its working
-// params before they are stored or fetched, and the blocks' sums of squares are summed over the
-// ranks once, after every sum and before the norm.
+// shard (the longest, rank 0's), and the blocks' sums of squares are summed over the ranks once,
+// after every sum and before the norm. Note [Sharded working params]: params in host memory are
+// gathered after every step; on storage a step writes only its shard's ranges and is gathered
+// only when the plan fetches what it wrote, and every fetch from storage is preceded by the
+// gather of each part of the block in the stage it copies from.
 TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
   for (Placement place : kOff) {
-    for (bool vertical : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool vertical = variant > 0;
       ScheduleSpec s = spec(3, 2, place, place, place);
       s.grads = place;
       s.ranks = 3;
+      s.pending_steps = variant == 2;  // part 1's steps before the fetches of the forward
       s.shard_grads = !vertical;
       s.embed_optim = place;  // on storage: its step in chunks of the shard-sized stage
       if (vertical) s.split_elems = s.block_elems / 2 + 1;
       const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
       const std::string what = std::string(vertical ? "vertical" : "horizontal") +
+                               " pending=" + std::to_string(s.pending_steps) +
                                " placement=" + std::to_string(int(place));
       ASSERT_TRUE(check_all(p).ok()) << what << ": " << check_all(p).to_string();
       for (int32_t part : vertical ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{-1}) {
@@ -367,24 +375,54 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
             }
           }
         }
-        if (t.kind != TaskKind::block_step) continue;
-        int gathers = 0;
-        for (int32_t j = 0; j < static_cast<int32_t>(p.tasks.size()); ++j) {
-          const Task& g = p.tasks[static_cast<size_t>(j)];
-          if (g.kind != TaskKind::param_allgather || g.block != t.block || g.part != t.part) {
-            continue;
-          }
-          ++gathers;
-          EXPECT_EQ(g.resource, Resource::net);
-          EXPECT_TRUE(happens_before(*hb, i, j)) << what << ": " << p.describe(j);
-          for (int32_t k = 0; k < static_cast<int32_t>(p.tasks.size()); ++k) {
-            const Task& w = p.tasks[static_cast<size_t>(k)];
-            if (w.kind == TaskKind::params_write && w.block == t.block && w.part == t.part) {
-              EXPECT_TRUE(happens_before(*hb, j, k)) << what << ": " << p.describe(k);
+        if (t.kind == TaskKind::params_fetch && t.block >= 0 && place == Placement::storage) {
+          const int32_t stage = t.uses.at(0).slot;
+          for (int32_t q : block_param_parts(s)) {
+            bool gathered = false;
+            for (int32_t j = 0; j < i; ++j) {
+              const Task& g = p.tasks[static_cast<size_t>(j)];
+              gathered |= g.kind == TaskKind::param_allgather && g.block == t.block &&
+                          g.part == q && g.uses.at(0).slot == stage && happens_before(*hb, j, i);
             }
+            EXPECT_TRUE(gathered) << what << ": part " << q << " before " << p.describe(i);
           }
         }
-        EXPECT_EQ(gathers, 1) << what << ": " << p.describe(i);
+        if (t.kind != TaskKind::block_step) continue;
+        int32_t params_out = -1;
+        for (const SlotUse& u : t.uses) {
+          if (u.role == Role::params) params_out = u.slot;
+        }
+        const std::string& out_name = p.slots.at(static_cast<size_t>(params_out)).name;
+        const bool fetched_stage = out_name == slot_names::kParamsStage.at(0) ||
+                                   out_name == slot_names::kParamsStage.at(1);
+        int gathers = 0;
+        int64_t written = 0;
+        for (int32_t j = i + 1; j < static_cast<int32_t>(p.tasks.size()); ++j) {
+          const Task& g = p.tasks[static_cast<size_t>(j)];
+          if (g.kind == TaskKind::params_fetch && g.block == t.block) break;  // the next use
+          if (g.block != t.block || g.part != t.part) continue;
+          if (g.kind == TaskKind::param_allgather && g.uses.at(0).slot == params_out) {
+            ++gathers;
+            EXPECT_EQ(g.resource, Resource::net);
+            EXPECT_TRUE(happens_before(*hb, i, j)) << what << ": " << p.describe(j);
+          }
+          if (g.kind == TaskKind::params_write && g.uses.at(0).slot == params_out) {
+            written += g.bytes;
+          }
+        }
+        if (place == Placement::host) {
+          EXPECT_EQ(gathers, 1) << what << ": " << p.describe(i);
+          EXPECT_EQ(written, 0) << what << ": " << p.describe(i);
+        } else {
+          EXPECT_EQ(gathers, fetched_stage ? 1 : 0) << what << ": " << p.describe(i);
+          int64_t shard = 0;  // rank 0's ranges of the part
+          for (const StoreRange& r : shard_store_ranges(s, s.block_param_bytes, t.part)) {
+            shard += r.bytes;
+          }
+          EXPECT_EQ(written, shard) << what << ": " << p.describe(i);
+          EXPECT_LT(written, part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, t.part))
+              << what << ": " << p.describe(i);
+        }
       }
       EXPECT_EQ(norms, 1) << what;
     }

@@ -397,10 +397,14 @@ Status OffloadTrainer::do_grad_reduce_scatter(const BoundPlan& bp, const Task& t
 }
 
 Status OffloadTrainer::do_param_allgather(const BoundPlan& bp, const Task& t) {
-  const PartShard sh = owned_part(t.part);
-  const int64_t width = bf16_ ? 2 : 4;  // Note [Precision modes]
-  char* params = static_cast<char*>(slot_ptr(bp, slot_of(t, Role::params)));  // f32 or bf16
-  return world_.all_gather(params + sh.part_begin * width, sh.part_end - sh.part_begin, width);
+  return gather_params(slot_ptr(bp, slot_of(t, Role::params)), t.part);
+}
+
+Status OffloadTrainer::gather_params(void* params, int32_t part) {
+  const PartShard sh = owned_part(part);
+  const int64_t width = bf16_ ? 2 : 4;    // Note [Precision modes]
+  char* at = static_cast<char*>(params);  // (block elems) f32 or bf16
+  return world_.all_gather(at + sh.part_begin * width, sh.part_end - sh.part_begin, width);
 }
 
 Status OffloadTrainer::do_norm_allreduce(const BoundPlan&, const Task&) {

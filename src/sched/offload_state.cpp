@@ -89,21 +89,39 @@ void OffloadTrainer::stage_block_params(int64_t lo, const float* master, int64_t
 }
 
 Status OffloadTrainer::flush_block_params(int64_t block) {
-  const int64_t n = block_elems_;
-  if (bf16_) return write_slot(names::params_store(block), 0, bf16_stage_.data(), n * 2);
-  return write_slot(names::params_store(block), 0, idle_block_stage(), n * 4);
+  return params_store_io(IoOp::write, block,
+                         bf16_ ? bf16_stage_.data() : static_cast<void*>(idle_block_stage()));
 }
 
 Status OffloadTrainer::read_block_params(int64_t block, float* out) {
   const int64_t n = block_elems_;
   if (bf16_) {
-    STRATA_RETURN_IF_ERROR(read_slot(names::params_store(block), 0, bf16_stage_.data(), n * 2));
+    STRATA_RETURN_IF_ERROR(params_store_io(IoOp::read, block, bf16_stage_.data()));
     cpu::convert_bf16_to_f32(out, bf16_stage_.bf16(), n);
     return Status::ok_status();
   }
   float* stage = idle_block_stage();  // (n) f32
-  STRATA_RETURN_IF_ERROR(read_slot(names::params_store(block), 0, stage, n * 4));
+  STRATA_RETURN_IF_ERROR(params_store_io(IoOp::read, block, stage));
   std::memcpy(out, stage, static_cast<size_t>(n * 4));
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::params_store_io(IoOp op, int64_t block, void* stage) {
+  const std::string name = names::params_store(block);
+  const SlotMemory& m = *memory_.at(name);
+  const int64_t bytes = block_elems_ * (bf16_ ? 2 : 4);
+  char* at = static_cast<char*>(stage);  // (block elems) f32 or bf16
+  if (!params_sharded(shard_spec_, m.tier)) {
+    return op == IoOp::write ? write_slot(name, 0, at, bytes) : read_slot(name, 0, at, bytes);
+  }
+  // Note [Sharded working params]: this rank's ranges, as the plans move them.
+  for (const StoreRange& r : shard_store_ranges(shard_spec_, bytes, -1)) {
+    STRATA_RETURN_IF_ERROR(store_io(m, op, r.store_at, at + r.stage_at, r.bytes));
+  }
+  if (op == IoOp::write) return Status::ok_status();
+  for (int32_t part : block_param_parts(shard_spec_)) {
+    STRATA_RETURN_IF_ERROR(gather_params(at, part));
+  }
   return Status::ok_status();
 }
 

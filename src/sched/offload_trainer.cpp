@@ -130,7 +130,9 @@ OffloadTrainer::OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator
   split_elems_ = split_elems_for(cfg, block_elems_);
   embed_elems_ = embed_group_elems(layout_);
   // Note [Optimizer stage size]: the plans' chunks, so the step tasks' `part` means the same here.
-  embed_chunk_elems_ = embed_chunk_elems_for(offload_schedule_spec(dev, cfg, false, true));
+  shard_spec_ = offload_schedule_spec(dev, cfg, false, true);
+  shard_spec_.rank = world.rank();
+  embed_chunk_elems_ = embed_chunk_elems_for(shard_spec_);
   slab_sumsq_.assign(layout_.slabs.size(), 0.0);
   // Note [Data parallel ranks]: the mean over every rank's micro-batches.
   dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum * cfg.ranks);

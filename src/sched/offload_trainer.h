@@ -248,6 +248,12 @@ class OffloadTrainer final : public Trainer {
   // then the whole staged block out.
   void stage_block_params(int64_t lo, const float* master, int64_t count);
   Status flush_block_params(int64_t block);
+  // A block's params store from or to `stage` (the block's f32 or bf16 params): the whole slot,
+  // or where it is sharded this rank's ranges, and a read then gathers every rank's (Note
+  // [Sharded working params]; a collective).
+  Status params_store_io(IoOp op, int64_t block, void* stage);
+  // Every rank's shard of part `part` of a block's working params at `params` (the block's).
+  Status gather_params(void* params, int32_t part);
   const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;
   void* slot_ptr(const BoundPlan& bp, int32_t slot) const;
   StepState early_step_state() const;
@@ -315,6 +321,8 @@ class OffloadTrainer final : public Trainer {
   int64_t block_elems_ = 0, split_elems_ = 0, embed_elems_ = 0;
   int64_t embed_chunk_elems_ =
       0;  // the embed step's chunk on storage (Note [Optimizer stage size])
+  // The shapes shard ranges are cut by, this rank's (Note [Shard ranges in a store]).
+  ScheduleSpec shard_spec_{};
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
   // Note [Ordering by events]

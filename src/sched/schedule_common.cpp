@@ -100,7 +100,6 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   const int64_t n = s.block_elems, a = s.split_elems;
   const int64_t O = optim_part_bytes(s, x.part);
   const int64_t P = part_bytes(s.block_param_bytes, n, a, x.part);
-  const int64_t p_off = x.part == 1 ? part_bytes(s.block_param_bytes, n, a, 0) : 0;
 
   const int32_t state = b.to_host(TaskKind::optim_read, tag, x.state_store, state_ring, O);
   const int32_t dest = x.state_out >= 0 ? x.state_out : x.state_store;
@@ -114,13 +113,36 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   if (x.needs_norm) uses.push_back(slot_read(c.clip, Role::clip));
   b.task(TaskKind::block_step, tag, std::move(uses), O);
   if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, dest, O);
-  if (s.ranks > 1) {  // Note [Sharded optimizer state]: every rank's shard of the new params
+  const bool replicated = x.params_store == x.params_out;  // params in host memory
+  if (s.ranks > 1 && (replicated || x.gather)) {           // Note [Sharded optimizer state]
     b.task(TaskKind::param_allgather, tag,
            {slot_read(x.params_out, Role::params), slot_write(x.params_out, Role::params)}, P);
   }
-  if (x.params_store != x.params_out) {
-    b.transfer_range(TaskKind::params_write, tag, x.params_out, p_off, x.params_store, p_off, P);
+  if (!replicated) {  // Note [Sharded working params]: this rank's ranges, or the part's
+    for (const StoreRange& r : shard_store_ranges(s, s.block_param_bytes, x.part)) {
+      b.transfer_range(TaskKind::params_write, tag, x.params_out, r.stage_at, x.params_store,
+                       r.store_at, r.bytes);
+    }
   }
+}
+
+void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
+                     int32_t store, int32_t stage) {
+  for (const StoreRange& r : shard_store_ranges(s, s.block_param_bytes, part)) {
+    b.transfer_range(TaskKind::params_read, {.block = block, .part = part}, store, r.store_at,
+                     stage, r.stage_at, r.bytes);
+  }
+  if (s.ranks <= 1) return;
+  const std::vector<int32_t> parts = part < 0 ? block_param_parts(s) : std::vector<int32_t>{part};
+  for (int32_t q : parts) {
+    b.task(TaskKind::param_allgather, {.block = block, .part = q},
+           {slot_read(stage, Role::params), slot_write(stage, Role::params)},
+           part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, q));
+  }
+}
+
+int64_t params_store_bytes(const ScheduleSpec& s, Tier tier) {
+  return params_sharded(s, tier) ? shard_store_bytes(s, s.block_param_bytes) : s.block_param_bytes;
 }
 
 SlotRing add_ring(PlanBuilder& b, const slot_names::Ring& ring, Tier tier, int64_t bytes,

@@ -64,19 +64,30 @@ void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec&
 // is in host slot `grad` and, when `needs_norm`, the clip factor is known: the part's optimizer
 // state is read from `state_store` (through the next stage of `state_ring` when on storage);
 // AdamW runs on cpu_optim and writes the part's range of the new working params into
-// `params_out` at the part's offset (with several ranks its shard of the part, and a
-// param_allgather then brings every rank's: Note [Sharded optimizer state]); when `params_store` is
-// not params_out (params on storage) that range is then written to the store. Shared by both
-// schedules. `state_out`, when not -1, is where the new state goes instead of back into state_store
-// (a slot on state_store's tier: Note [Speculative steps]).
+// `params_out` at the part's offset (with several ranks its shard of the part: Note [Sharded
+// optimizer state]). When `params_store` is not params_out (params on storage) that range is
+// then written to the store, with several ranks only this rank's shard ranges (Note [Sharded
+// working params]). A param_allgather brings every rank's shard into params_out where params_out
+// is used whole: when it is the store (params in host memory, replicated) or when `gather` (the
+// plan fetches it). Shared by both schedules. `state_out`, when not -1, is where the new state
+// goes instead of back into state_store (a slot on state_store's tier: Note [Speculative steps]).
 struct OptimizerStep {
   int32_t block = -1, part = -1;
   int32_t grad = -1, state_store = -1, params_out = -1, params_store = -1;
   bool needs_norm = true;
   int32_t state_out = -1;
+  bool gather = false;
 };
 void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
                         const OptimizerStep& step, SlotRing& state_ring);
+
+// Part `part` (-1: all) of block `block`'s working params from `store` on storage into the host
+// stage `stage` (the block's layout); with several ranks only this rank's shard ranges, then
+// every rank's shard gathered, part by part (Note [Sharded working params]).
+void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
+                     int32_t store, int32_t stage);
+// Bytes of a block's params store on `tier` (Note [Sharded working params]).
+int64_t params_store_bytes(const ScheduleSpec& s, Tier tier);
 
 // A ring of two slots named by `ring` (slot_names.h) on `tier`: a device double buffer or a host
 // staging ring; empty when not `needed` (nothing of that kind on storage).

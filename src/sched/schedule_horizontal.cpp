@@ -52,7 +52,8 @@ class HorizontalPlan {
   void add_slots() {
     const int64_t P = s_.block_param_bytes, G = s_.block_grad_bytes, C = s_.checkpoint_bytes;
     for (int l = 0; l < L_; ++l) {
-      params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l], P, true));
+      params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l],
+                                      params_store_bytes(s_, tiers_.params[l]), true));
       optim_store_.push_back(
           b_.slot(names::optim_store(l), tiers_.optim[l], optim_part_bytes(s_, -1), true));
       grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], kept_grad_bytes(s_)));
@@ -76,11 +77,16 @@ class HorizontalPlan {
         add_ring(b_, names::kGradRstage, Tier::host, kept_grad_bytes(s_), tiers_.grads_on_storage);
   }
 
-  // storage -> host stage (if on storage) -> device double buffer; returns the device slot.
+  // storage -> host stage (if on storage; with several ranks this rank's shard, then every
+  // rank's gathered: Note [Sharded working params]) -> device double buffer; returns the device
+  // slot.
   int32_t fetch_params(int l) {
     const int k = fetch_count_++ % 2;
-    const int32_t src = b_.to_host(TaskKind::params_read, {.block = l}, params_store_[l],
-                                   params_stage_, s_.block_param_bytes);
+    int32_t src = params_store_[l];
+    if (tiers_.params[l] == Tier::storage) {
+      src = params_stage_.take();
+      add_params_read(b_, s_, l, -1, params_store_[l], src);
+    }
     b_.transfer(TaskKind::params_fetch, {.block = l}, src, params_buf_[k], s_.block_param_bytes);
     return params_buf_[k];
   }

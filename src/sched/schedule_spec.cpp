@@ -66,47 +66,51 @@ int64_t kept_grad_bytes(const ScheduleSpec& s) {
 
 namespace {
 
-// Bytes of `elems` elements of a block's gradient (f32: exact for block_grad_bytes = n * 4).
-int64_t grad_elem_bytes(const ScheduleSpec& s, int64_t elems) {
-  return part_bytes(s.block_grad_bytes, s.block_elems, elems, 0);
-}
-
-// Elements [begin, end) of part `part` of a block's gradient that rank s.rank keeps: its shard,
-// widened to whole grad_io_elems units within the part.
-std::pair<int64_t, int64_t> kept_grad_elems(const ScheduleSpec& s, int32_t part) {
+// Elements [begin, end) of part `part` of a block quantity that rank s.rank keeps: its shard,
+// widened to whole I/O units of `width`-byte elements within the part.
+std::pair<int64_t, int64_t> kept_shard_elems(const ScheduleSpec& s, int64_t width, int32_t part) {
   const PartShard sh = part_shard(s.block_elems, s.split_elems, part, s.ranks, s.rank);
   if (sh.end <= sh.begin) return {0, 0};
-  const int64_t u = std::max<int64_t>(s.grad_io_elems, 1);
+  const int64_t u = std::max<int64_t>(s.grad_io_elems * 4 / width, 1);
   return {sh.begin / u * u, std::min(round_up(sh.end, u), sh.part_end)};
 }
 
 }  // namespace
 
-std::vector<GradRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part) {
+std::vector<StoreRange> shard_store_ranges(const ScheduleSpec& s, int64_t block_bytes,
+                                           int32_t part) {
   const int64_t n = s.block_elems, a = s.split_elems;
   if (s.ranks <= 1 || n <= 0) {
-    const int64_t at = part == 1 ? part_bytes(s.block_grad_bytes, n, a, 0) : 0;
-    const int64_t bytes = part_bytes(s.block_grad_bytes, n, a, part);
+    const int64_t at = part == 1 ? part_bytes(block_bytes, n, a, 0) : 0;
+    const int64_t bytes = part_bytes(block_bytes, n, a, part);
     if (bytes == 0) return {};
     return {{at, at, bytes}};
   }
-  std::vector<GradRange> ranges;
+  const int64_t width = std::max<int64_t>(block_bytes / n, 1);  // exact: bytes = n * width
+  std::vector<StoreRange> ranges;
   int64_t store_at = 0;
   for (int32_t q = 0; q < 2; ++q) {
-    const auto [begin, end] = kept_grad_elems(s, q);
-    const int64_t bytes = grad_elem_bytes(s, end - begin);
-    if ((part < 0 || q == part) && bytes > 0) {
-      ranges.push_back({grad_elem_bytes(s, begin), store_at, bytes});
-    }
+    const auto [begin, end] = kept_shard_elems(s, width, q);
+    const int64_t bytes = (end - begin) * width;
+    if ((part < 0 || q == part) && bytes > 0) ranges.push_back({begin * width, store_at, bytes});
     store_at += bytes;
   }
   return ranges;
 }
 
-int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
+int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes) {
   int64_t bytes = 0;  // the ranges of both parts, packed from 0
-  for (const GradRange& r : vertical_kept_grad_ranges(s, -1)) bytes += r.bytes;
+  for (const StoreRange& r : shard_store_ranges(s, block_bytes, -1)) bytes += r.bytes;
   return bytes;
+}
+
+bool params_sharded(const ScheduleSpec& s, Tier params_tier) {
+  return s.ranks > 1 && params_tier == Tier::storage;
+}
+
+std::vector<int32_t> block_param_parts(const ScheduleSpec& s) {
+  if (s.split_elems > 0 && s.split_elems < s.block_elems) return {0, 1};
+  return {-1};
 }
 
 int64_t embed_chunk_elems_for(const ScheduleSpec& s) {

@@ -47,14 +47,14 @@ enum class Placement : uint8_t { device, host, storage };
 // the device and moves each block's gradient once per step, so it reduce-scatters it once, when
 // it is complete, in a whole-block host buffer; what it keeps of it on storage for later plans
 // is the rank's shard (Note [Sharded kept gradient]).
-// Replicated on every rank: the working params (every rank computes with every block, and
-// fetching them needs no network), the vertical schedule's gradient buffers in host memory,
-// and the embed group (small: its gradient all-reduced, its step run by every rank). A rank's
-// store so holds the working params and 1/N of the masters, moments and kept gradients: with
-// f32 working params 4 + 12/N (+ 4/N) bytes per block parameter, not 16 (+ 4). ZeRO-3 also shards
-// the working params and gathers them before every use; this does not (yet). Reading a slab's state
-// outside plans (checkpoints, sampling) is therefore a collective: every rank's shard is broadcast
-// in rank order (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
+// Working params on storage are sharded too (Note [Sharded working params]): each rank's store
+// holds its shard and a fetch gathers the block. Replicated on every rank: working params in
+// host memory (fetched from there with no network), the vertical schedule's gradient buffers in
+// host memory, and the embed group (small: its gradient all-reduced, its step run by every
+// rank). With everything on storage a rank's store so holds 1/N of the working params, masters,
+// moments and kept gradients. Reading a slab's state outside plans (checkpoints, sampling) is
+// therefore a collective: every rank's shard is broadcast in rank order
+// (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
 // checkpoint, so a checkpoint resumes on any number of ranks.
 struct PartShard {
   int64_t part_begin = 0, part_end = 0;  // the part, within the block
@@ -191,20 +191,57 @@ int64_t kept_grad_bytes(const ScheduleSpec& s);
 // host slot where it is reduce-scattered (Note [Sharded optimizer state]), summed and part 0
 // stepped. What a later plan still needs of it (part 1's range, or both parts when part 0
 // waits or may be repaired: Note [Speculative steps]) is kept until then; on storage, with
-// several ranks, only what this rank's steps read: its shard of each such part, widened to
-// whole units of grad_io_elems (so every transfer is aligned and covers whole checksum chunks),
-// packed in the block's store as (part 0's range | part 1's range). A rank so writes, reads and
-// stores 1/N of the kept gradient (plus at most two units per part). The host stages keep the
-// block's layout, so a step finds element e at e in either. A kept gradient in host memory
-// stays whole: it is the reduce-scatter's own buffer.
-struct GradRange {
+// several ranks, only what this rank's steps read: its shard ranges (Note [Shard ranges in a
+// store]). A rank so writes, reads and stores 1/N of the kept gradient (plus at most two I/O
+// units per part). A kept gradient in host memory stays whole: it is the reduce-scatter's own
+// buffer.
+//
+// Note [Shard ranges in a store]
+// A block quantity sharded like its optimizer state (its gradient, its working params) is kept
+// in a rank's store as that rank's shard of each part (Note [Optimizer split]: part 0, then part
+// 1; horizontal plans have only one part, the whole block), each widened to whole I/O units
+// (grad_io_elems f32 elements' bytes, so every transfer is aligned and covers whole checksum
+// chunks) and clipped to its part, packed as (part 0's range | part 1's range). Host stages keep
+// the block's layout, so element e is at e in any of them. The widening takes a few of the
+// neighbours' elements along: what a rank stores of those is never read as theirs (a read is
+// followed by the gather that overwrites them, Note [Sharded working params]).
+struct StoreRange {
   int64_t stage_at = 0, store_at = 0,
           bytes = 0;  // bytes at stage_at in a stage, store_at in the store
 };
-// The ranges of part `part` (-1: both) of a block's gradient that the vertical schedule keeps on
-// storage on rank s.rank, and the bytes of its store (Note [Sharded kept gradient]).
-std::vector<GradRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part);
-int64_t vertical_kept_grad_bytes(const ScheduleSpec& s);
+// The ranges of part `part` (-1: both) of a block quantity of `block_bytes` (block_elems
+// elements) that rank s.rank keeps in its store, and the bytes of that store (Note [Shard
+// ranges in a store]). One rank: the part's range at its own offset, in a store of the block.
+std::vector<StoreRange> shard_store_ranges(const ScheduleSpec& s, int64_t block_bytes,
+                                           int32_t part);
+int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes);
+// The vertical schedule's kept gradient on storage (Note [Sharded kept gradient]).
+inline std::vector<StoreRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part) {
+  return shard_store_ranges(s, s.block_grad_bytes, part);
+}
+inline int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
+  return shard_store_bytes(s, s.block_grad_bytes);
+}
+
+// Note [Sharded working params]
+// With N > 1 ranks a block whose working params live on storage keeps in each rank's store only
+// that rank's shard of each optimizer part (Note [Shard ranges in a store]): ZeRO-3's sharded
+// weights, so a rank's store holds 1/N of the params as of the masters and moments. The plans:
+//  - a step writes the rank's shard of the new params into a host stage and only its ranges go
+//    to the store; the stage is gathered (param_allgather) only when the same plan fetches it
+//    (a vertical pending step just before the block's forward);
+//  - a fetch reads the rank's ranges into a host stage and a param_allgather per part (on the
+//    net queue) brings every rank's shard before the copy to the device: the block's weights
+//    are gathered once per pass, for all its micro-batches (vertical), or once per use
+//    (horizontal, as ZeRO-Infinity does).
+// Outside plans (initial state, a resume, evaluation, read_params) the same ranges are written,
+// and a read gathers the same way, so those are collectives that every rank runs together.
+// Params in host memory stay whole on every rank (replicated), as do the embed group's.
+bool params_sharded(const ScheduleSpec& s, Tier params_tier);
+// The parts whose shards a whole block's params are gathered by (Note [Optimizer split]): 0 and
+// 1 with a split, else the whole block (-1).
+std::vector<int32_t> block_param_parts(const ScheduleSpec& s);
+
 // Note [Optimizer stage size]
 // An optimizer stage (the ring a step's state passes through when it lives on storage, and the
 // embed step's chunks: Note [Embed step in chunks]) holds the largest state one step task

@@ -83,8 +83,8 @@ class VerticalPlan {
   // ---- Slots ----------------------------------------------------------------------------------
   void add_block_slots() {
     for (int l = 0; l < L_; ++l) {
-      params_store_.push_back(
-          b_.slot(names::params_store(l), tiers_.params[l], s_.block_param_bytes, true));
+      params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l],
+                                      params_store_bytes(s_, tiers_.params[l]), true));
       std::array<int32_t, 2> parts{-1, -1};
       for (int part = 0; part < 2; ++part) {
         if (part == 0 ? has_part0_ : has_part1_) {
@@ -173,8 +173,9 @@ class VerticalPlan {
   // ---- Parameters and the optimizer split (Note [Optimizer split]) ----------------------------
   // `speculative`: part 0 stepped before the norm is known, or its repair, into the block's
   // optim.spec slot (Note [Speculative steps]).
+  // `gather`: this plan fetches params_out (Note [Sharded working params]).
   void step(int l, int part, int32_t grad, int32_t params_out, bool needs_norm,
-            bool speculative = false) {
+            bool speculative = false, bool gather = false) {
     add_optimizer_step(b_, c_, s_,
                        {.block = l,
                         .part = part,
@@ -183,7 +184,8 @@ class VerticalPlan {
                         .params_out = params_out,
                         .params_store = params_store_[l],
                         .needs_norm = needs_norm,
-                        .state_out = speculative ? optim_spec_[l] : -1},
+                        .state_out = speculative ? optim_spec_[l] : -1,
+                        .gather = gather},
                        optim_stage_);
   }
 
@@ -201,19 +203,14 @@ class VerticalPlan {
       pending_[l] = pending0_[l] = false;
       if (on_storage) {
         src = params_stage_.slots[k];
-        const int64_t part0_bytes =
-            part_bytes(s_.block_param_bytes, s_.block_elems, s_.split_elems, 0);
-        if (fetch && !part0 && part0_bytes > 0) {
-          b_.transfer(TaskKind::params_read, {.block = l, .part = 0}, params_store_[l], src,
-                      part0_bytes);
-        }
+        if (fetch && !part0 && has_part0_) add_params_read(b_, s_, l, 0, params_store_[l], src);
       }
       const int32_t grad = grad_for_steps(l, part0 ? -1 : 1);
-      if (part0) step(l, 0, grad, src, true);
-      if (part1) step(l, 1, grad, src, true);
+      if (part0) step(l, 0, grad, src, true, false, fetch);
+      if (part1) step(l, 1, grad, src, true, false, fetch);
     } else if (on_storage && fetch) {
       src = params_stage_.slots[k];
-      b_.transfer(TaskKind::params_read, {.block = l}, params_store_[l], src, s_.block_param_bytes);
+      add_params_read(b_, s_, l, -1, params_store_[l], src);
     }
     return src;
   }
@@ -287,7 +284,7 @@ class VerticalPlan {
   // and its store on storage: what the steps of a later plan read of it (Note [Sharded kept
   // gradient]), at its place in the block's layout in the stage.
   void keep_grad(int l, int32_t stage, int32_t part) {
-    for (const GradRange& r : vertical_kept_grad_ranges(s_, part)) {
+    for (const StoreRange& r : vertical_kept_grad_ranges(s_, part)) {
       b_.transfer_range(TaskKind::grad_write, {.block = l, .part = part}, stage, r.stage_at,
                         grad_store_[l], r.store_at, r.bytes);
     }
@@ -297,7 +294,7 @@ class VerticalPlan {
   int32_t grad_for_steps(int l, int32_t part) {
     if (b_.tier(grad_store_[l]) != Tier::storage) return grad_store_[l];
     const int32_t stage = grad_rstage_.take();
-    for (const GradRange& r : vertical_kept_grad_ranges(s_, part)) {
+    for (const StoreRange& r : vertical_kept_grad_ranges(s_, part)) {
       b_.transfer_range(TaskKind::grad_read, {.block = l, .part = part}, grad_store_[l], r.store_at,
                         stage, r.stage_at, r.bytes);
     }

@@ -63,7 +63,8 @@ enum class TaskKind : uint8_t {
   grad_reduce_scatter,  // {grad read+write}: a block's gradient summed over the ranks, each rank
                         // keeping its shard of every optimizer part; sends (N-1)/N of `bytes`
   param_allgather,  // {params read+write}: the working params of one optimizer part, each rank's
-                    // shard (just stepped) copied to every rank; sends (N-1)/N of `bytes`
+                    // shard (just stepped, or read from its store: Note [Sharded working
+                    // params]) copied to every rank; sends (N-1)/N of `bytes`
   norm_allreduce,   // {sums read+write}: the blocks' sums of squares, per shard, summed
 };
 inline constexpr int kTaskKindCount = 32;
