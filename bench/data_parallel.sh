@@ -18,7 +18,10 @@
 #   - the checkpoint after the last step, at a standstill: its write_s (rank 0's metrics) and
 #     the bytes of its state files: the single rank's three safetensors files against each
 #     rank's rank-RRRRR.state (Note [Sharded checkpoints]: every rank writes its half at once);
-#   - the final loss of each: the same up to the order of the gradient sums.
+#   - the final loss of each: the same up to the order of the gradient sums;
+#   - the same pair with the working params in host memory (one_host, two_host): tokens/s, and
+#     each rank's planned host bytes (two ranks hold half of the params each, plus the stages a
+#     fetch gathers a block into).
 # Last line: JSON.   usage: bench/data_parallel.sh [DIR] [REPEATS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,14 +48,19 @@ args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
       --set offload.optim_on_host=0 --set offload.grads_on_host=0 --quiet --save-every 14)
 
 for ((i = 0; i < repeats; i++)); do
-  for kind in one two; do
+  for kind in one two one_host two_host; do
     out="$dir/$kind.$i"
     mkdir -p "$out/s0" "$out/s1"
-    if [ "$kind" = one ]; then
-      "$STRATA_BIN" "${args[@]}" --set train.grad_accum=4 --set "io.dirs=[\"$out/s0\"]" \
+    # *_host: the working params in host memory (Note [Sharded working params]: two ranks hold
+    # half each and gather a block into a stage at each fetch).
+    place=()
+    [[ $kind == *_host ]] && place=(--set offload.params_on_host=1)
+    if [[ $kind == one* ]]; then
+      "$STRATA_BIN" "${args[@]}" "${place[@]}" --set train.grad_accum=4 \
+        --set "io.dirs=[\"$out/s0\"]" \
         --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     else
-      mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" \
+      mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" "${place[@]}" \
         --set train.grad_accum=2 --set "io.dirs=[\"$out/s{rank}\"]" \
         --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     fi
@@ -69,7 +77,7 @@ def state_files(step_dir):
 
 med = statistics.median
 res = {}
-for kind in ("one", "two"):
+for kind in ("one", "two", "one_host", "two_host"):
     iters, tps, net, store, loss, ckpt_s = [], [], [], [], [], []
     for i in range(repeats):
         rows = [json.loads(l) for l in open(f"{d}/{kind}.{i}/metrics.jsonl")]
@@ -82,6 +90,7 @@ for kind in ("one", "two"):
         ckpt_s.append(rows[-1]["checkpoints"][0]["write_s"])
     res[kind] = {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
                  "net_busy_s": round(med(net), 4), "store_bytes_per_rank": store[0],
+                 "planned_host_bytes_per_rank": rows[-1]["planned_host_bytes"],
                  "final_loss": loss[0], "iter_s_runs": [round(x, 4) for x in iters],
                  "checkpoint_write_s": round(med(ckpt_s), 4),
                  "checkpoint_write_s_runs": [round(x, 4) for x in ckpt_s],
@@ -93,7 +102,11 @@ res["store_per_rank_over_single"] = round(two["store_bytes_per_rank"] /
                                           res["one"]["store_bytes_per_rank"], 3)
 res["checkpoint_write_two_over_one"] = round(two["checkpoint_write_s"] /
                                              res["one"]["checkpoint_write_s"], 3)
-for k in ("one", "two"):
+res["host_two_over_one_tokens_per_s"] = round(res["two_host"]["tokens_per_s"] /
+                                              res["one_host"]["tokens_per_s"], 3)
+res["host_planned_bytes_two_over_one"] = round(res["two_host"]["planned_host_bytes_per_rank"] /
+                                               res["one_host"]["planned_host_bytes_per_rank"], 3)
+for k in ("one", "two", "one_host", "two_host"):
     print(f"{k}: {res[k]['iter_s']} s/step, {res[k]['tokens_per_s']} tokens/s, "
           f"net {res[k]['net_busy_s']} s, checkpoint {res[k]['checkpoint_write_s']} s, "
           f"loss {res[k]['final_loss']:.5f}", file=sys.stderr)

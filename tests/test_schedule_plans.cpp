@@ -286,10 +286,12 @@ TEST(plan_schedules, ShardStoreRangesCoverWhatEachRankSteps) {
 
 // Note [Sharded optimizer state]: with several ranks each optimizer part's state slot holds one
 // shard (the longest, rank 0's), and the blocks' sums of squares are summed over the ranks once,
-// after every sum and before the norm. Note [Sharded working params]: params in host memory are
-// gathered after every step; on storage a step writes only its shard's ranges and is gathered
-// only when the plan fetches what it wrote, and every fetch from storage is preceded by the
-// gather of each part of the block in the stage it copies from.
+// after every sum and before the norm. Note [Sharded working params]: a block's params store
+// holds this rank's ranges; in host memory a step writes its shard there, with no collective,
+// and every fetch copies from a stage the block was gathered into from the store (one
+// param_gather); on storage a step writes only its shard's ranges and is gathered only when the
+// plan fetches what it wrote, and every fetch is preceded by the gather of each part of the
+// block in the stage it copies from.
 TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
   for (Placement place : kOff) {
     for (int variant = 0; variant < 3; ++variant) {
@@ -339,6 +341,11 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
         if (slot.name == slot_names::grad_store(0)) {
           EXPECT_EQ(slot.bytes, kept) << what;
         }
+        // Note [Sharded working params]: rank 0's ranges of both parts, about a third.
+        if (slot.name == slot_names::params_store(0)) {
+          EXPECT_EQ(slot.bytes, shard_store_bytes(s, s.block_param_bytes)) << what;
+          EXPECT_LE(slot.bytes, s.block_param_bytes / 3 + 2 * 2 * 4096) << what;
+        }
       }
       // Note [Optimizer stage size]: the stage holds the longest shard's state, not a block's.
       const int64_t longest = vertical ? std::max((split + 2) / 3, (s.block_elems - split + 2) / 3)
@@ -375,9 +382,24 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
             }
           }
         }
-        if (t.kind == TaskKind::params_fetch && t.block >= 0 && place == Placement::storage) {
+        if (t.kind == TaskKind::params_fetch && t.block >= 0) {
           const int32_t stage = t.uses.at(0).slot;
-          for (int32_t q : block_param_parts(s)) {
+          EXPECT_EQ(p.slots.at(static_cast<size_t>(stage)).name.rfind("params.stage", 0), 0u)
+              << what << ": " << p.describe(i);
+          if (place == Placement::host) {
+            bool gathered = false;
+            for (int32_t j = 0; j < i; ++j) {
+              const Task& g = p.tasks[static_cast<size_t>(j)];
+              gathered |= g.kind == TaskKind::param_gather && g.block == t.block && g.part == -1 &&
+                          g.uses.at(1).slot == stage &&
+                          p.slots.at(static_cast<size_t>(g.uses.at(0).slot)).name ==
+                              slot_names::params_store(t.block) &&
+                          g.resource == Resource::net && happens_before(*hb, j, i);
+            }
+            EXPECT_TRUE(gathered) << what << ": before " << p.describe(i);
+          }
+          for (int32_t q :
+               place == Placement::host ? std::vector<int32_t>{} : block_param_parts(s)) {
             bool gathered = false;
             for (int32_t j = 0; j < i; ++j) {
               const Task& g = p.tasks[static_cast<size_t>(j)];
@@ -410,8 +432,9 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
             written += g.bytes;
           }
         }
-        if (place == Placement::host) {
-          EXPECT_EQ(gathers, 1) << what << ": " << p.describe(i);
+        if (place == Placement::host) {  // into the store itself
+          EXPECT_EQ(out_name, slot_names::params_store(t.block)) << what << ": " << p.describe(i);
+          EXPECT_EQ(gathers, 0) << what << ": " << p.describe(i);
           EXPECT_EQ(written, 0) << what << ": " << p.describe(i);
         } else {
           EXPECT_EQ(gathers, fetched_stage ? 1 : 0) << what << ": " << p.describe(i);

@@ -162,6 +162,9 @@ TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
     case TaskKind::norm_allreduce:
       action = &OffloadTrainer::do_norm_allreduce;
       break;
+    case TaskKind::param_gather:
+      action = &OffloadTrainer::do_param_gather;
+      break;
     default:
       break;
   }
@@ -400,6 +403,12 @@ Status OffloadTrainer::do_param_allgather(const BoundPlan& bp, const Task& t) {
   return gather_params(slot_ptr(bp, slot_of(t, Role::params)), t.part);
 }
 
+Status OffloadTrainer::do_param_gather(const BoundPlan& bp, const Task& t) {
+  // Note [Sharded working params]: the store is the block's (params.store.blkL), so this is the
+  // read outside plans, into the task's stage.
+  return params_store_io(IoOp::read, t.block, slot_ptr(bp, slot_of(t, Role::dst)), t.part);
+}
+
 Status OffloadTrainer::gather_params(void* params, int32_t part) {
   const PartShard sh = owned_part(part);
   const int64_t width = bf16_ ? 2 : 4;    // Note [Precision modes]
@@ -477,8 +486,15 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   const PartShard sh = owned_part(t.part);
   const int64_t lo = sh.begin, hi = sh.end, pe = hi - lo, S = sh.stride;
   const float* grad = kept_grad_at(f32_of(bp, t, Role::grad), lo);  // at element lo, as the state
-  float* master = f32_of(bp, t, Role::state);       // (3, S): master, m, v of the shard
-  float* params_out = f32_of(bp, t, Role::params);  // (block elems) working params, f32 or bf16
+  float* master = f32_of(bp, t, Role::state);  // (3, S): master, m, v of the shard
+  // Element lo of the working params (f32 or bf16): in the block's layout, or in this rank's
+  // packed ranges (Note [Sharded working params]).
+  char* params_lo = params_at(bp, t, lo);
+  if (params_lo == nullptr && pe > 0) {
+    return internal_error("blk." + std::to_string(t.block) + " part " + std::to_string(t.part) +
+                          ": element " + std::to_string(lo) +
+                          " is outside this rank's ranges of its params store");
+  }
   // Note [Speculative steps]: the state before the step stays where it is; the step works on
   // its copy in state_out.
   if (float* out = f32_of(bp, t, Role::state_out); out != nullptr) {
@@ -487,7 +503,7 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   }
   // bf16 mode (Note [Precision modes]): the part's range of the bf16 working params, written by
   // AdamW in the same sweep as the master.
-  bf16_t* out_bf16 = bf16_ ? reinterpret_cast<bf16_t*>(params_out) + lo : nullptr;
+  bf16_t* out_bf16 = bf16_ ? reinterpret_cast<bf16_t*>(params_lo) : nullptr;
   if (!st.skip) {
     const AdamWHyper h = adamw_hyper(cfg_.optim, st.lr, st.adam_step, st.grad_scale);
     adamw_slab_range(layout_, layout_.block_slab(t.block), lo, hi, master, master + S,
@@ -496,7 +512,7 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
   // Skipped or not, the task's reader expects the current params in params_out.
   if (!bf16_) {
     // The working copy is f32, so it is the master range itself.
-    std::memcpy(params_out + lo, master, static_cast<size_t>(pe * 4));
+    std::memcpy(params_lo, master, static_cast<size_t>(pe * 4));
   } else if (st.skip) {
     cpu::convert_f32_to_bf16(out_bf16, master, pe);
   }

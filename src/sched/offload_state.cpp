@@ -106,23 +106,35 @@ Status OffloadTrainer::read_block_params(int64_t block, float* out) {
   return Status::ok_status();
 }
 
-Status OffloadTrainer::params_store_io(IoOp op, int64_t block, void* stage) {
+Status OffloadTrainer::params_store_io(IoOp op, int64_t block, void* stage, int32_t part) {
   const std::string name = names::params_store(block);
-  const SlotMemory& m = *memory_.at(name);
   const int64_t bytes = block_elems_ * (bf16_ ? 2 : 4);
   char* at = static_cast<char*>(stage);  // (block elems) f32 or bf16
-  if (!params_sharded(shard_spec_, m.tier)) {
-    return op == IoOp::write ? write_slot(name, 0, at, bytes) : read_slot(name, 0, at, bytes);
+  // Note [Sharded working params]: this rank's ranges, as the plans move them (one rank: the
+  // part's range).
+  for (const StoreRange& r : shard_store_ranges(shard_spec_, bytes, part)) {
+    STRATA_RETURN_IF_ERROR(op == IoOp::write
+                               ? write_slot(name, r.store_at, at + r.stage_at, r.bytes)
+                               : read_slot(name, r.store_at, at + r.stage_at, r.bytes));
   }
-  // Note [Sharded working params]: this rank's ranges, as the plans move them.
-  for (const StoreRange& r : shard_store_ranges(shard_spec_, bytes, -1)) {
-    STRATA_RETURN_IF_ERROR(store_io(m, op, r.store_at, at + r.stage_at, r.bytes));
-  }
-  if (op == IoOp::write) return Status::ok_status();
-  for (int32_t part : block_param_parts(shard_spec_)) {
-    STRATA_RETURN_IF_ERROR(gather_params(at, part));
-  }
+  if (op == IoOp::write || !sharded()) return Status::ok_status();
+  const std::vector<int32_t> parts =
+      part < 0 ? block_param_parts(shard_spec_) : std::vector<int32_t>{part};
+  for (int32_t q : parts) STRATA_RETURN_IF_ERROR(gather_params(at, q));
   return Status::ok_status();
+}
+
+char* OffloadTrainer::params_at(const BoundPlan& bp, const Task& t, int64_t lo) const {
+  const int32_t slot = slot_of(t, Role::params);
+  char* base = static_cast<char*>(slot_ptr(bp, slot));
+  const int64_t width = bf16_ ? 2 : 4, at = lo * width;
+  const bool packed = sharded() && bp.slots[static_cast<size_t>(slot)] ==
+                                       memory_.at(names::params_store(t.block)).get();
+  if (!packed) return base + at;
+  for (const StoreRange& r : shard_store_ranges(shard_spec_, block_elems_ * width, t.part)) {
+    if (at >= r.stage_at && at < r.stage_at + r.bytes) return base + r.store_at + (at - r.stage_at);
+  }
+  return nullptr;
 }
 
 Status OffloadTrainer::initialize_state() {
@@ -299,7 +311,8 @@ Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) 
     // (3, S) master, m, v of this rank's shard of the part
     float* st = on_storage ? memory_.at(names::kOptimStage.at(0))->buf.f32() : sm.buf.f32();
     // Note [Sharded optimizer state]: the checkpoint holds every shard; this rank keeps its own
-    // state, and the working params of all of them (replicated). One rank: one piece, its own.
+    // state; every shard's working params are staged, and the flush writes this rank's ranges
+    // (Note [Sharded working params]). One rank: one piece, its own.
     for (int r = 0; r < world_.size(); ++r) {
       const PartShard sh = rank_shard(part, r);
       const int64_t n = sh.end - sh.begin;

@@ -228,6 +228,7 @@ class OffloadTrainer final : public Trainer {
   Status do_grad_allreduce(const BoundPlan& bp, const Task& t);
   Status do_grad_reduce_scatter(const BoundPlan& bp, const Task& t);
   Status do_param_allgather(const BoundPlan& bp, const Task& t);
+  Status do_param_gather(const BoundPlan& bp, const Task& t);
   Status do_norm_allreduce(const BoundPlan& bp, const Task& t);
   Status step_block_part(const BoundPlan& bp, const Task& t, const StepState& st);
   // The memory of the task's slot in `role` (null when it has none), and its micro-batch's
@@ -248,10 +249,14 @@ class OffloadTrainer final : public Trainer {
   // then the whole staged block out.
   void stage_block_params(int64_t lo, const float* master, int64_t count);
   Status flush_block_params(int64_t block);
-  // A block's params store from or to `stage` (the block's f32 or bf16 params): the whole slot,
-  // or where it is sharded this rank's ranges, and a read then gathers every rank's (Note
-  // [Sharded working params]; a collective).
-  Status params_store_io(IoOp op, int64_t block, void* stage);
+  // Part `part` (-1: all) of a block's params store from or to `stage` (the block's f32 or bf16
+  // params, in its layout): with one rank the part's range; with several this rank's ranges,
+  // and a read then gathers every rank's shard (Note [Sharded working params]: a collective).
+  Status params_store_io(IoOp op, int64_t block, void* stage, int32_t part = -1);
+  // Where element `lo` of task t's part lands in its params slot: at lo in the block's layout,
+  // or in a sharded host store's packed ranges (Note [Shard ranges in a store]); null when this
+  // rank's ranges do not hold it.
+  char* params_at(const BoundPlan& bp, const Task& t, int64_t lo) const;
   // Every rank's shard of part `part` of a block's working params at `params` (the block's).
   Status gather_params(void* params, int32_t part);
   const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;

@@ -113,12 +113,11 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   if (x.needs_norm) uses.push_back(slot_read(c.clip, Role::clip));
   b.task(TaskKind::block_step, tag, std::move(uses), O);
   if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, dest, O);
-  const bool replicated = x.params_store == x.params_out;  // params in host memory
-  if (s.ranks > 1 && (replicated || x.gather)) {           // Note [Sharded optimizer state]
+  if (s.ranks > 1 && x.gather) {  // Note [Sharded working params]
     b.task(TaskKind::param_allgather, tag,
            {slot_read(x.params_out, Role::params), slot_write(x.params_out, Role::params)}, P);
   }
-  if (!replicated) {  // Note [Sharded working params]: this rank's ranges, or the part's
+  if (x.params_store != x.params_out) {  // on storage: this rank's ranges, or the part's
     for (const StoreRange& r : shard_store_ranges(s, s.block_param_bytes, x.part)) {
       b.transfer_range(TaskKind::params_write, tag, x.params_out, r.stage_at, x.params_store,
                        r.store_at, r.bytes);
@@ -128,6 +127,12 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
 
 void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
                      int32_t store, int32_t stage) {
+  if (b.tier(store) != Tier::storage) {  // a host store holds this rank's shard
+    b.task(TaskKind::param_gather, {.block = block, .part = part},
+           {slot_read(store, Role::src), slot_write(stage, Role::dst)},
+           part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, part));
+    return;
+  }
   for (const StoreRange& r : shard_store_ranges(s, s.block_param_bytes, part)) {
     b.transfer_range(TaskKind::params_read, {.block = block, .part = part}, store, r.store_at,
                      stage, r.stage_at, r.bytes);
@@ -141,8 +146,8 @@ void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32
   }
 }
 
-int64_t params_store_bytes(const ScheduleSpec& s, Tier tier) {
-  return params_sharded(s, tier) ? shard_store_bytes(s, s.block_param_bytes) : s.block_param_bytes;
+int64_t params_store_bytes(const ScheduleSpec& s) {
+  return params_sharded(s) ? shard_store_bytes(s, s.block_param_bytes) : s.block_param_bytes;
 }
 
 SlotRing add_ring(PlanBuilder& b, const slot_names::Ring& ring, Tier tier, int64_t bytes,

@@ -64,13 +64,13 @@ void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec&
 // is in host slot `grad` and, when `needs_norm`, the clip factor is known: the part's optimizer
 // state is read from `state_store` (through the next stage of `state_ring` when on storage);
 // AdamW runs on cpu_optim and writes the part's range of the new working params into
-// `params_out` at the part's offset (with several ranks its shard of the part: Note [Sharded
-// optimizer state]). When `params_store` is not params_out (params on storage) that range is
-// then written to the store, with several ranks only this rank's shard ranges (Note [Sharded
-// working params]). A param_allgather brings every rank's shard into params_out where params_out
-// is used whole: when it is the store (params in host memory, replicated) or when `gather` (the
-// plan fetches it). Shared by both schedules. `state_out`, when not -1, is where the new state
-// goes instead of back into state_store (a slot on state_store's tier: Note [Speculative steps]).
+// `params_out` (with several ranks its shard of the part: Note [Sharded optimizer state]): the
+// store itself when the params live in host memory (with several ranks a store of this rank's
+// ranges, Note [Sharded working params]), else a host stage in the block's layout whose range
+// (this rank's ranges) then goes to the store; with `gather` (the plan fetches that stage) a
+// param_allgather brings every rank's shard into it first. Shared by both schedules.
+// `state_out`, when not -1, is where the new state goes instead of back into state_store (a slot
+// on state_store's tier: Note [Speculative steps]).
 struct OptimizerStep {
   int32_t block = -1, part = -1;
   int32_t grad = -1, state_store = -1, params_out = -1, params_store = -1;
@@ -81,13 +81,14 @@ struct OptimizerStep {
 void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
                         const OptimizerStep& step, SlotRing& state_ring);
 
-// Part `part` (-1: all) of block `block`'s working params from `store` on storage into the host
-// stage `stage` (the block's layout); with several ranks only this rank's shard ranges, then
-// every rank's shard gathered, part by part (Note [Sharded working params]).
+// Part `part` (-1: all) of block `block`'s working params from its `store` into the host stage
+// `stage` (the block's layout). From storage: the part's range, or with several ranks this
+// rank's ranges, then every rank's shard gathered, part by part; from a host store (several
+// ranks) one param_gather (Note [Sharded working params]).
 void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
                      int32_t store, int32_t stage);
-// Bytes of a block's params store on `tier` (Note [Sharded working params]).
-int64_t params_store_bytes(const ScheduleSpec& s, Tier tier);
+// Bytes of a block's params store (Note [Sharded working params]).
+int64_t params_store_bytes(const ScheduleSpec& s);
 
 // A ring of two slots named by `ring` (slot_names.h) on `tier`: a device double buffer or a host
 // staging ring; empty when not `needed` (nothing of that kind on storage).

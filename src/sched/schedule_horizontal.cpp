@@ -52,8 +52,8 @@ class HorizontalPlan {
   void add_slots() {
     const int64_t P = s_.block_param_bytes, G = s_.block_grad_bytes, C = s_.checkpoint_bytes;
     for (int l = 0; l < L_; ++l) {
-      params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l],
-                                      params_store_bytes(s_, tiers_.params[l]), true));
+      params_store_.push_back(
+          b_.slot(names::params_store(l), tiers_.params[l], params_store_bytes(s_), true));
       optim_store_.push_back(
           b_.slot(names::optim_store(l), tiers_.optim[l], optim_part_bytes(s_, -1), true));
       grad_store_.push_back(b_.slot(names::grad_store(l), tiers_.grads[l], kept_grad_bytes(s_)));
@@ -65,7 +65,9 @@ class HorizontalPlan {
     grad_buf_ = add_ring(b_, names::kGradBuf, Tier::device, G).slots;
     grad_stage_ = add_ring(b_, names::kGradStage, Tier::host, G).slots;
     bwd_in_ = add_ring(b_, names::kBwdInBuf, Tier::device, C).slots;
-    params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P, tiers_.params_on_storage);
+    // A fetch gathers a sharded block there (Note [Sharded working params]).
+    params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P,
+                             tiers_.params_on_storage || params_sharded(s_));
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     // One ring for both directions: a checkpoint is read back only after every write.
     ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
@@ -77,13 +79,13 @@ class HorizontalPlan {
         add_ring(b_, names::kGradRstage, Tier::host, kept_grad_bytes(s_), tiers_.grads_on_storage);
   }
 
-  // storage -> host stage (if on storage; with several ranks this rank's shard, then every
-  // rank's gathered: Note [Sharded working params]) -> device double buffer; returns the device
-  // slot.
+  // The store (storage, or host memory) -> a host stage (on storage, or with several ranks: each
+  // rank's shard gathered, Note [Sharded working params]) -> device double buffer; returns the
+  // device slot.
   int32_t fetch_params(int l) {
     const int k = fetch_count_++ % 2;
     int32_t src = params_store_[l];
-    if (tiers_.params[l] == Tier::storage) {
+    if (tiers_.params[l] == Tier::storage || params_sharded(s_)) {
       src = params_stage_.take();
       add_params_read(b_, s_, l, -1, params_store_[l], src);
     }

@@ -104,10 +104,6 @@ int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes) {
   return bytes;
 }
 
-bool params_sharded(const ScheduleSpec& s, Tier params_tier) {
-  return s.ranks > 1 && params_tier == Tier::storage;
-}
-
 std::vector<int32_t> block_param_parts(const ScheduleSpec& s) {
   if (s.split_elems > 0 && s.split_elems < s.block_elems) return {0, 1};
   return {-1};

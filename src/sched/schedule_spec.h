@@ -47,15 +47,14 @@ enum class Placement : uint8_t { device, host, storage };
 // the device and moves each block's gradient once per step, so it reduce-scatters it once, when
 // it is complete, in a whole-block host buffer; what it keeps of it on storage for later plans
 // is the rank's shard (Note [Sharded kept gradient]).
-// Working params on storage are sharded too (Note [Sharded working params]): each rank's store
-// holds its shard and a fetch gathers the block. Replicated on every rank: working params in
-// host memory (fetched from there with no network), the vertical schedule's gradient buffers in
-// host memory, and the embed group (small: its gradient all-reduced, its step run by every
-// rank). With everything on storage a rank's store so holds 1/N of the working params, masters,
-// moments and kept gradients. Reading a slab's state outside plans (checkpoints, sampling) is
-// therefore a collective: every rank's shard is broadcast in rank order
-// (OffloadTrainer::read_slab_pieces); a resume loads each rank's shard from the whole
-// checkpoint, so a checkpoint resumes on any number of ranks.
+// The working params are sharded too (Note [Sharded working params]): each rank's store holds
+// its shard and a fetch gathers the block. Replicated on every rank: the vertical schedule's
+// gradient buffers in host memory, and the embed group (small: its gradient all-reduced, its
+// step run by every rank). A rank so holds 1/N of the working params, masters, moments and kept
+// gradients. Reading a slab's state outside plans (checkpoints, sampling) is therefore a
+// collective: every rank's shard is broadcast in rank order (OffloadTrainer::read_slab_pieces);
+// a resume loads each rank's shard from the whole checkpoint, so a checkpoint resumes on any
+// number of ranks.
 struct PartShard {
   int64_t part_begin = 0, part_end = 0;  // the part, within the block
   int64_t begin = 0, end = 0;            // this rank's shard of it, within the block
@@ -224,20 +223,26 @@ inline int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
 }
 
 // Note [Sharded working params]
-// With N > 1 ranks a block whose working params live on storage keeps in each rank's store only
+// With N > 1 ranks each rank's params store of a block (on storage or in host memory) holds only
 // that rank's shard of each optimizer part (Note [Shard ranges in a store]): ZeRO-3's sharded
-// weights, so a rank's store holds 1/N of the params as of the masters and moments. The plans:
-//  - a step writes the rank's shard of the new params into a host stage and only its ranges go
-//    to the store; the stage is gathered (param_allgather) only when the same plan fetches it
-//    (a vertical pending step just before the block's forward);
-//  - a fetch reads the rank's ranges into a host stage and a param_allgather per part (on the
-//    net queue) brings every rank's shard before the copy to the device: the block's weights
-//    are gathered once per pass, for all its micro-batches (vertical), or once per use
-//    (horizontal, as ZeRO-Infinity does).
+// weights, so a rank holds 1/N of the working params as of the masters and moments. The plans:
+//  - on storage, a step writes the rank's shard of the new params into a host stage and only
+//    its ranges go to the store; the stage is gathered (param_allgather) only when the same plan
+//    fetches it (a vertical pending step just before the block's forward). A fetch reads the
+//    rank's ranges into a host stage and a param_allgather per part brings the other ranks'
+//    shards;
+//  - in host memory, a step writes its shard straight into the store's packed ranges
+//    (OffloadTrainer::params_at), and a fetch gathers the block from every rank's store into a
+//    host stage in one param_gather;
+//  - either way the stage is then copied to the device: the block's weights are gathered once
+//    per pass, for all its micro-batches (vertical), or once per use (horizontal, as
+//    ZeRO-Infinity does). The collectives run on the net queue, overlapping like any transfer.
 // Outside plans (initial state, a resume, evaluation, read_params) the same ranges are written,
-// and a read gathers the same way, so those are collectives that every rank runs together.
-// Params in host memory stay whole on every rank (replicated), as do the embed group's.
-bool params_sharded(const ScheduleSpec& s, Tier params_tier);
+// and a read gathers the same way, so those are collectives that every rank runs together. The
+// embed group's params stay whole on every rank's device (small, and used by every micro-batch).
+inline bool params_sharded(const ScheduleSpec& s) {
+  return s.ranks > 1;
+}
 // The parts whose shards a whole block's params are gathered by (Note [Optimizer split]): 0 and
 // 1 with a split, else the whole block (-1).
 std::vector<int32_t> block_param_parts(const ScheduleSpec& s);

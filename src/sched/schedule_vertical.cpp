@@ -83,8 +83,8 @@ class VerticalPlan {
   // ---- Slots ----------------------------------------------------------------------------------
   void add_block_slots() {
     for (int l = 0; l < L_; ++l) {
-      params_store_.push_back(b_.slot(names::params_store(l), tiers_.params[l],
-                                      params_store_bytes(s_, tiers_.params[l]), true));
+      params_store_.push_back(
+          b_.slot(names::params_store(l), tiers_.params[l], params_store_bytes(s_), true));
       std::array<int32_t, 2> parts{-1, -1};
       for (int part = 0; part < 2; ++part) {
         if (part == 0 ? has_part0_ : has_part1_) {
@@ -157,7 +157,9 @@ class VerticalPlan {
     act_buf_ = add_ring(b_, names::kActBuf, Tier::device, C).slots;
     bwd_in_ = add_ring(b_, names::kBwdInBuf, Tier::device, C).slots;
     grad_acc_ = add_ring(b_, names::kGradAccBuf, Tier::device, s_.block_grad_bytes).slots;
-    params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P, tiers_.params_on_storage);
+    // A fetch gathers a sharded block there (Note [Sharded working params]).
+    params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P,
+                             tiers_.params_on_storage || params_sharded(s_));
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     ckpt_wstage_ = add_ring(b_, names::kCkptWstage, Tier::host, C, tiers_.checkpoints_on_storage);
     ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
@@ -192,27 +194,34 @@ class VerticalPlan {
   // The pending steps of block l (the previous iteration's gradient: part 1, and part 0 when
   // that iteration deferred it), then, when `fetch`, the block's params read toward the device.
   // On storage, the new params land in the fetch's stage and only the range no pending step
-  // writes (part 0's, when it ran in backward) is read from storage. Returns the host slot the
-  // device copy reads from.
+  // writes (part 0's, when it ran in backward) is read from storage. In host memory the steps
+  // write the store, and with several ranks the fetch gathers the block from every rank's store
+  // into its stage (Note [Sharded working params]). Returns the host slot the device copy reads
+  // from.
   int32_t pending_step(int l, bool fetch) {
     const int k = fetch_count_++ % 2;
     const bool on_storage = tiers_.params[l] == Tier::storage;
-    int32_t src = params_store_[l];
-    if (pending_[l] || pending0_[l]) {
+    const int32_t stage = params_stage_.slots.empty() ? -1 : params_stage_.slots[k];
+    const bool pending = pending_[l] || pending0_[l];
+    if (pending) {
       const bool part0 = pending0_[l], part1 = pending_[l];
       pending_[l] = pending0_[l] = false;
-      if (on_storage) {
-        src = params_stage_.slots[k];
-        if (fetch && !part0 && has_part0_) add_params_read(b_, s_, l, 0, params_store_[l], src);
+      if (on_storage && fetch && !part0 && has_part0_) {
+        add_params_read(b_, s_, l, 0, params_store_[l], stage);
       }
       const int32_t grad = grad_for_steps(l, part0 ? -1 : 1);
-      if (part0) step(l, 0, grad, src, true, false, fetch);
-      if (part1) step(l, 1, grad, src, true, false, fetch);
-    } else if (on_storage && fetch) {
-      src = params_stage_.slots[k];
-      add_params_read(b_, s_, l, -1, params_store_[l], src);
+      const int32_t out = on_storage ? stage : params_store_[l];
+      const bool gather = fetch && on_storage;  // the stage goes to the device
+      if (part0) step(l, 0, grad, out, true, false, gather);
+      if (part1) step(l, 1, grad, out, true, false, gather);
     }
-    return src;
+    if (!fetch) return -1;
+    if (on_storage && pending) return stage;
+    if (on_storage || params_sharded(s_)) {
+      add_params_read(b_, s_, l, -1, params_store_[l], stage);
+      return stage;
+    }
+    return params_store_[l];
   }
 
   // Block l's params onto the device, into the double buffer the fetch count says. The h2d copy

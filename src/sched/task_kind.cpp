@@ -163,8 +163,15 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      StateKind::none,
      {rw(Role::sums)},
      1},
+    {"param_gather",
+     "gather.params",
+     true,
+     Resource::net,
+     StateKind::none,
+     {rd(Role::src), wr(Role::dst)},
+     2},
 }};
-static_assert(static_cast<int>(TaskKind::norm_allreduce) + 1 == kTaskKindCount);
+static_assert(static_cast<int>(TaskKind::param_gather) + 1 == kTaskKindCount);
 
 const KindInfo& info(TaskKind k) {
   return kKinds[static_cast<size_t>(k)];

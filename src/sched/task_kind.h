@@ -66,8 +66,11 @@ enum class TaskKind : uint8_t {
                     // shard (just stepped, or read from its store: Note [Sharded working
                     // params]) copied to every rank; sends (N-1)/N of `bytes`
   norm_allreduce,   // {sums read+write}: the blocks' sums of squares, per shard, summed
+  param_gather,     // {src read, dst written}: a block's working params (or one part's) from this
+                    // rank's shard in its host store (src, Note [Sharded working params]) into
+                    // a host stage (dst), every rank's shard gathered; sends (N-1)/N of `bytes`
 };
-inline constexpr int kTaskKindCount = 32;
+inline constexpr int kTaskKindCount = 33;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
 
 // What a slot is to the task that uses it.
