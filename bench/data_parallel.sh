@@ -19,9 +19,9 @@
 #     the bytes of its state files: the single rank's three safetensors files against each
 #     rank's rank-RRRRR.state (Note [Sharded checkpoints]: every rank writes its half at once);
 #   - the final loss of each: the same up to the order of the gradient sums;
-#   - the same pair with the working params in host memory (one_host, two_host): tokens/s, and
-#     each rank's planned host bytes (two ranks hold half of the params each, plus the stages a
-#     fetch gathers a block into).
+#   - the same pair with 12 blocks and their working params in host memory (one_host,
+#     two_host): tokens/s, and each rank's planned host bytes (two ranks hold half of the params
+#     each, plus the two stages a fetch gathers a block into).
 # Last line: JSON.   usage: bench/data_parallel.sh [DIR] [REPEATS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,9 @@ command -v mpirun >/dev/null || { echo "data_parallel: mpirun not found (scripts
 dir=${1:-$build_dir/bench-dp}
 repeats=${2:-3}
 mkdir -p "$dir"
-need_kb=$((1024 * 1024))  # a store of ~60 MiB and a 40 MiB checkpoint per run, with margin
+# Stores of up to ~180 MiB and checkpoints of up to ~120 MiB per run; a run's store is removed
+# when it ends, and the checkpoints of repeat 0 are kept for their sizes.
+need_kb=$((2 * 1024 * 1024))
 free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
 if [ "$free_kb" -lt "$need_kb" ]; then
   echo "data_parallel: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
@@ -51,10 +53,10 @@ for ((i = 0; i < repeats; i++)); do
   for kind in one two one_host two_host; do
     out="$dir/$kind.$i"
     mkdir -p "$out/s0" "$out/s1"
-    # *_host: the working params in host memory (Note [Sharded working params]: two ranks hold
-    # half each and gather a block into a stage at each fetch).
+    # *_host: the working params of 12 blocks in host memory (Note [Sharded working params]:
+    # two ranks hold half each, and gather a block into one of two stages at each fetch).
     place=()
-    [[ $kind == *_host ]] && place=(--set offload.params_on_host=1)
+    [[ $kind == *_host ]] && place=(--set offload.params_on_host=1 --set model.n_layer=12)
     if [[ $kind == one* ]]; then
       "$STRATA_BIN" "${args[@]}" "${place[@]}" --set train.grad_accum=4 \
         --set "io.dirs=[\"$out/s0\"]" \
@@ -64,6 +66,8 @@ for ((i = 0; i < repeats; i++)); do
         --set train.grad_accum=2 --set "io.dirs=[\"$out/s{rank}\"]" \
         --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     fi
+    rm -rf "$out/s0" "$out/s1"
+    if [ "$i" -gt 0 ]; then rm -rf "$out/ckpt"; fi
   done
 done
 

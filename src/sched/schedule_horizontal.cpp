@@ -93,6 +93,17 @@ class HorizontalPlan {
     return params_buf_[k];
   }
 
+  // Block l's params on the device: the ones prefetched for it, or fetched now.
+  int32_t params_for(int l) {
+    if (prefetched_block_ != l) return fetch_params(l);
+    prefetched_block_ = -1;
+    return prefetched_;
+  }
+  void prefetch(int l) {
+    prefetched_ = fetch_params(l);
+    prefetched_block_ = l;
+  }
+
   // Micro-batch m through every block, then the loss. Each block's input leaves the device (its
   // checkpoint) before the forward overwrites it in place.
   void forward(int m) {
@@ -100,7 +111,7 @@ class HorizontalPlan {
             {slot_read(c_.embed, Role::params), slot_read(c_.tokens_device, Role::tokens),
              slot_write(act_, Role::output)});
     for (int l = 0; l < L_; ++l) {
-      const int32_t params = fetch_params(l);
+      const int32_t params = params_for(l);
       b_.move_out(TaskKind::ckpt_write, TaskKind::ckpt_flush, {.block = l, .micro_batch = m}, act_,
                   ckpt_[l], ckpt_stage_, s_.checkpoint_bytes);
       b_.task(TaskKind::block_forward, {.block = l, .micro_batch = m},
@@ -121,7 +132,7 @@ class HorizontalPlan {
   void backward(int m) {
     for (int l = L_ - 1; l >= 0; --l) {
       const TaskTag tag{.block = l, .micro_batch = m};
-      const int32_t params = fetch_params(l);
+      const int32_t params = params_for(l);
       const int32_t in = bwd_in_[load_count_++ % 2];
       const int32_t src =
           b_.to_host(TaskKind::ckpt_read, tag, ckpt_[l], ckpt_stage_, s_.checkpoint_bytes);
@@ -132,17 +143,34 @@ class HorizontalPlan {
                slot_read(dact_, Role::dact), slot_write(dact_, Role::dact),
                slot_write(grad_buf_[j], Role::grad)},
               0, s_.block_fwd_flops + s_.block_bwd_flops);
+      // The next block's params (the next micro-batch's first) are fetched before this block's
+      // gradient leaves, and the previous block's gradient is reduce-scattered and summed only
+      // then: on the net queue a gather behind a reduce-scatter waits for that block's backward
+      // and copy out (Note [Sharded working params]), so it waits for the one before.
+      if (l > 0) prefetch(l - 1);
+      if (l == 0 && m + 1 < M_) prefetch(0);
       b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
-      if (s_.shard_grads) {  // Note [Sharded optimizer state]: summed over the ranks as it comes
-        b_.task(TaskKind::grad_reduce_scatter, tag,
-                {slot_read(grad_stage_[j], Role::grad), slot_write(grad_stage_[j], Role::grad)},
-                s_.block_grad_bytes);
-      }
-      accumulate(l, m, grad_stage_[j]);
+      sum_grad();
+      out_grad_ = {l, m, grad_stage_[j]};
     }
+    sum_grad();
     b_.task(TaskKind::embed_backward, {.micro_batch = m},
             {slot_read(dact_, Role::dact), slot_read(c_.tokens_device, Role::tokens),
              slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
+  }
+
+  // The gradient that left the device last (out_grad_), summed: with shard_grads over the ranks
+  // as it comes (Note [Sharded optimizer state]), then into its block's sum.
+  void sum_grad() {
+    const auto [l, m, stage] = out_grad_;
+    if (l < 0) return;
+    if (s_.shard_grads) {
+      b_.task(TaskKind::grad_reduce_scatter, {.block = l, .micro_batch = m},
+              {slot_read(stage, Role::grad), slot_write(stage, Role::grad)},
+              s_.block_grad_bytes);
+    }
+    accumulate(l, m, stage);
+    out_grad_ = {};
   }
 
   // Micro-batch m's gradient of block l (in host slot `part`) added into the block's sum (with
@@ -176,6 +204,11 @@ class HorizontalPlan {
   std::vector<int32_t> params_buf_, grad_buf_, grad_stage_, bwd_in_;  // double buffers
   SlotRing params_stage_, params_wstage_, ckpt_stage_, optim_stage_, grad_wstage_, grad_rstage_;
   int fetch_count_ = 0, load_count_ = 0, grad_count_ = 0;
+  int32_t prefetched_ = -1, prefetched_block_ = -1;  // a device params buffer, and whose
+  struct OutGrad {
+    int block = -1, micro_batch = -1;
+    int32_t stage = -1;  // the host slot it left the device into
+  } out_grad_;
 };
 
 }  // namespace
