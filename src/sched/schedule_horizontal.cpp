@@ -166,8 +166,7 @@ class HorizontalPlan {
     if (l < 0) return;
     if (s_.shard_grads) {
       b_.task(TaskKind::grad_reduce_scatter, {.block = l, .micro_batch = m},
-              {slot_read(stage, Role::grad), slot_write(stage, Role::grad)},
-              s_.block_grad_bytes);
+              {slot_read(stage, Role::grad), slot_write(stage, Role::grad)}, s_.block_grad_bytes);
     }
     accumulate(l, m, stage);
     out_grad_ = {};
