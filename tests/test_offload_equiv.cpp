@@ -330,7 +330,9 @@ struct SpecPair {
 };
 SpecPair spec_against_exact(double on_host, float clip, Speculation mode, const std::string& tag,
                             const std::function<void(OffloadTrainer&)>& setup = {}) {
-  const std::string dir = test::make_temp_dir("equiv_spec_" + tag);
+  // One directory per placement too: ctest runs the host and storage cases side by side.
+  const std::string dir =
+      test::make_temp_dir("equiv_spec_" + tag + (on_host > 0 ? "_host" : "_storage"));
   TrainConfig base = placed(small_config(), "vertical", on_host, dir);
   base.optim.grad_clip = clip;
   TrainConfig spec = base;
