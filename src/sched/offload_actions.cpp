@@ -404,8 +404,8 @@ Status OffloadTrainer::do_param_allgather(const BoundPlan& bp, const Task& t) {
 }
 
 Status OffloadTrainer::do_param_gather(const BoundPlan& bp, const Task& t) {
-  // Note [Sharded working params]: the store is the block's (params.store.blkL), so this is the
-  // read outside plans, into the task's stage.
+  // Note [Sharded working params]: the task's src is the block's store (params.store.blkL), so
+  // this is the same read-and-gather as outside plans, into the task's stage.
   return params_store_io(IoOp::read, t.block, slot_ptr(bp, slot_of(t, Role::dst)), t.part);
 }
 
@@ -510,10 +510,11 @@ Status OffloadTrainer::step_block_part(const BoundPlan& bp, const Task& t, const
                      master + 2 * S, out_bf16, grad, h, cfg_.optim.weight_decay);
   }
   // Skipped or not, the task's reader expects the current params in params_out.
-  if (!bf16_) {
+  // An empty shard has no params to write (and params_at no address for them).
+  if (pe > 0 && !bf16_) {
     // The working copy is f32, so it is the master range itself.
     std::memcpy(params_lo, master, static_cast<size_t>(pe * 4));
-  } else if (st.skip) {
+  } else if (pe > 0 && st.skip) {
     cpu::convert_f32_to_bf16(out_bf16, master, pe);
   }
   // (bf16 and stepped: AdamW wrote every tensor element; the padding between tensors is zero in

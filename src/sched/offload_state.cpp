@@ -118,9 +118,9 @@ Status OffloadTrainer::params_store_io(IoOp op, int64_t block, void* stage, int3
                                : read_slot(name, r.store_at, at + r.stage_at, r.bytes));
   }
   if (op == IoOp::write || !sharded()) return Status::ok_status();
-  const std::vector<int32_t> parts =
-      part < 0 ? block_param_parts(shard_spec_) : std::vector<int32_t>{part};
-  for (int32_t q : parts) STRATA_RETURN_IF_ERROR(gather_params(at, q));
+  for (int32_t q : block_param_parts(shard_spec_, part)) {
+    STRATA_RETURN_IF_ERROR(gather_params(at, q));
+  }
   return Status::ok_status();
 }
 

@@ -138,8 +138,7 @@ void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32
                      stage, r.stage_at, r.bytes);
   }
   if (s.ranks <= 1) return;
-  const std::vector<int32_t> parts = part < 0 ? block_param_parts(s) : std::vector<int32_t>{part};
-  for (int32_t q : parts) {
+  for (int32_t q : block_param_parts(s, part)) {
     b.task(TaskKind::param_allgather, {.block = block, .part = q},
            {slot_read(stage, Role::params), slot_write(stage, Role::params)},
            part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, q));

@@ -104,7 +104,8 @@ int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes) {
   return bytes;
 }
 
-std::vector<int32_t> block_param_parts(const ScheduleSpec& s) {
+std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part) {
+  if (part >= 0) return {part};
   if (s.split_elems > 0 && s.split_elems < s.block_elems) return {0, 1};
   return {-1};
 }

@@ -243,9 +243,9 @@ inline int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
 inline bool params_sharded(const ScheduleSpec& s) {
   return s.ranks > 1;
 }
-// The parts whose shards a whole block's params are gathered by (Note [Optimizer split]): 0 and
-// 1 with a split, else the whole block (-1).
-std::vector<int32_t> block_param_parts(const ScheduleSpec& s);
+// The parts whose shards part `part` of a block's params is gathered by (Note [Optimizer split]):
+// the part itself; for the whole block (-1) 0 and 1 with a split, else the whole block.
+std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part = -1);
 
 // Note [Optimizer stage size]
 // An optimizer stage (the ring a step's state passes through when it lives on storage, and the
