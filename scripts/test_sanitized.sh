@@ -10,6 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: test_sanitized.sh asan|tsan [ctest args]}
 shift
+# GNU nproc honours OMP_NUM_THREADS, which the TSan case sets to 1: counted with it, the TSan
+# phase built and ran one job at a time.
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 
 case $kind in
   asan)
@@ -73,7 +76,7 @@ for t in "${targets[@]}"; do
   [ -f "tests/$t.sh" ] && build_targets+=(strata) || build_targets+=("${t%_discrete}")
 done
 mapfile -t build_targets < <(printf '%s\n' "${build_targets[@]}" | sort -u)
-cmake --build "$build_dir" -j "$(nproc)" --target "${build_targets[@]}"
+cmake --build "$build_dir" -j "$jobs" --target "${build_targets[@]}"
 
 label_re="^($(IFS='|'; echo "${tests[*]}"))\$"
-ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" -L "$label_re" "$@"
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -L "$label_re" "$@"
