@@ -28,12 +28,19 @@ args=(--set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
 "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store_ref\"]" \
   --checkpoint-dir "$work/ref" 2>"$work/ref.log"
 
-newest() {  # the newest complete checkpoint's step directory name, or nothing
-  ls -1 "$work/ckpt" 2>/dev/null | grep '^step-' | sort | tail -n 1 || true
+# The helpers below are polled every 10 ms while a run trains, so they use bash builtins only:
+# with a process per poll (ls, grep, awk, sleep) the harness took more CPU than the runs it kills.
+shopt -s nullglob
+exec {nap_fd}<> <(:)  # a pipe nobody writes: `read -t` on it is a sleep without a process
+nap() { read -r -t "$1" -u "$nap_fd" || true; }
+find_newest() {  # sets newest: the newest complete checkpoint's step directory name, or nothing
+  local steps=("$work"/ckpt/step-*)  # glob results are sorted, and step names sort by step
+  newest=""
+  [ "${#steps[@]}" -eq 0 ] || newest=${steps[-1]##*/}
 }
 alive() {  # whether process $1 runs (a finished one not yet waited for is a zombie: no)
-  local state
-  state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+  local pid comm state
+  read -r pid comm state _ 2>/dev/null <"/proc/$1/stat" || return 1
   [ -n "$state" ] && [ "$state" != Z ]
 }
 writing() {  # whether run $1 has a checkpoint write under way (or left one behind)
@@ -44,7 +51,8 @@ kills=0 during_write=0 attempts=0 resumes=0
 while true; do
   attempts=$((attempts + 1))
   [ "$attempts" -le 200 ] || { echo "no progress after 200 attempts" >&2; exit 1; }
-  before=$(newest)
+  find_newest
+  before=$newest
   resume=()
   [ -n "$before" ] && resume=(--resume "$work/ckpt")
   "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store\"]" \
@@ -55,11 +63,13 @@ while true; do
     for ((i = 0; i < 12000; i++)); do  # 120 s at most
       alive "$pid" || break
       if [ "$in_write" -eq 1 ] && writing "$pid"; then break; fi
-      if [ "$in_write" -eq 0 ] && [ "$(newest)" != "$before" ]; then
-        sleep "$(printf '0.%02d' $((RANDOM % 50)))"
+      find_newest
+      if [ "$in_write" -eq 0 ] && [ "$newest" != "$before" ]; then
+        printf -v delay '0.%02d' $((RANDOM % 50))
+        nap "$delay"
         break
       fi
-      sleep 0.01
+      nap 0.01
     done
     [ "$i" -lt 12000 ] || { echo "attempt $attempts: no checkpoint within 120 s" >&2; exit 1; }
     kill -9 "$pid" 2>/dev/null || true
