@@ -50,9 +50,7 @@ namespace {
 
 Status write_failed(const std::string& what, const std::string& path, const std::string& step,
                     int err) {
-  const std::string m =
-      "cannot write " + what + " " + path + ": " + step + ": " + std::strerror(err);
-  return err == ENOSPC || err == EDQUOT ? Status(ErrorCode::no_space, m) : io_error(m);
+  return errno_error("cannot write " + what + " " + path + ": " + step, err);
 }
 
 // All of `text` to fd, retrying interrupted and short writes; the errno of a failure.

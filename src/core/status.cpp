@@ -1,6 +1,22 @@
 #include "core/status.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace strata {
+
+std::string errno_text(int err) {
+  char buf[128];
+  // GNU strerror_r: thread safe, returns a pointer to the text (not always into buf).
+  const char* text = strerror_r(err, buf, sizeof buf);
+  return std::string(text) + " (errno " + std::to_string(err) + ")";
+}
+
+Status errno_error(const std::string& context, int err) {
+  std::string message = context + ": " + errno_text(err);
+  if (err == ENOSPC || err == EDQUOT) return {ErrorCode::no_space, std::move(message)};
+  return io_error(std::move(message));
+}
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {

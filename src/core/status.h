@@ -61,6 +61,12 @@ inline Status internal_error(std::string m) {
   return {ErrorCode::internal, std::move(m)};
 }
 
+// "Bad file descriptor (errno 9)"; thread safe.
+std::string errno_text(int err);
+// A failed call's errno as a Status, "<context>: <errno_text>": no_space for ENOSPC and EDQUOT
+// (the CLI's "disk full", exit code 2), io_error otherwise. The one place that maps an errno.
+Status errno_error(const std::string& context, int err);
+
 // Either a value or a non-ok Status.
 template <typename T>
 class [[nodiscard]] Result {

@@ -24,17 +24,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-std::string errno_text(int err) {
-  return std::strerror(err);
-}
-
-// ENOSPC and EDQUOT get their own code so the CLI can say "disk full" rather than "I/O error".
-Status write_error(const std::string& what, int err) {
-  std::string m = what + ": " + errno_text(err);
-  if (err == ENOSPC || err == EDQUOT) return Status(ErrorCode::no_space, m);
-  return io_error(m);
-}
-
 // write(2) may write less than asked, or be interrupted; loop until all of it is down.
 Status write_all(int fd, const void* data, int64_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -42,7 +31,7 @@ Status write_all(int fd, const void* data, int64_t bytes, const std::string& pat
     ssize_t put = ::write(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)));
     if (put < 0) {
       if (errno == EINTR) continue;
-      return write_error("cannot write " + path, errno);
+      return errno_error("cannot write " + path, errno);
     }
     p += put;
     bytes -= put;
@@ -214,7 +203,7 @@ Result<TokenFileWriter> TokenFileWriter::create(const std::string& path, int tok
   STRATA_CHECK(token_bytes == 2 || token_bytes == 4);
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return write_error("cannot create " + tmp, errno);
+  if (fd < 0) return errno_error("cannot create " + tmp, errno);
   TokenFileWriter w(path, fd, token_bytes);
   // The header is written last, when the count is known; until then it is zeros.
   const int32_t zeros[256] = {};
@@ -274,12 +263,12 @@ Status TokenFileWriter::finish() {
   header[2] = static_cast<int32_t>(n_);
   Status s;
   if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
-    s = write_error("cannot write the header of " + tmp, errno);
+    s = errno_error("cannot write the header of " + tmp, errno);
   }
-  if (s.ok() && ::fsync(fd_) != 0) s = write_error("cannot fsync " + tmp, errno);
+  if (s.ok() && ::fsync(fd_) != 0) s = errno_error("cannot fsync " + tmp, errno);
   // close can report a delayed write error (NFS, quota), so it is checked too.
   const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0 && s.ok()) s = write_error("cannot close " + tmp, errno);
+  if (::close(fd) != 0 && s.ok()) s = errno_error("cannot close " + tmp, errno);
   if (s.ok() && ::rename(tmp.c_str(), path_.c_str()) != 0) {
     s = io_error("cannot rename " + tmp + " to " + path_ + ": " + errno_text(errno));
   }

@@ -30,13 +30,6 @@ Ticket make_ticket(uint32_t index, uint32_t generation) {
 
 }  // namespace
 
-std::string errno_text(int err) {
-  char buf[128];
-  // GNU strerror_r: thread safe, returns a pointer to the text (not always into buf).
-  const char* text = strerror_r(err, buf, sizeof buf);
-  return std::string(text) + " (errno " + std::to_string(err) + ")";
-}
-
 Status validate_engine_options(const IoEngineOptions& o) {
   if (o.queue_depth < 1 || o.queue_depth > 4096) {
     return invalid_argument("io engine: queue_depth " + std::to_string(o.queue_depth) +
@@ -217,10 +210,9 @@ Status BlockEngine::block_error(const Block& b, int err, const char* what) const
     message += " (in request at offset " + std::to_string(whole.offset) + " length " +
                std::to_string(whole.length) + ")";
   }
-  message += " [" + std::string(name()) + "]: ";
-  message += what != nullptr ? std::string(what) : errno_text(err);
-  if (err == ENOSPC) return Status(ErrorCode::no_space, std::move(message));
-  return io_error(std::move(message));
+  message += " [" + std::string(name()) + "]";
+  if (what == nullptr) return errno_error(message, err);
+  return io_error(message + ": " + what);
 }
 
 Next BlockEngine::finish_attempt(Block& b, int64_t raw) {

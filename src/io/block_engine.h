@@ -128,7 +128,4 @@ class BlockEngine : public IoEngine {
 // Checks options shared by both engines (queue depth, block size, workers).
 Status validate_engine_options(const IoEngineOptions& options);
 
-// "Bad file descriptor (errno 9)", thread safe.
-std::string errno_text(int err);
-
 }  // namespace strata::io_detail

@@ -21,13 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Python's spelling, as HF users read shapes: (768,) for one dimension.
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 // The checkpoint's model file checked against the parameter table of its config: every HF
 // tensor present, F32, with HF's shape, and nothing else (an extra tensor means the config and
 // the weights disagree about the model). Returns the entries in layout order.

@@ -25,13 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Python's spelling, as HF users read shapes: (768,) for one dimension.
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 // ---- Which files hold the weights -------------------------------------------------------------
 
 // A shard name from an index: a plain file name in the model's directory.

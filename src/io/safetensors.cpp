@@ -39,14 +39,8 @@ std::string shown(const std::string& name) {
   return printable(name.substr(0, kMax)) + (name.size() > kMax ? "..." : "");
 }
 
-std::string errno_text(int err) {
-  return std::string(std::strerror(err));
-}
-
 Status write_error(const std::string& what, const std::string& path, int err) {
-  std::string m = where(path) + ": " + what + ": " + errno_text(err);
-  if (err == ENOSPC || err == EDQUOT) return Status(ErrorCode::no_space, m);
-  return io_error(m);
+  return errno_error(where(path) + ": " + what, err);
 }
 
 bool parse_dtype(const std::string& s, StDType* out) {
@@ -70,11 +64,15 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+}  // namespace
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
-  for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + ")";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
 }
+
+namespace {
 
 Status write_full(int fd, const std::string& path, const void* buf, int64_t n) {
   auto* p = static_cast<const uint8_t*>(buf);

@@ -31,6 +31,9 @@ enum class StDType { f32, bf16, f16, i32, u16 };
 
 const char* st_dtype_name(StDType t);  // "F32", "BF16", "F16", "I32", "U16": the header spelling
 int64_t st_dtype_size(StDType t);      // bytes per element
+// A shape in errors, in Python's spelling as PyTorch and HF users read it: (2, 3), and (768,)
+// for one dimension.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 struct StTensor {
   std::string name;

@@ -12,9 +12,7 @@
 namespace strata {
 
 Status errno_status(const std::string& what) {
-  const int e = errno;
-  const std::string m = what + ": " + std::strerror(e) + " (errno " + std::to_string(e) + ")";
-  return e == ENOSPC ? Status(ErrorCode::no_space, m) : io_error(m);
+  return errno_error(what, errno);
 }
 
 Status fsync_path(const std::string& path) {

@@ -11,8 +11,7 @@
 
 namespace strata {
 
-// errno after a failed call as a Status: no_space for ENOSPC (exit code 2's "disk full"),
-// io_error otherwise; "<what>: <strerror> (errno N)".
+// errno after a failed call as a Status (errno_error in core/status.h).
 Status errno_status(const std::string& what);
 
 // fsync of a file or directory by path.

@@ -57,10 +57,8 @@ struct Reader {
   }
 };
 
-Status write_error(const std::string& what, const std::string& path, int err) {
-  std::string m = "checksum file " + path + ": " + what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return Status(ErrorCode::no_space, m);
-  return io_error(m);
+Status checksum_write_error(const std::string& what, const std::string& path, int err) {
+  return errno_error("checksum file " + path + ": " + what, err);
 }
 
 // Writes path.tmp, fsyncs it, renames it over path and fsyncs the directory: a crash leaves
@@ -68,17 +66,18 @@ Status write_error(const std::string& what, const std::string& path, int err) {
 Status write_atomically(const std::string& path, const std::string& bytes) {
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return write_error("open " + tmp, path, errno);
+  if (fd < 0) return checksum_write_error("open " + tmp, path, errno);
   Status s;
   for (size_t done = 0; done < bytes.size() && s.ok();) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) s = write_error("write", path, errno);
+    if (n < 0) s = checksum_write_error("write", path, errno);
     if (n > 0) done += static_cast<size_t>(n);
   }
-  if (s.ok() && ::fsync(fd) != 0) s = write_error("fsync", path, errno);
-  if (::close(fd) != 0 && s.ok()) s = write_error("close", path, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = write_error("rename", path, errno);
+  if (s.ok() && ::fsync(fd) != 0) s = checksum_write_error("fsync", path, errno);
+  if (::close(fd) != 0 && s.ok()) s = checksum_write_error("close", path, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = checksum_write_error("rename", path, errno);
   if (!s.ok()) {
     ::unlink(tmp.c_str());
     return s;
@@ -86,11 +85,11 @@ Status write_atomically(const std::string& path, const std::string& bytes) {
   size_t slash = path.find_last_of('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return write_error("open directory", path, errno);
+  if (dfd < 0) return checksum_write_error("open directory", path, errno);
   int rc = ::fsync(dfd);
   int err = errno;
   ::close(dfd);
-  if (rc != 0) return write_error("fsync directory", path, err);
+  if (rc != 0) return checksum_write_error("fsync directory", path, err);
   return Status();
 }
 

@@ -235,6 +235,14 @@ void repeat_kv_backward(float* dinp, const float* dout, int64_t B, int64_t T, in
 // Results do not depend on it (Note [Deterministic reductions]).
 inline constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 
+// The norms' weight-gradient reduction (layernorm_backward, rmsnorm_backward): rows per chunk,
+// each chunk writing its own partial. Fixed, so the summation order is too; small enough that
+// (B*T)/kNormRowChunk chunks keep both threads busy, large enough that the partials (C or 2*C
+// floats per chunk) stay a small fraction of the traffic.
+inline constexpr int64_t kNormRowChunk = 32;
+// Columns per task when those partials are combined, in chunk order.
+inline constexpr int64_t kNormColumnBlock = 256;
+
 // exp(x) within ~2 ulp, written with plain float arithmetic so that GCC vectorizes loops that
 // call it (glibc's expf has no vector variant without -ffast-math, and the softmaxes and GELU
 // would otherwise spend most of their time in it). Range reduction x = n*ln2 + r, |r| <= ln2/2,

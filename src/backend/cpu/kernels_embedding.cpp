@@ -9,7 +9,7 @@ namespace strata::cpu {
 
 namespace {
 // Columns per backward task: C = 768 gives 12 tasks, enough for a few threads.
-constexpr int64_t kColumnBlock = 64;
+constexpr int64_t kEmbedColumnBlock = 64;
 }  // namespace
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -32,11 +32,11 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 // order, whatever the thread count (Note [Deterministic reductions]).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t B, int64_t T, int64_t C) {
-  const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+  const int64_t blocks = (C + kEmbedColumnBlock - 1) / kEmbedColumnBlock;
 #pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t blk = 0; blk < blocks; blk++) {
-    const int64_t c0 = blk * kColumnBlock;
-    const int64_t c1 = std::min(C, c0 + kColumnBlock);
+    const int64_t c0 = blk * kEmbedColumnBlock;
+    const int64_t c1 = std::min(C, c0 + kEmbedColumnBlock);
     for (int64_t bt = 0; bt < B * T; bt++) {
       const float* d = dout + bt * C;
       float* e = dwte + static_cast<int64_t>(tokens[bt]) * C;

@@ -10,13 +10,6 @@ namespace strata::cpu {
 
 namespace {
 
-// Rows per chunk of the dweight/dbias reduction. Fixed, so the summation order is too; small
-// enough that (B*T)/kRowChunk chunks keep both threads busy, large enough that the partials
-// (2*C floats per chunk) stay a small fraction of the traffic.
-constexpr int64_t kRowChunk = 32;
-// Columns per task when the partials are combined.
-constexpr int64_t kColumnBlock = 256;
-
 // sum of x[0..n); `omp simd reduction` lets the compiler keep one partial sum per vector lane.
 // The lane count is fixed at compile time, so the result is reproducible.
 inline float row_sum(const float* x, int64_t n) {
@@ -47,13 +40,13 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   }
 }
 
-// One pass over the rows: each chunk of kRowChunk rows updates its dinp rows and writes its own
+// One pass over the rows: each chunk of kNormRowChunk rows updates its dinp rows and writes its own
 // dweight/dbias partials; afterwards every column adds the partials in chunk order.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t chunks = (N + kNormRowChunk - 1) / kNormRowChunk;
   // partials: (chunks, 2, C), dweight then dbias per chunk; each chunk initializes its own.
   std::unique_ptr<float[]> partials(new float[chunks * 2 * C]);
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
@@ -61,8 +54,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     float* pw = partials.get() + chunk * 2 * C;  // (C)
     float* pb = pw + C;                          // (C)
     std::fill(pw, pw + 2 * C, 0.0f);
-    const int64_t i1 = std::min(N, (chunk + 1) * kRowChunk);
-    for (int64_t i = chunk * kRowChunk; i < i1; i++) {
+    const int64_t i1 = std::min(N, (chunk + 1) * kNormRowChunk);
+    for (int64_t i = chunk * kNormRowChunk; i < i1; i++) {
       const float* x = inp + i * C;
       const float* dy = dout + i * C;
       float* dx = dinp + i * C;
@@ -94,8 +87,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   // Sum the partials into chunk 0's, in chunk order, with columns split between threads.
   float* total = partials.get();  // (2, C)
 #pragma omp parallel for schedule(static) if (chunks * C >= kMinParallelWork)
-  for (int64_t c0 = 0; c0 < 2 * C; c0 += kColumnBlock) {
-    const int64_t c1 = std::min(2 * C, c0 + kColumnBlock);
+  for (int64_t c0 = 0; c0 < 2 * C; c0 += kNormColumnBlock) {
+    const int64_t c1 = std::min(2 * C, c0 + kNormColumnBlock);
     for (int64_t chunk = 1; chunk < chunks; chunk++) {
       const float* p = partials.get() + chunk * 2 * C;
       for (int64_t c = c0; c < c1; c++) total[c] += p[c];

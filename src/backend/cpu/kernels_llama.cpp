@@ -18,16 +18,6 @@
 
 namespace strata::cpu {
 
-namespace {
-
-// Rows per chunk of the dweight reduction (as kernels_layernorm.cpp): fixed, so the summation
-// order is too.
-constexpr int64_t kRowChunk = 32;
-// Columns per task when the partials are combined.
-constexpr int64_t kColumnBlock = 256;
-
-}  // namespace
-
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
@@ -47,20 +37,20 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 
 // With norm = x * rstd, y = norm * w, dnorm = dout * w (backend.h):
 //   dx = rstd * (dnorm - norm * mean(dnorm * norm)),   dw += norm * dout
-// Each chunk of kRowChunk rows updates its dinp rows and writes its own dweight partial; then
+// Each chunk of kNormRowChunk rows updates its dinp rows and writes its own dweight partial; then
 // every column adds the partials in chunk order.
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return;
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t chunks = (N + kNormRowChunk - 1) / kNormRowChunk;
   // partials: (chunks, C); each chunk initializes its own.
   std::unique_ptr<float[]> partials(new float[chunks * C]);
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; chunk++) {
     float* pw = partials.get() + chunk * C;  // (C)
     std::fill(pw, pw + C, 0.0f);
-    const int64_t i1 = std::min(N, (chunk + 1) * kRowChunk);
-    for (int64_t i = chunk * kRowChunk; i < i1; i++) {
+    const int64_t i1 = std::min(N, (chunk + 1) * kNormRowChunk);
+    for (int64_t i = chunk * kNormRowChunk; i < i1; i++) {
       const float* x = inp + i * C;
       const float* dy = dout + i * C;
       float* dx = dinp + i * C;
@@ -79,8 +69,8 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   }
   float* total = partials.get();  // (C): chunk 0's partial, then the sum
 #pragma omp parallel for schedule(static) if (chunks * C >= kMinParallelWork)
-  for (int64_t c0 = 0; c0 < C; c0 += kColumnBlock) {
-    const int64_t c1 = std::min(C, c0 + kColumnBlock);
+  for (int64_t c0 = 0; c0 < C; c0 += kNormColumnBlock) {
+    const int64_t c1 = std::min(C, c0 + kNormColumnBlock);
     for (int64_t chunk = 1; chunk < chunks; chunk++) {
       const float* p = partials.get() + chunk * C;
       for (int64_t c = c0; c < c1; c++) total[c] += p[c];
