@@ -19,7 +19,6 @@
 namespace strata {
 
 using io_detail::Block;
-using io_detail::errno_text;
 using io_detail::Next;
 using io_detail::RequestSlot;
 
@@ -42,6 +41,11 @@ constexpr SetupFlags kSetupFlags[] = {
     {0, "default"},
 };
 
+}  // namespace
+
+// Named, not anonymous: UringEngine::Ring has external linkage and holds these.
+namespace io_detail {
+
 // Blocks [next, next + step, ...) of one request, for one ring.
 struct WorkItem {
   RequestSlot* slot;
@@ -56,7 +60,10 @@ struct Registered {
   int index;
 };
 
-}  // namespace
+}  // namespace io_detail
+
+using io_detail::Registered;
+using io_detail::WorkItem;
 
 class UringEngine::Ring {
  public:
