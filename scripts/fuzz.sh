@@ -15,21 +15,44 @@ mkdir -p "$build_dir/fuzz-artifacts"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-status=0
-for corpus in fuzz/corpus/*/; do
-  name=$(basename "$corpus")
-  bin=$build_dir/fuzz/fuzz_$name
-  if [ ! -x "$bin" ]; then
-    echo "fuzz.sh: $bin is missing (build it with scripts/test_sanitized.sh asan)" >&2
-    exit 2
-  fi
-  mkdir -p "$scratch/$name"
+# One target per core at a time: each fuzzes on one thread for the same time as alone.
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+fuzz_one() {  # name corpus: fuzzes one target; its exit status is the verdict
+  local name=$1 corpus=$2
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb / -malloc_limit_mb: an allocation an
   # input chose (Note [Bounded JSON nesting], §11) is a finding, not an out-of-memory kill.
-  if TMPDIR=$scratch "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -malloc_limit_mb=1024 -print_final_stats=1 \
-      -artifact_prefix="$build_dir/fuzz-artifacts/$name-" \
-      "$scratch/$name" "$corpus" >"$scratch/$name.log" 2>&1; then
+  TMPDIR=$scratch/$name "$build_dir/fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+    -artifact_prefix="$build_dir/fuzz-artifacts/$name-" \
+    "$scratch/$name/new" "$corpus" >"$scratch/$name.log" 2>&1
+}
+
+names=()
+for corpus in fuzz/corpus/*/; do
+  name=$(basename "$corpus")
+  if [ ! -x "$build_dir/fuzz/fuzz_$name" ]; then
+    echo "fuzz.sh: $build_dir/fuzz/fuzz_$name is missing (build it with" \
+         "scripts/test_sanitized.sh asan)" >&2
+    exit 2
+  fi
+  names+=("$name")
+done
+declare -A pids=()
+running=0
+for name in "${names[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true  # verdicts are read from each pid below
+    running=$((running - 1))
+  fi
+  mkdir -p "$scratch/$name/new"
+  fuzz_one "$name" "fuzz/corpus/$name/" &
+  pids[$name]=$!
+  running=$((running + 1))
+done
+
+status=0
+for name in "${names[@]}"; do
+  if wait "${pids[$name]}"; then
     echo "fuzz.sh: $name: $(grep -E '^stat::number_of_executed_units' "$scratch/$name.log" |
       awk '{print $2}') runs in ${seconds} s, no finding" >&2
   else
