@@ -78,25 +78,4 @@ Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& 
   return std::unique_ptr<Trainer>(std::move(t));
 }
 
-Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg) {
-  switch (cfg.device) {
-    case DeviceKind::cpu:
-    case DeviceKind::cpu_discrete: {
-      CpuDeviceOptions o;
-      o.device_budget_bytes = cfg.memory.device_bytes;
-      o.discrete = cfg.device == DeviceKind::cpu_discrete;
-      return create_cpu_device(o);
-    }
-    case DeviceKind::cuda: {
-      auto dev = create_cuda_device(0, cfg.memory.device_bytes);
-      if (!dev.ok()) {
-        return Status(dev.status().code(),
-                      "device cuda cannot run here: " + dev.status().message());
-      }
-      return dev;
-    }
-  }
-  return invalid_argument("device: unknown kind");
-}
-
 }  // namespace strata
