@@ -11,11 +11,24 @@ set -uo pipefail
 work="$STRATA_BINARY_DIR/test_tmp/import_cli"
 rm -rf "$work" && mkdir -p "$work"
 failures=0 passed=0
-fixture() { /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/make_hf_fixture.py" "$@"; }
-if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  echo "import_cli: FAILED: the fixtures need Debian's python3-torch (/usr/bin/python3)" >&2
-  exit 1
-fi
+# Every fixture at once: one Python start and torch import instead of one per fixture.
+/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/make_hf_fixture.py" --each-line - <<FIXTURES ||
+$work/gpt2 --arch gpt2 --dtype bf16 --prefix --buffers --lm-head
+$work/gpt2_sharded --arch gpt2 --dtype f16 --shards 3
+$work/llama --arch llama --dtype f32 --shards 2 --buffers
+$work/llama_tied --arch llama --dtype bf16 --tied --rope-scaling --kv-heads 1
+$work/llama_mha --arch llama --kv-heads 4
+$work/missing --arch gpt2
+$work/shape --arch gpt2
+$work/int --arch gpt2
+$work/unknown --arch gpt2
+$work/qwen --arch llama --config 'model_type="qwen2"'
+$work/biased --arch llama --config 'attention_bias=true'
+$work/yarn --arch llama --config 'rope_scaling={"rope_type": "yarn", "factor": 4}'
+$work/relu --arch gpt2 --config 'activation_function="relu"'
+FIXTURES
+  { echo "import_cli: FAILED: writing the fixtures (Debian's python3-torch, /usr/bin/python3)" >&2
+    exit 1; }
 short=(--set train.steps=1 --set train.batch_size=2 --set train.seq_len=32)
 
 # expect_error NAME PATTERN ARGS...: exit status 2, one stderr line, matching PATTERN.
@@ -68,10 +81,6 @@ open(path, "wb").write(struct.pack("<Q", len(text)) + text + blob[8 + n:])
 PY
 }
 
-fixture "$work/gpt2" --arch gpt2 --dtype bf16 --prefix --buffers --lm-head
-fixture "$work/gpt2_sharded" --arch gpt2 --dtype f16 --shards 3
-fixture "$work/llama" --arch llama --dtype f32 --shards 2 --buffers
-fixture "$work/llama_tied" --arch llama --dtype bf16 --tied --rope-scaling --kv-heads 1
 
 # ---- Imports that work ---------------------------------------------------------------------------
 expect_ok gpt2 'imported .*gpt2 \(gpt2\): 28 tensors, .* parameters, BF16, .* read in .* s; ignored 5 tensors' \
@@ -86,7 +95,6 @@ expect_ok llama_tied 'imported .*llama_tied \(llama\): 20 tensors, .*BF16' \
 printf '{"model": {"n_layer": 2, "n_embd": 64, "arch": "llama"}}' >"$work/agrees.json"
 expect_ok agreeing_config 'imported' train --init-from "$work/llama" --config "$work/agrees.json" \
   --set model.n_kv_head=2 "${short[@]}"
-fixture "$work/llama_mha" --arch llama --kv-heads 4
 expect_ok n_kv_head_zero_is_n_head 'imported' train --init-from "$work/llama_mha" \
   --set model.n_kv_head=0 "${short[@]}"
 
@@ -114,37 +122,29 @@ rm "$work/missing_shard/model-00002-of-00003.safetensors"
 expect_error index_names_missing_file 'model\.safetensors\.index\.json names shard model-00002-of-00003\.safetensors' \
   train --init-from "$work/missing_shard" "${short[@]}"
 
-fixture "$work/missing" --arch gpt2
 edit_header "$work/missing/model.safetensors" 'del h["h.1.mlp.c_fc.bias"]'
 expect_error missing_tensor "model\.safetensors: tensor 'h\.1\.mlp\.c_fc\.bias' is missing" \
   train --init-from "$work/missing" "${short[@]}"
 
-fixture "$work/shape" --arch gpt2
 edit_header "$work/shape/model.safetensors" 'h["h.0.attn.c_attn.weight"]["shape"] = [192, 64]'
 expect_error wrong_shape "tensor 'h\.0\.attn\.c_attn\.weight' has shape \(192, 64\), expected \(64, 192\)" \
   train --init-from "$work/shape" "${short[@]}"
 
-fixture "$work/int" --arch gpt2
 edit_header "$work/int/model.safetensors" 'h["wpe.weight"]["dtype"] = "I32"'
 expect_error integer_dtype "model\.safetensors: tensor 'wpe\.weight' is I32, expected F32, BF16 or F16" \
   train --init-from "$work/int" "${short[@]}"
 
-fixture "$work/unknown" --arch gpt2
 edit_header "$work/unknown/model.safetensors" \
   'h["h.0.attn.rotary.weight"] = {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}'
 expect_error unknown_tensor "tensor 'h\.0\.attn\.rotary\.weight' is not a parameter of the gpt2 model" \
   train --init-from "$work/unknown" "${short[@]}"
 
-fixture "$work/qwen" --arch llama --config 'model_type="qwen2"'
 expect_error unsupported_model_type 'qwen/config\.json: model_type "qwen2" is not supported \(Strata imports gpt2 and llama\)' \
   train --init-from "$work/qwen" "${short[@]}"
-fixture "$work/biased" --arch llama --config 'attention_bias=true'
 expect_error attention_bias 'biased/config\.json: attention_bias is true' \
   train --init-from "$work/biased" "${short[@]}"
-fixture "$work/yarn" --arch llama --config 'rope_scaling={"rope_type": "yarn", "factor": 4}'
 expect_error rope_scaling_yarn "yarn/config\.json: rope_scaling\.rope_type 'yarn' is not supported" \
   train --init-from "$work/yarn" "${short[@]}"
-fixture "$work/relu" --arch gpt2 --config 'activation_function="relu"'
 expect_error gpt2_activation "relu/config\.json: activation_function is 'relu'" \
   train --init-from "$work/relu" "${short[@]}"
 

@@ -17,7 +17,6 @@ rm -rf "$work" && mkdir -p "$work"
 fail() { echo "import_torch: FAILED: $*" >&2; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null ||
   fail "the check needs Debian's python3-torch (/usr/bin/python3)"
-fixture() { /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/make_hf_fixture.py" "$@"; }
 B=4 T=64
 
 /usr/bin/python3 - "$work/text.txt" <<'PY'
@@ -40,63 +39,75 @@ first_loss() {
     "$work/$name.jsonl"
 }
 
-# torch_loss DIR STRATA_LOSS: PyTorch's loss of DIR's weights on the first (B, T) batch of the
-# token file, against Strata's. The model comes from DIR/config.json (tools/torch_export_check.py:
-# GPT-2 or Llama), its weights from the HF names alone; what HF's loader reads past is skipped.
-torch_loss() {
-  /usr/bin/python3 - "$STRATA_SOURCE_DIR/tools" "$1" "$work/tokens.bin" $B $T "$2" <<'PY'
+# torch_losses DIR STRATA_LOSS [DIR STRATA_LOSS ...]: PyTorch's loss of each DIR's weights on the
+# first (B, T) batch of the token file, against Strata's (one torch import for all). The model
+# comes from DIR/config.json (tools/torch_export_check.py: GPT-2 or Llama), its weights from the
+# HF names alone; what HF's loader reads past is skipped. Fails naming every DIR that differs.
+torch_losses() {
+  /usr/bin/python3 - "$STRATA_SOURCE_DIR/tools" "$work/tokens.bin" $B $T "$@" <<'PY'
 import os, struct, sys
 sys.path.insert(0, sys.argv[1])
 import torch
 import make_hf_fixture as fx
 import torch_export_check as tec
 
-model_dir, tokens_path, B, T, strata = sys.argv[2], sys.argv[3], int(sys.argv[4]), \
-    int(sys.argv[5]), float(sys.argv[6])
+tokens_path, B, T = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(2)
-cfg, arch = tec.config_from_hf(os.path.join(model_dir, "config.json"))
-config, tensors = fx.read_model(model_dir)
-tied = config.get("tie_word_embeddings", config["model_type"] == "gpt2")
-params = {}
-for hf_name, value in tensors.items():
-    name = hf_name.removeprefix("transformer.") if config["model_type"] == "gpt2" else hf_name
-    if (name == "lm_head.weight" and tied) or name.endswith(
-            (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")):
-        continue  # HF ties the head to the embedding and rebuilds these buffers: it reads none
-    strata_name, transposed = arch.strata_name(name)
-    params[strata_name] = value.t().contiguous() if transposed else value
-model = arch.make(cfg)
-arch.module.load_params(model, params)
-data = open(tokens_path, "rb").read()
-n = struct.unpack("<256i", data[:1024])[2]
-tokens = torch.tensor(struct.unpack(f"<{n}H", data[1024:1024 + 2 * n]), dtype=torch.long)
-chunk = tokens[:B * T + 1]
-with torch.no_grad():
-    _, loss = model(chunk[:-1].view(B, T), chunk[1:].view(B, T))
-want = loss.item()
-rel = abs(want - strata) / abs(want)
-ok = rel <= 1e-5
-print(f"{'ok  ' if ok else 'FAILED'} {os.path.basename(model_dir)}: first loss {strata:.7f}, "
-      f"PyTorch {want:.7f}, relative {rel:.2e} (limit 1e-05)")
-sys.exit(0 if ok else 1)
+
+
+def torch_loss(model_dir):
+    cfg, arch = tec.config_from_hf(os.path.join(model_dir, "config.json"))
+    config, tensors = fx.read_model(model_dir)
+    tied = config.get("tie_word_embeddings", config["model_type"] == "gpt2")
+    params = {}
+    for hf_name, value in tensors.items():
+        name = hf_name.removeprefix("transformer.") if config["model_type"] == "gpt2" else hf_name
+        if (name == "lm_head.weight" and tied) or name.endswith(
+                (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")):
+            continue  # HF ties the head to the embedding and rebuilds these buffers: it reads none
+        strata_name, transposed = arch.strata_name(name)
+        params[strata_name] = value.t().contiguous() if transposed else value
+    model = arch.make(cfg)
+    arch.module.load_params(model, params)
+    data = open(tokens_path, "rb").read()
+    n = struct.unpack("<256i", data[:1024])[2]
+    tokens = torch.tensor(struct.unpack(f"<{n}H", data[1024:1024 + 2 * n]), dtype=torch.long)
+    chunk = tokens[:B * T + 1]
+    with torch.no_grad():
+        _, loss = model(chunk[:-1].view(B, T), chunk[1:].view(B, T))
+    return loss.item()
+
+
+differ = []
+for model_dir, strata in zip(sys.argv[5::2], map(float, sys.argv[6::2])):
+    want = torch_loss(model_dir)
+    rel = abs(want - strata) / abs(want)
+    ok = rel <= 1e-5
+    print(f"{'ok  ' if ok else 'FAILED'} {os.path.basename(model_dir)}: first loss {strata:.7f}, "
+          f"PyTorch {want:.7f}, relative {rel:.2e} (limit 1e-05)")
+    if not ok:
+        differ.append(os.path.basename(model_dir))
+if differ:
+    sys.exit("the first loss differs from PyTorch's: " + ", ".join(differ))
 PY
 }
 
-fixture "$work/gpt2_f32" --arch gpt2 --dtype f32 --ctx $T --seed 1
-fixture "$work/gpt2_bf16" --arch gpt2 --dtype bf16 --ctx $T --shards 3 --prefix --buffers \
-  --lm-head --seed 2
-fixture "$work/gpt2_f16" --arch gpt2 --dtype f16 --ctx $T --layers 3 --seed 3
-fixture "$work/llama_f32" --arch llama --dtype f32 --ctx $T --heads 4 --kv-heads 2 --untied \
-  --shards 2 --buffers --seed 4
-fixture "$work/llama_bf16_tied" --arch llama --dtype bf16 --ctx $T --heads 4 --kv-heads 1 \
-  --tied --lm-head --rope-scaling --rope-theta 500000 --seed 5
-fixture "$work/llama_f16" --arch llama --dtype f16 --ctx $T --layers 3 --heads 8 --kv-heads 2 \
-  --ffn 160 --seed 6
+# Every fixture at once: one Python start and torch import instead of one per fixture.
+/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/make_hf_fixture.py" --each-line - <<FIXTURES
+$work/gpt2_f32 --arch gpt2 --dtype f32 --ctx $T --seed 1
+$work/gpt2_bf16 --arch gpt2 --dtype bf16 --ctx $T --shards 3 --prefix --buffers --lm-head --seed 2
+$work/gpt2_f16 --arch gpt2 --dtype f16 --ctx $T --layers 3 --seed 3
+$work/llama_f32 --arch llama --dtype f32 --ctx $T --heads 4 --kv-heads 2 --untied --shards 2 --buffers --seed 4
+$work/llama_bf16_tied --arch llama --dtype bf16 --ctx $T --heads 4 --kv-heads 1 --tied --lm-head --rope-scaling --rope-theta 500000 --seed 5
+$work/llama_f16 --arch llama --dtype f16 --ctx $T --layers 3 --heads 8 --kv-heads 2 --ffn 160 --seed 6
+FIXTURES
+losses=()
 for name in gpt2_f32 gpt2_bf16 gpt2_f16 llama_f32 llama_bf16_tied llama_f16; do
   loss=$(first_loss "$name" "$work/$name")
-  torch_loss "$work/$name" "$loss" || fail "$name: the first loss differs from PyTorch's"
+  losses+=("$work/$name" "$loss")
 done
+torch_losses "${losses[@]}" || fail "see above"
 
 # Import -> checkpoint -> export -> import. The learning rate must be positive; at 1e-30 the
 # step changes no weight (every one is far above 2^24 times the step, |w| > 1e-22) and weight

@@ -5,6 +5,9 @@ usage: make_hf_fixture.py OUT_DIR --arch gpt2|llama [--dtype f32|bf16|f16] [--sh
            [--layers L] [--embd C] [--heads NH] [--kv-heads NKV] [--ffn F] [--vocab V]
            [--ctx T] [--tied | --untied] [--rope-scaling] [--prefix] [--buffers] [--lm-head]
            [--seed S] [--config KEY=JSON ...]
+       make_hf_fixture.py --each-line FILE|-
+           one fixture per non-empty line of FILE (or stdin), each line the arguments above
+           as shell words: one Python start and one torch import for all of them
 
 Writes OUT_DIR/config.json (HF's GPT2Config or LlamaConfig) and the weights under HF's names and
 shapes: OUT_DIR/model.safetensors, or with --shards N >= 2 the shards
@@ -38,6 +41,7 @@ for reference computations in PyTorch. Needs only Debian's python3-torch (/usr/b
 """
 
 import argparse
+import shlex
 import json
 import os
 import struct
@@ -236,7 +240,7 @@ def write_model(out_dir, config, tensors, shards):
         f.write("\n")
 
 
-def main():
+def make_fixture(argv):
     ap = argparse.ArgumentParser(description="write a tiny random Hugging Face model")
     ap.add_argument("out")
     ap.add_argument("--arch", choices=["gpt2", "llama"], required=True)
@@ -260,8 +264,8 @@ def main():
     ap.add_argument("--lm-head", action="store_true", help="a tied model's lm_head.weight copy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", action="append", default=[], metavar="KEY=JSON")
-    a = ap.parse_args()
-    if a.arch == "gpt2" and a.tied is False and "--untied" in sys.argv:
+    a = ap.parse_args(argv)
+    if a.arch == "gpt2" and a.tied is False and "--untied" in argv:
         ap.error("--untied: GPT-2's head is always tied")
     gen = torch.Generator().manual_seed(a.seed)
     config, tensors = (gpt2_model if a.arch == "gpt2" else llama_model)(a, gen)
@@ -276,6 +280,19 @@ def main():
         else:
             config[key] = v
     write_model(a.out, config, tensors, a.shards)
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:1] != ["--each-line"]:
+        make_fixture(argv)
+        return 0
+    if len(argv) != 2:
+        sys.exit("usage: make_hf_fixture.py --each-line FILE|-")
+    lines = sys.stdin if argv[1] == "-" else open(argv[1])
+    for line in lines:
+        if line.strip():
+            make_fixture(shlex.split(line))
     return 0
 
 
