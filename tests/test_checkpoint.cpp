@@ -226,6 +226,47 @@ TEST(resume_checkpoint, PiecesThatCutTensorsKeepEveryBit) {
   }
 }
 
+// Note [Sharded checkpoints]: a rank's share of a replicated slab (the embed group's, its state
+// on storage in chunks that cut wte) is exactly shard_range's part of it, in increasing pieces
+// inside that part, with the trainer's values; the shares of 2 and of 3 ranks tile each slab.
+TEST(checkpoint_share, AReplicatedSlabsShareIsItsPartOfTheSlabFromStorage) {
+  TrainConfig c = small_config("vertical", "unused");
+  all_on_storage(c);
+  c.model.vocab_size = 512;  // the embed group spans several chunks (as the test above)
+  const std::string dir = test::make_temp_dir("shard_share_embed");
+  c.io.dirs = {dir};
+  const ParamLayout layout = make_param_layout(c.model);
+  AnyTrainer t(c);
+  ASSERT_NE(t.trainer, nullptr);
+  const Batches b = batches(c);
+  t.step(b.in.data(), b.tgt.data());
+  for (const int64_t slab : {layout.embed_slab(), layout.final_slab()}) {
+    const int64_t n = layout.slabs[static_cast<size_t>(slab)].numel;
+    std::vector<float> w(static_cast<size_t>(n)), m(w.size()), v(w.size());
+    ASSERT_TRUE(t.trainer->read_slab_state(slab, w.data(), m.data(), v.data()).ok());
+    for (const int ranks : {2, 3}) {
+      for (int r = 0; r < ranks; ++r) {
+        const Range share = shard_range(n, ranks, r);
+        int64_t next = share.begin;  // pieces come in order, back to back
+        const Status st = t.trainer->read_shard_pieces(slab, r, ranks, [&](const SlabPiece& p) {
+          EXPECT_EQ(p.begin, next) << "slab " << slab << " rank " << r << " of " << ranks;
+          EXPECT_GT(p.count, 0);
+          for (int64_t i = 0; i < p.count; ++i) {
+            const auto at = static_cast<size_t>(p.begin + i);
+            EXPECT_EQ(std::memcmp(&p.master[i], &w[at], 4), 0) << "master element " << at;
+            EXPECT_EQ(std::memcmp(&p.m[i], &m[at], 4), 0) << "m element " << at;
+            EXPECT_EQ(std::memcmp(&p.v[i], &v[at], 4), 0) << "v element " << at;
+          }
+          next = p.begin + p.count;
+          return Status();
+        });
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        EXPECT_EQ(next, share.end) << "slab " << slab << " rank " << r << " of " << ranks;
+      }
+    }
+  }
+}
+
 // Note [Speculative steps]: with clipping on every step and alpha 0.5, each speculative part 0
 // is repaired, so the checkpoint is taken right after a repair; the resumed run keeps every bit,
 // on host and with everything on storage.

@@ -252,7 +252,13 @@ float* OffloadTrainer::optim_stage0() {
 Status OffloadTrainer::read_shard_pieces(int64_t slab, int rank, int ranks,
                                          const SlabPieceFn& take) {
   const bool block = slab != layout_.embed_slab() && slab != layout_.final_slab();
-  if (!block || !sharded()) return Trainer::read_shard_pieces(slab, rank, ranks, take);
+  if (!block) {  // replicated: this rank's ranks-th part, reading only the chunks that hold it
+    const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
+    const Range share = shard_range(s.numel, ranks, rank);
+    STRATA_RETURN_IF_ERROR(finish());
+    return embed_slab_pieces(IoOp::read, slab, optim_stage0(), clipped_to(share, take), share);
+  }
+  if (!sharded()) return Trainer::read_shard_pieces(slab, rank, ranks, take);
   if (rank != world_.rank() || ranks != world_.size()) {
     return internal_error("the share of rank " + std::to_string(rank) + " of " +
                           std::to_string(ranks) + " asked of rank " +
@@ -337,8 +343,8 @@ Status OffloadTrainer::embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* s
   return Status::ok_status();
 }
 
-Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, float* stage,
-                                         const SlabPieceFn& fn) {
+Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, float* stage, const SlabPieceFn& fn,
+                                         Range within) {
   // The embed group's state is (3, E): master, m, v, each the embedding slab then the final.
   const int64_t E = embed_elems_;
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
@@ -363,6 +369,7 @@ Status OffloadTrainer::embed_slab_pieces(IoOp op, int64_t slab, float* stage,
     const int64_t a = std::max(lo, g0), b = std::min(hi, g1), len = hi - lo;
     if (a >= b) continue;
     if (op == IoOp::read) {  // only the slab's part of the chunk (slab starts are aligned)
+      if (b - g0 <= within.begin || a - g0 >= within.end) continue;  // slab coordinates
       STRATA_RETURN_IF_ERROR(embed_chunk_io(IoOp::read, a, b - a, stage));
       STRATA_RETURN_IF_ERROR(fn({a - g0, b - a, stage, stage + (b - a), stage + 2 * (b - a)}));
       continue;

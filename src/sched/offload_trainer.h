@@ -294,8 +294,10 @@ class OffloadTrainer final : public Trainer {
   // (3, len), with the state on storage.
   Status embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* stage);
   // read_slab_pieces / write_slab_pieces of the embedding or the final norm slab; state on
-  // storage goes through `stage` ((3, chunk) f32).
-  Status embed_slab_pieces(IoOp op, int64_t slab, float* stage, const SlabPieceFn& fn);
+  // storage goes through `stage` ((3, chunk) f32). A read hands over at least the slab elements
+  // in `within`: on storage, only the chunks that hold some of them are read.
+  Status embed_slab_pieces(IoOp op, int64_t slab, float* stage, const SlabPieceFn& fn,
+                           Range within = {0, INT64_MAX});
   // A slab's state as it is now, in pieces, state on storage read through `stage` (an optimizer
   // stage's bytes): read_slab_pieces after finish(), and the snapshot's reads. Of a sharded
   // block, every rank's shard (a collective: each broadcast by its owner), or with

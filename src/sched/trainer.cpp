@@ -30,16 +30,19 @@ Status Trainer::write_slab_state(int64_t slab, const float* master, const float*
   });
 }
 
-Status Trainer::read_shard_pieces(int64_t slab, int rank, int ranks, const SlabPieceFn& take) {
-  const int64_t numel = layout().slabs.at(static_cast<size_t>(slab)).numel;
-  const Range share = shard_range(numel, ranks, rank);
-  const int64_t lo = share.begin, hi = share.end;
-  return read_slab_pieces(slab, [&](const SlabPiece& p) {
-    const int64_t a = std::max(p.begin, lo), b = std::min(p.begin + p.count, hi);
+SlabPieceFn Trainer::clipped_to(Range share, const SlabPieceFn& take) {
+  return [share, &take](const SlabPiece& p) {
+    const int64_t a = std::max(p.begin, share.begin);
+    const int64_t b = std::min(p.begin + p.count, share.end);
     if (a >= b) return Status();
     const int64_t skip = a - p.begin;
     return take({a, b - a, p.master + skip, p.m + skip, p.v + skip});
-  });
+  };
+}
+
+Status Trainer::read_shard_pieces(int64_t slab, int rank, int ranks, const SlabPieceFn& take) {
+  const int64_t numel = layout().slabs.at(static_cast<size_t>(slab)).numel;
+  return read_slab_pieces(slab, clipped_to(shard_range(numel, ranks, rank), take));
 }
 
 Result<StateSnapshot> Trainer::begin_snapshot() {

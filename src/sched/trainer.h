@@ -94,6 +94,9 @@ class Trainer {
   // state is its share (then rank and ranks must be this trainer's: internal otherwise); of a
   // replicated slab, its ranks-th part (shard_range), cut from read_slab_pieces' pieces.
   virtual Status read_shard_pieces(int64_t slab, int rank, int ranks, const SlabPieceFn& take);
+  // `take` handed only the part of each piece inside `share` (slab elements), and nothing of a
+  // piece outside it: a share cut from pieces that may cross its ends. Refers to `take`.
+  static SlabPieceFn clipped_to(Range share, const SlabPieceFn& take);
   // The same through whole-slab buffers, (slab numel) floats each: for tests and tools with
   // small models; a checkpoint of a large one goes piece by piece.
   Status read_slab_state(int64_t slab, float* master, float* m, float* v);
