@@ -64,16 +64,6 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-}  // namespace
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
-namespace {
-
 Status write_full(int fd, const std::string& path, const void* buf, int64_t n) {
   auto* p = static_cast<const uint8_t*>(buf);
   while (n > 0) {
@@ -251,6 +241,12 @@ int64_t st_dtype_size(StDType t) {
       return 2;
   }
   return 0;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
 }
 
 int64_t StTensor::numel() const {

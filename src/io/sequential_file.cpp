@@ -11,15 +11,11 @@
 
 namespace strata {
 
-Status errno_status(const std::string& what) {
-  return errno_error(what, errno);
-}
-
 Status fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_status("open " + path + " for fsync");
+  if (fd < 0) return errno_error("open " + path + " for fsync", errno);
   const int rc = ::fsync(fd);
-  Status st = rc == 0 ? Status() : errno_status("fsync " + path);
+  Status st = rc == 0 ? Status() : errno_error("fsync " + path, errno);
   ::close(fd);
   return st;
 }
@@ -46,7 +42,7 @@ Status SequentialFile::append(const void* data, int64_t bytes) {
 }
 
 Status SequentialFile::finish() {
-  if (::fsync(file_->fd) != 0) return errno_status("fsync " + file_->path);
+  if (::fsync(file_->fd) != 0) return errno_error("fsync " + file_->path, errno);
   close_io_file(*file_);
   return Status();
 }

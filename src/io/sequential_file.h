@@ -11,9 +11,6 @@
 
 namespace strata {
 
-// errno after a failed call as a Status (errno_error in core/status.h).
-Status errno_status(const std::string& what);
-
 // fsync of a file or directory by path.
 Status fsync_path(const std::string& path);
 
