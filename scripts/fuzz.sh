@@ -16,7 +16,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
 # One target per core at a time: each fuzzes on one thread for the same time as alone.
-jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+source scripts/jobs.sh
 fuzz_one() {  # name corpus: fuzzes one target; its exit status is the verdict
   local name=$1 corpus=$2
   # -timeout: one input taking 10 s is a hang; -rss_limit_mb / -malloc_limit_mb: an allocation an

@@ -65,13 +65,14 @@ device_bytes=${STRATA_GPU_DEVICE_BYTES:-$((4 << 30))}
 
 # ---- 1. build -----------------------------------------------------------------------------------
 mkdir -p "$log_dir"
-echo "gpu-check: building in $build_dir ($(nproc) jobs)"
+source scripts/jobs.sh
+echo "gpu-check: building in $build_dir ($jobs jobs)"
 if ! timeout 90 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   "${cuda_flags[@]}" >"$log_dir/configure.log" 2>&1; then
   tail -20 "$log_dir/configure.log"
   fail configure "cmake failed (log: $log_dir/configure.log)"
 fi
-if ! timeout 240 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" \
+if ! timeout 240 cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}" \
   >"$log_dir/build.log" 2>&1; then
   tail -30 "$log_dir/build.log"
   fail build "build failed (log: $log_dir/build.log)"

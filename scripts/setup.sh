@@ -54,4 +54,5 @@ fi
 
 build_dir=${STRATA_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build_dir" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+source scripts/jobs.sh
+cmake --build "$build_dir" -j "$jobs"

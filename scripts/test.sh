@@ -22,7 +22,8 @@ phase() {
 release() {
   ./scripts/setup.sh
   local build_dir=${STRATA_BUILD_DIR:-build}
-  ctest --test-dir "$build_dir" --output-on-failure -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" "$@"
+  source scripts/jobs.sh
+  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "$@"
 }
 
 phase release release "$@"

@@ -10,9 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: test_sanitized.sh asan|tsan [ctest args]}
 shift
-# GNU nproc honours OMP_NUM_THREADS, which the TSan case sets to 1: counted with it, the TSan
-# phase built and ran one job at a time.
-jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+source scripts/jobs.sh
 
 case $kind in
   asan)
