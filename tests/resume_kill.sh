@@ -36,7 +36,7 @@ nap() { read -r -t "$1" -u "$nap_fd" || true; }
 find_newest() {  # sets newest: the newest complete checkpoint's step directory name, or nothing
   local steps=("$work"/ckpt/step-*)  # glob results are sorted, and step names sort by step
   newest=""
-  [ "${#steps[@]}" -eq 0 ] || newest=${steps[-1]##*/}
+  if [ "${#steps[@]}" -gt 0 ]; then newest=${steps[-1]##*/}; fi
 }
 alive() {  # whether process $1 runs (a finished one not yet waited for is a zombie: no)
   local pid comm state
@@ -63,8 +63,7 @@ while true; do
     for ((i = 0; i < 12000; i++)); do  # 120 s at most
       alive "$pid" || break
       if [ "$in_write" -eq 1 ] && writing "$pid"; then break; fi
-      find_newest
-      if [ "$in_write" -eq 0 ] && [ "$newest" != "$before" ]; then
+      if [ "$in_write" -eq 0 ] && find_newest && [ "$newest" != "$before" ]; then
         printf -v delay '0.%02d' $((RANDOM % 50))
         nap "$delay"
         break
