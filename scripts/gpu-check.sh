@@ -2,7 +2,8 @@
 # The CUDA backend and offloaded training on a machine with a GPU, in under 10 minutes:
 #   1. configure and build with CUDA (only what the checks need);
 #   2. per-op parity, CUDA against CPU (tests/test_cuda_backend.cpp: NMSE <= 1e-5 for every op
-#      and gradient in f32 and for the bf16 GEMM, AdamW bit for bit, streams, events, pool);
+#      and gradient in f32 and for the bf16 GEMM, AdamW bit for bit, streams, events, pool;
+#      NCCL's all-reduce on a world of one, every piece sent through itself, bit for bit);
 #   3. GEMM throughput on the GPT-2 shapes: Strata's bf16 path against the fastest of cuBLASLt's
 #      top heuristic candidates (bench/bench_cuda_gemm.cpp), and a measured bf16 peak;
 #   4. `strata profile` of this machine for the run's model (device tasks timed one by one:

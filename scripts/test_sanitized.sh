@@ -21,16 +21,16 @@ case $kind in
     # tokenizer reference checks, which spend theirs in node and Python and need the
     # tokenizer_check tool (the same C++ runs in the test_tokenizer* binaries and
     # tokenizer_cli.sh); the CUDA tests, which need a GPU and whose lambdas capture structured
-    # bindings (clang 14 refuses that C++20 rule); the ranks under mpirun (dist_mpi.sh), whose
-    # time goes to process launch and an uninstrumented MPI library (the code of ours they run,
-    # the all-reduce's arithmetic and the plans with collectives, runs here in test_dist and
-    # test_schedule_plans). Found from tests/, so a new test is in this phase unlisted.
+    # bindings (clang 14 refuses that C++20 rule); the ranks under mpirun (dist_mpi.sh,
+    # dist_collectives.sh), whose time goes to process launch and an uninstrumented MPI library
+    # (the code of ours they run, the all-reduce's arithmetic and the plans with collectives,
+    # runs here in test_dist and test_schedule_plans). Found from tests/, so a new test is in this phase unlisted.
     tests=()
     for f in tests/test_*.cpp tests/*.sh; do
       name=$(basename "${f%.*}")
       case $name in test_util | test_cuda_backend | parity_torch | parity_torch_llama | export_torch | val_torch | sample_torch | import_torch) continue ;; esac
       case $name in tokenizer_gpt2 | tokenizer_llama3 | tokenizer_sentencepiece | tokenizer_unicode) continue ;; esac
-      case $name in dist_mpi) continue ;; esac
+      case $name in dist_mpi | dist_collectives) continue ;; esac
       tests+=("$name")
     done
     extra_targets=(strata export_logits)  # finetune_llama.sh runs export_logits too

@@ -42,6 +42,8 @@ class ThreadWorld {
     Rank(ThreadWorld& w, int rank) : w_(w), rank_(rank) {}
     int rank() const override { return rank_; }
     int size() const override { return w_.ranks_; }
+    int local_rank() const override { return rank_; }
+    int local_size() const override { return w_.ranks_; }
     Status all_reduce_sum(float*, int64_t) override { return unneeded(); }
     Status all_reduce_sum(double*, int64_t) override { return unneeded(); }
     Status reduce_scatter_sum(float*, int64_t) override { return unneeded(); }

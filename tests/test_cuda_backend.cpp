@@ -26,6 +26,9 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "dist/communicator.h"
+#include "dist/device_collectives.h"
+#include "dist/peer_transport.h"
 #include "optim/adamw.h"
 #include "test_util.h"
 
@@ -691,6 +694,30 @@ TEST_F(CudaBackendTest, AdamWIsBitIdenticalToReference) {
   EXPECT_TRUE(same(dm, m.data(), n * 4)) << "m";
   EXPECT_TRUE(same(dv, v.data(), n * 4)) << "v";
   EXPECT_TRUE(same(dh, ref_bf16.data(), n * 2)) << "param_bf16";
+}
+
+// ---- NCCL (Note [Collectives on device memory] in dist/device_collectives.h) -------------------
+// NCCL refuses two ranks of one communicator on one GPU, so here the world is one process: its
+// all-reduce moves every piece to itself (ncclSend/ncclRecv in a group on the stream) and copies
+// the received piece back, several rounds deep. The sum's arithmetic over 2 and 3 ranks is the
+// same code, checked over MPI in tests/dist_collectives.sh.
+TEST_F(CudaBackendTest, NcclAllReduceOfOneRankMovesEveryPieceThroughItself) {
+  auto transport = make_nccl_peer_transport(gpu(), single_process_world());
+  if (!transport.ok() &&
+      transport.status().message().find("built without NCCL") != std::string::npos) {
+    GTEST_SKIP() << transport.status().to_string();
+  }
+  ASSERT_TRUE(transport.ok()) << transport.status().to_string();
+  EXPECT_NE((*transport)->describe().find("NCCL 2."), std::string::npos)
+      << (*transport)->describe();
+  DeviceCollectives sum(gpu(), single_process_world(), std::move(*transport),
+                        /*round_elems=*/1000);
+  for (int64_t count : {1, 999, 1000, 100003}) {
+    const std::vector<float> values = random_floats(count, 7 + static_cast<uint64_t>(count), -5, 5);
+    Twin t = twin(values);
+    ASSERT_TRUE(sum.all_reduce_sum(*gpu_stream_, t.gpu.f32(), count).ok()) << count;
+    EXPECT_TRUE(same_bits(t, count)) << count << " elements";
+  }
 }
 
 }  // namespace

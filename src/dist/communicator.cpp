@@ -1,6 +1,7 @@
 // The world of one, the shard arithmetic and the launcher check (Note [Data parallel ranks]).
 #include "dist/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace strata {
@@ -11,6 +12,8 @@ class SingleProcess final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
   Status all_reduce_sum(float*, int64_t) override { return Status::ok_status(); }
   Status all_reduce_sum(double*, int64_t) override { return Status::ok_status(); }
   Status reduce_scatter_sum(float*, int64_t) override { return Status::ok_status(); }
@@ -55,6 +58,22 @@ Range shard_range(int64_t n, int ranks, int r) {
   const int64_t base = n / ranks, extra = n % ranks;
   const int64_t begin = r * base + std::min<int64_t>(r, extra);
   return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+int64_t collective_rounds(int64_t count, int64_t round_elems) {
+  return std::max<int64_t>(1, (count + round_elems - 1) / round_elems);
+}
+
+std::vector<Range> round_pieces(int64_t count, int ranks, int64_t rounds, int64_t k) {
+  std::vector<Range> pieces;
+  pieces.reserve(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const Range shard = shard_range(count, ranks, r);
+    const Range piece =
+        shard_range(shard.end - shard.begin, static_cast<int>(rounds), static_cast<int>(k));
+    pieces.push_back({shard.begin + piece.begin, shard.begin + piece.end});
+  }
+  return pieces;
 }
 
 void sum_in_rank_order(float* out, const float* parts, int ranks, int64_t stride, int64_t n) {

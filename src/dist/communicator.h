@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -41,6 +42,10 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // This rank among the ranks on its machine (those sharing its memory), and how many there are:
+  // a rank's GPU is its local rank's (create_configured_device in sched/trainer.h).
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
   // data[0, count) summed over the ranks in place, the same bits on every rank (Note
   // [Deterministic all-reduce]). Every rank calls it with the same count, in the same order.
   virtual Status all_reduce_sum(float* data, int64_t count) = 0;
@@ -85,6 +90,12 @@ struct Range {
   int64_t begin = 0, end = 0;
 };
 Range shard_range(int64_t n, int ranks, int r);
+// How many rounds a collective over `count` elements takes, `round_elems` of the buffer each (at
+// least one, even for no elements).
+int64_t collective_rounds(int64_t count, int64_t round_elems = kAllReduceChunkElems);
+// Round k of `rounds`: piece k of every rank's shard of `count` elements (shard_range of the
+// shard), piece[r] being rank r's, in buffer coordinates. Every transport cuts rounds this way.
+std::vector<Range> round_pieces(int64_t count, int ranks, int64_t rounds, int64_t k);
 // out[i] = ((parts[0][i] + parts[1][i]) + ...) for i < n: `parts` holds `ranks` rows of
 // `stride` elements, row r being rank r's contribution.
 void sum_in_rank_order(float* out, const float* parts, int ranks, int64_t stride, int64_t n);

@@ -11,7 +11,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/backend.h"
 #include "dist/communicator.h"
+#include "dist/peer_transport.h"
 
 namespace strata {
 
@@ -38,7 +40,8 @@ MPI_Datatype mpi_type<double>() {
 
 class MpiWorld final : public Communicator {
  public:
-  MpiWorld(int rank, int size) : rank_(rank), size_(size) {}
+  MpiWorld(int rank, int size, int local_rank, int local_size)
+      : rank_(rank), size_(size), local_rank_(local_rank), local_size_(local_size) {}
   ~MpiWorld() override {
     for (auto& [bytes, type] : element_types_) MPI_Type_free(&type);
     MPI_Finalize();
@@ -46,6 +49,8 @@ class MpiWorld final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
   Status all_reduce_sum(float* data, int64_t count) override { return all_reduce(data, count); }
   Status all_reduce_sum(double* data, int64_t count) override { return all_reduce(data, count); }
   Status reduce_scatter_sum(float* data, int64_t count) override {
@@ -96,29 +101,22 @@ class MpiWorld final : public Communicator {
   }
 
  private:
-  // Round k of n of a collective over `count` elements: piece k of every rank's shard
-  // (shard_range(count), cut by shard_range(len, n, k)), as MPI's counts and displacements.
+  // Round k of n of a collective over `count` elements (round_pieces) as MPI's counts and
+  // displacements.
   struct Pieces {
     std::vector<int> counts, displs;
     int64_t mine_begin = 0, mine_len = 0;
     Pieces(const MpiWorld& w, int64_t count, int64_t n, int64_t k) {
-      for (int r = 0; r < w.size_; ++r) {
-        const Range shard = shard_range(count, w.size_, r);
-        const Range piece =
-            shard_range(shard.end - shard.begin, static_cast<int>(n), static_cast<int>(k));
+      for (const Range& piece : round_pieces(count, w.size_, n, k)) {
         counts.push_back(static_cast<int>(piece.end - piece.begin));
-        displs.push_back(static_cast<int>(shard.begin + piece.begin));
-        if (r == w.rank_) {
-          mine_begin = displs.back();
-          mine_len = counts.back();
-        }
+        displs.push_back(static_cast<int>(piece.begin));
       }
+      mine_begin = displs[static_cast<size_t>(w.rank_)];
+      mine_len = counts[static_cast<size_t>(w.rank_)];
     }
   };
 
-  static int64_t rounds(int64_t count) {
-    return std::max<int64_t>(1, (count + kAllReduceChunkElems - 1) / kAllReduceChunkElems);
-  }
+  static int64_t rounds(int64_t count) { return collective_rounds(count); }
   // MPI counts and displacements are int.
   static Status check_count(int64_t count) {
     if (count < (int64_t{1} << 31)) return Status::ok_status();
@@ -189,11 +187,58 @@ class MpiWorld final : public Communicator {
     }
   }
 
-  int rank_, size_;
+  int rank_, size_, local_rank_, local_size_;
   std::mutex mu_;
   std::vector<float> scratch_f32_;                 // (size, piece) of the largest round so far
   std::vector<double> scratch_f64_;                // the same for f64 collectives
   std::map<int64_t, MPI_Datatype> element_types_;  // element_type's, by width in bytes
+};
+
+// PeerTransport over MPI (dist/peer_transport.h), for the CPU devices, whose memory the host
+// addresses: the collectives on device memory run here without a GPU.
+class MpiPeerTransport final : public PeerTransport {
+ public:
+  explicit MpiPeerTransport(MPI_Comm comm) : comm_(comm) {}
+  ~MpiPeerTransport() override { MPI_Comm_free(&comm_); }
+
+  Status start_group(Stream& s) override {
+    s.synchronize();  // the data the moves read was written by work on s
+    requests_.clear();
+    return Status::ok_status();
+  }
+  Status send(const void* data, int64_t bytes, int peer) override {
+    STRATA_RETURN_IF_ERROR(check_bytes(bytes));
+    MPI_Request r;
+    STRATA_RETURN_IF_ERROR(mpi_status(
+        MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &r), "MPI_Isend"));
+    requests_.push_back(r);
+    return Status::ok_status();
+  }
+  Status recv(void* data, int64_t bytes, int peer) override {
+    STRATA_RETURN_IF_ERROR(check_bytes(bytes));
+    MPI_Request r;
+    STRATA_RETURN_IF_ERROR(mpi_status(
+        MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &r), "MPI_Irecv"));
+    requests_.push_back(r);
+    return Status::ok_status();
+  }
+  Status end_group() override {
+    const int n = static_cast<int>(requests_.size());
+    const int rc = MPI_Waitall(n, requests_.data(), MPI_STATUSES_IGNORE);
+    requests_.clear();
+    return mpi_status(rc, "MPI_Waitall (point-to-point)");
+  }
+  std::string describe() const override { return "MPI point-to-point"; }
+
+ private:
+  static Status check_bytes(int64_t bytes) {
+    if (bytes < (int64_t{1} << 31)) return Status::ok_status();
+    return invalid_argument("a point-to-point move of " + std::to_string(bytes) +
+                            " bytes: MPI's counts stop at 2^31 - 1");
+  }
+
+  MPI_Comm comm_;
+  std::vector<MPI_Request> requests_;  // the open group's
 };
 
 }  // namespace
@@ -209,13 +254,34 @@ Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto world = std::make_unique<MpiWorld>(rank, size);
+  // The ranks sharing this rank's memory: its machine's.
+  MPI_Comm local;
+  rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  if (rc != MPI_SUCCESS) {
+    MPI_Finalize();
+    return mpi_status(rc, "MPI_Comm_split_type");
+  }
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  auto world = std::make_unique<MpiWorld>(rank, size, local_rank, local_size);
   if (provided < MPI_THREAD_MULTIPLE) {
     return unavailable("the MPI library gives thread level " + std::to_string(provided) +
                        ", but the plan's net queue needs MPI_THREAD_MULTIPLE (" +
                        std::to_string(MPI_THREAD_MULTIPLE) + ")");
   }
   return std::unique_ptr<Communicator>(std::move(world));
+}
+
+Result<std::unique_ptr<PeerTransport>> make_mpi_peer_transport(Communicator& world) {
+  if (dynamic_cast<MpiWorld*>(&world) == nullptr) {
+    return unavailable("MPI point-to-point needs MPI's world, not " + world.describe());
+  }
+  MPI_Comm comm;  // its own, so its moves never meet the world's collectives
+  STRATA_RETURN_IF_ERROR(mpi_status(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup"));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return std::unique_ptr<PeerTransport>(std::make_unique<MpiPeerTransport>(comm));
 }
 
 }  // namespace strata

@@ -1,0 +1,52 @@
+// Sums over the ranks of buffers in device memory (docs/design.md §12).
+//
+// Note [Collectives on device memory]
+// The in-memory trainer holds every gradient on the device. Summed through host memory, a step
+// copies the whole gradient out and back in (and the host adds); NCCL moves it between the GPUs
+// and the device adds. Whatever moves it, the sum is Note [Deterministic all-reduce]'s, piece for
+// piece: the rounds of round_pieces; in each, every rank sends piece r of its buffer to rank r,
+// rank r adds the N pieces it receives in rank order ((x0 + x1) + x2 ..., the device's `add`,
+// which is one f32 addition per element as sum_in_rank_order's is) and sends the sum to every
+// rank. So the bits are the host path's, and a run's results do not depend on which path summed.
+// A transport gives only grouped point-to-point moves (PeerTransport): NCCL's on a GPU, MPI's
+// on the CPU devices, where CI tests this code under mpirun (tests/dist_collectives.sh). Moves
+// are not made to hide behind compute: the in-memory trainer sums once per step, after backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "dist/communicator.h"
+#include "dist/peer_transport.h"
+
+namespace strata {
+
+class DeviceCollectives {
+ public:
+  // `world` names the ranks (and must outlive this); `transport` moves between them.
+  // round_elems: elements of the buffer each round moves (kAllReduceChunkElems; smaller in tests).
+  DeviceCollectives(Device& dev, Communicator& world, std::unique_ptr<PeerTransport> transport,
+                    int64_t round_elems = kAllReduceChunkElems);
+
+  // data[0, count), device memory, summed over the ranks in place, ordered after the work on `s`
+  // so far and before the work enqueued after it; the same bits on every rank, and as
+  // Communicator::all_reduce_sum's. Every rank calls it with the same count, in the same order.
+  Status all_reduce_sum(Stream& s, float* data, int64_t count);
+
+  // "NCCL 2.28.9 (GPU 0) in device memory".
+  std::string describe() const;
+
+ private:
+  Status reduce_scatter_round(Stream& s, float* data, const std::vector<Range>& pieces);
+  Status all_gather_round(Stream& s, float* data, const std::vector<Range>& pieces);
+
+  Device& dev_;
+  Communicator& world_;
+  std::unique_ptr<PeerTransport> transport_;
+  int64_t round_elems_;
+  Buffer parts_;  // (ranks, piece) f32 device memory: every rank's values of this rank's piece
+};
+
+}  // namespace strata
