@@ -22,6 +22,8 @@
 #     killed with SIGKILL makes mpirun exit non-zero within 60 s; a 2-rank run killed after a
 #     checkpoint and resumed ends bit-identical to one never killed (every rank file).
 #  4. A 2-rank checkpoint is resumed by 1 and by 4 ranks (resharded), and its export gathers it.
+#  5. The in-memory ranks sum in device memory or through host memory with the same bits (Note
+#     [Collectives on device memory]); "device" for an offloaded schedule is refused.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/setup.sh" >&2; exit 1; }
@@ -201,6 +203,43 @@ run vertical-storage-2.again 2 2 --set train.schedule=vertical --set optim.alpha
 for r in 0 1; do
   cmp "$(final vertical-storage-2.dp)/rank-0000$r.state" "$(final vertical-storage-2.again)/rank-0000$r.state"
 done
+
+# Note [Collectives on device memory]: the in-memory ranks summed their gradients in device
+# memory (collectives auto; MPI point-to-point on the CPU devices). Summed through host memory
+# instead, and on the discrete device, every rank's checkpoint file is the same, bit for bit.
+grep -q "gradients summed over 2 ranks: MPI point-to-point in device memory" \
+  "$work/in_memory-2.dp/log" || {
+  echo "in_memory-2: the ranks did not sum on the device:" >&2
+  cat "$work/in_memory-2.dp/log" >&2
+  exit 1
+}
+in_memory=(--set train.schedule=in_memory "${val[@]}")
+run in_memory-2.host 2 2 "${in_memory[@]}" --set collectives=host
+run in_memory-2.discrete 2 2 "${in_memory[@]}" --set device=cpu-discrete --set collectives=device
+grep -q "gradients summed over 2 ranks: MPI .* ranks, through host memory" \
+  "$work/in_memory-2.host/log" || {
+  echo "in_memory-2.host: the ranks did not sum on the host:" >&2
+  cat "$work/in_memory-2.host/log" >&2
+  exit 1
+}
+for other in host discrete; do
+  for r in 0 1; do
+    cmp "$(final in_memory-2.dp)/rank-0000$r.state" "$(final "in_memory-2.$other")/rank-0000$r.state"
+  done
+done
+echo "in_memory-2: the same bits summed in device memory, through host memory, on cpu-discrete"
+# "device" where the sum is the offloaded schedule's (on the host) is refused, naming why.
+mkdir -p "$work/refused0" "$work/refused1"
+set +e
+"${mpi[@]}" -np 2 "$STRATA_BIN" train "${base[@]}" --set train.schedule=vertical \
+  --set collectives=device --set "io.dirs=[\"$work/refused{rank}\"]" 2>"$work/refused.log"
+code=$?
+set -e
+if [ "$code" -eq 0 ] || ! grep -q "collectives device: train.schedule vertical sums its gradients on the host" "$work/refused.log"; then
+  echo "collectives device with the vertical schedule was not refused (exit $code):" >&2
+  cat "$work/refused.log" >&2
+  exit 1
+fi
 
 # An I/O error on rank 1 alone stops both ranks, naming rank 1, the task and the file.
 mkdir -p "$work/fault/store0" "$work/fault/store1"

@@ -564,6 +564,26 @@ TEST(Config, OffloadToStorageNeedsDirs) {
 namespace strata {
 namespace {
 
+// collectives: where the in-memory ranks sum (Note [Collectives on device memory]); auto by
+// default.
+TEST(Config, CollectivesPlace) {
+  EXPECT_EQ(default_config_json()["collectives"], "auto");
+  for (const auto& [name, place] :
+       {std::pair{"auto", CollectivesPlace::automatic}, std::pair{"host", CollectivesPlace::host},
+        std::pair{"device", CollectivesPlace::device}}) {
+    json j = default_config_json();
+    ASSERT_TRUE(apply_set(j, std::string("collectives=") + name).ok());
+    auto c = parse_config(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->collectives, place);
+    auto back = parse_config(config_to_json(*c));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->collectives, place);
+  }
+  expect_error(parse_with("collectives=nccl"), ErrorCode::invalid_argument,
+               {"collectives 'nccl' is not one of auto, host, device"});
+}
+
 // activations.*: the policy and tier names, vertical only, storage needs a directory.
 TEST(Config, ActivationPolicy) {
   const json d = default_config_json();

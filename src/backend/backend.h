@@ -321,5 +321,7 @@ inline bool shares_host_memory(const Device& d) {
 // or no usable GPU is present (the CUDA runtime's words: no device, driver too old, ...).
 Result<std::unique_ptr<Device>> create_cuda_device(int ordinal = 0,
                                                    int64_t device_budget_bytes = 0);
+// How many GPUs the CUDA runtime sees here; 0 without CUDA or without a usable GPU.
+int cuda_device_count();
 
 }  // namespace strata

@@ -398,10 +398,14 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
     run.report_path = a.get("report");
   }
 
-  auto device = create_configured_device(c);
+  auto device = create_configured_device(c, run.world->local_rank());
   if (!device.ok()) return SetupError{device.status().message(), exit_code_for(device.status())};
   run.device = std::move(*device);
-  auto trainer = create_trainer(*run.device, c, *run.world);
+  auto transport = create_configured_transport(c, *run.device, *run.world);
+  if (!transport.ok()) {
+    return SetupError{transport.status().message(), exit_code_for(transport.status())};
+  }
+  auto trainer = create_trainer(*run.device, c, *run.world, std::move(*transport));
   if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
   run.trainer = std::move(*trainer);
   if (predicted.wait_iter_s > 0) {

@@ -452,7 +452,8 @@ Status parse_train(const json& full, TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "precision", &c.precision));
   STRATA_RETURN_IF_ERROR(read_enum(full, "train", "matmul", &c.matmul));
   STRATA_RETURN_IF_ERROR(check_matmul_needs_bf16_weights(c));
-  return read_enum(full, "", "device", &c.device);
+  STRATA_RETURN_IF_ERROR(read_enum(full, "", "device", &c.device));
+  return read_enum(full, "", "collectives", &c.collectives);
 }
 
 Status parse_optim(const json& full, OptimConfig& op) {
@@ -622,6 +623,7 @@ json model_to_json(const ModelConfig& model) {
 json config_to_json(const TrainConfig& c) {
   json j = json::object();
   j["device"] = enum_name(c.device);
+  j["collectives"] = enum_name(c.collectives);
   j["model"] = model_to_json(c.model);
 
   json& t = j["train"];

@@ -1,8 +1,8 @@
 // The choices a config makes by name (train.schedule, train.precision, activations.policy,
-// activations.tier, io.engine, data.format, device, model.arch, model.rope_scaling.type,
-// optim.speculation), parsed
-// once into enums: everything past parse_config switches on the enum, and the name of each value is
-// written here only (enum_names).
+// activations.tier, io.engine, data.format, device, collectives, model.arch,
+// model.rope_scaling.type, optim.speculation), parsed once into enums: everything past
+// parse_config switches on the enum, and the name of each value is written here only
+// (enum_names).
 #pragma once
 
 #include <array>
@@ -31,6 +31,9 @@ enum class IoEngineKind : uint8_t { automatic, uring, posix };    // io.engine
 enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };  // data.format
 // device. cpu_discrete: the CPU computing as a discrete device would (backend.h).
 enum class DeviceKind : uint8_t { cpu, cuda, cpu_discrete };
+// collectives: where a data-parallel run's in-memory gradients are summed (Note [Collectives on
+// device memory] in dist/device_collectives.h).
+enum class CollectivesPlace : uint8_t { automatic, host, device };
 enum class ModelArch : uint8_t { gpt2, llama };           // model.arch
 enum class RopeScalingKind : uint8_t { none, llama3 };    // model.rope_scaling.type
 enum class Speculation : uint8_t { automatic, on, off };  // optim.speculation
@@ -72,6 +75,11 @@ constexpr EnumNames<DeviceKind, 3> enum_names(DeviceKind) {
   return {{{DeviceKind::cpu, "cpu"},
            {DeviceKind::cuda, "cuda"},
            {DeviceKind::cpu_discrete, "cpu-discrete"}}};
+}
+constexpr EnumNames<CollectivesPlace, 3> enum_names(CollectivesPlace) {
+  return {{{CollectivesPlace::automatic, "auto"},
+           {CollectivesPlace::host, "host"},
+           {CollectivesPlace::device, "device"}}};
 }
 
 constexpr EnumNames<ModelArch, 2> enum_names(ModelArch) {

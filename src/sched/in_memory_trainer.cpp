@@ -25,9 +25,9 @@ InMemoryTrainer::~InMemoryTrainer() {
   if (stream_) stream_->synchronize();  // no task may outlive the buffers it points into
 }
 
-Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
-                                                                 const TrainConfig& cfg,
-                                                                 Communicator& world) {
+Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(
+    Device& dev, const TrainConfig& cfg, Communicator& world,
+    std::unique_ptr<PeerTransport> device_transport) {
   STRATA_RETURN_IF_ERROR(check_world(cfg, world));
   std::unique_ptr<InMemoryTrainer> t(new InMemoryTrainer(dev, cfg, world));
   // The CPU device's memory is the host's: AdamW runs there directly. Any other device steps on
@@ -65,6 +65,9 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(Device& dev,
     t->gemm_ = &t->gemm_storage_;
   }
   t->stream_ = dev.create_stream("compute");
+  if (device_transport && world.size() > 1) {
+    t->device_sum_ = std::make_unique<DeviceCollectives>(dev, world, std::move(device_transport));
+  }
 
   // Initialise on the host, then copy in, as a GPU run would.
   std::vector<float> host(static_cast<size_t>(n));
@@ -215,12 +218,24 @@ void InMemoryTrainer::write_params(const float* host) {
 
 Status InMemoryTrainer::all_reduce_grads() {
   if (world_.size() == 1) return Status::ok_status();
+  if (device_sum_) {
+    STRATA_RETURN_IF_ERROR(
+        device_sum_->all_reduce_sum(*stream_, grads_.f32(), layout_.total_elems));
+    stream_->synchronize();
+    return Status::ok_status();
+  }
   grads_host_.resize(static_cast<size_t>(layout_.total_elems));  // once: same size every step
   read_grads(grads_host_.data());
   STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(grads_host_.data(), layout_.total_elems));
   dev_.copy(*stream_, grads_.data(), grads_host_.data(), layout_.total_elems * 4);
   stream_->synchronize();
   return Status::ok_status();
+}
+
+std::vector<std::string> InMemoryTrainer::describe() const {
+  if (world_.size() == 1) return {};
+  return {"gradients summed over " + std::to_string(world_.size()) + " ranks: " +
+          (device_sum_ ? device_sum_->describe() : world_.describe() + ", through host memory")};
 }
 
 void InMemoryTrainer::read_grads(float* host) const {

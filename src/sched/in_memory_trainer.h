@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/config.h"
+#include "dist/device_collectives.h"
 #include "model/gpt.h"
 #include "model/layout.h"
 #include "optim/lr_schedule.h"
@@ -23,9 +25,11 @@ class InMemoryTrainer final : public Trainer {
  public:
   // Allocates everything on `dev` (errors name the budget) and initialises the parameters from
   // cfg.seed. `world` has cfg.ranks ranks (Note [Data parallel ranks] in dist/communicator.h) and
-  // must outlive the trainer.
+  // must outlive the trainer. With device_transport the ranks' gradients are summed in device
+  // memory (Note [Collectives on device memory] in dist/device_collectives.h), else on the host.
   static Result<std::unique_ptr<InMemoryTrainer>> create(
-      Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world());
+      Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world(),
+      std::unique_ptr<PeerTransport> device_transport = nullptr);
   ~InMemoryTrainer() override;
 
   // Trainer. One whole optimizer step per call; nothing is ever left pending.
@@ -44,6 +48,8 @@ class InMemoryTrainer final : public Trainer {
     adam_steps_ = adam_steps;
   }
   const ParamLayout& layout() const override { return layout_; }
+  // With several ranks: where their gradients are summed.
+  std::vector<std::string> describe() const override;
   int64_t tokens_per_step() const override {
     return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum;
   }
@@ -64,7 +70,8 @@ class InMemoryTrainer final : public Trainer {
 
  private:
   InMemoryTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
-  // With several ranks, the gradients summed over them (through a host copy).
+  // With several ranks, the gradients summed over them: on the device with device_sum_, else
+  // through a host copy (Note [Collectives on device memory]; the same bits).
   Status all_reduce_grads();
   double global_grad_sum_squares();
   Status apply_adamw(float lr, float grad_scale);
@@ -93,7 +100,8 @@ class InMemoryTrainer final : public Trainer {
   Buffer tokens_;       // (2, B, T) int32: inputs then targets
   Buffer slab_sumsq_;   // (n_slabs) f64
   Buffer losses_host_;  // (B, T) f32
-  std::vector<float> grads_host_;  // (total_elems) f32, several ranks only: all_reduce_grads
+  std::vector<float> grads_host_;  // (total_elems) f32, several ranks summing on the host only
+  std::unique_ptr<DeviceCollectives> device_sum_;  // several ranks summing on the device only
   Buffer rope_;  // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
   // (total_elems) bf16: the working params as bf16 (bf16 mode, on_device_ or with bf16 GEMMs),
   // the rounding's scratch and the GEMMs' weights.

@@ -70,11 +70,16 @@ Status check_world(const TrainConfig& cfg, const Communicator& world) {
 }
 
 Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg,
-                                                Communicator& world) {
+                                                Communicator& world,
+                                                std::unique_ptr<PeerTransport> device_transport) {
   if (cfg.schedule == Schedule::in_memory) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryTrainer> t,
-                            InMemoryTrainer::create(dev, cfg, world));
+                            InMemoryTrainer::create(dev, cfg, world, std::move(device_transport)));
     return std::unique_ptr<Trainer>(std::move(t));
+  }
+  if (device_transport) {
+    return invalid_argument(std::string("collectives: train.schedule ") + enum_name(cfg.schedule) +
+                            " sums its gradients on the host");
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t,
                           OffloadTrainer::create(dev, cfg, world));

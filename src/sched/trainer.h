@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "dist/communicator.h"
+#include "dist/peer_transport.h"
 #include "model/layout.h"
 #include "model/slab_piece.h"
 #include "model/state_snapshot.h"
@@ -143,8 +144,11 @@ class Trainer {
 // The trainer for cfg.schedule on `dev`, one rank of `world` (cfg.ranks of them; Note [Data
 // parallel ranks] in dist/communicator.h), which must outlive it: errors name the budget or
 // setting at fault.
-Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg,
-                                                Communicator& world = single_process_world());
+// device_transport, for the in-memory schedule only: where its gradients are summed on the device
+// (create_configured_transport); null: through host memory.
+Result<std::unique_ptr<Trainer>> create_trainer(
+    Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world(),
+    std::unique_ptr<PeerTransport> device_transport = nullptr);
 
 // OK when cfg.ranks is world's size; else invalid_argument naming both. Both trainers ask it.
 Status check_world(const TrainConfig& cfg, const Communicator& world);
@@ -154,8 +158,22 @@ Status check_world(const TrainConfig& cfg, const Communicator& world);
 // ask it.
 Status check_matmul_precision(const Device& dev, const TrainConfig& cfg);
 
-// The device cfg.device names ("cpu", "cuda"), with memory.device_bytes as its budget.
-// unavailable with one line naming why when it cannot run here (no GPU, built without CUDA).
-Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg);
+// The device cfg.device names ("cpu", "cuda"), with memory.device_bytes as its budget, for the
+// rank that is `local_rank` among its machine's (Communicator::local_rank): on a machine of
+// several GPUs each rank takes its own (local_rank modulo the GPUs present). unavailable with one
+// line naming why when it cannot run here (no GPU, built without CUDA).
+Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg,
+                                                         int local_rank = 0);
+
+// What moves the in-memory schedule's gradients between the ranks' device memories (Note
+// [Collectives on device memory] in dist/device_collectives.h), for create_trainer: NCCL on
+// CUDA, MPI on the CPU devices; null where the sum is taken on the host: one rank, collectives
+// "host", an offloaded schedule, or "auto" where some rank cannot (built without NCCL, fewer GPUs
+// than ranks on a machine; logged with the reason). Every rank takes the same choice (they
+// agree on it), and every rank calls this at the same point. invalid_argument naming
+// `collectives` when "device" is asked for and cannot be had.
+Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
+                                                                   Device& dev,
+                                                                   Communicator& world);
 
 }  // namespace strata

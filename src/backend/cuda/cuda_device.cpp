@@ -332,6 +332,15 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 Result<std::unique_ptr<Device>> create_cuda_device(int ordinal, int64_t device_budget_bytes) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
