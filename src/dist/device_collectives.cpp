@@ -19,6 +19,18 @@ Status DeviceCollectives::all_reduce_sum(Stream& s, float* data, int64_t count) 
   return Status::ok_status();
 }
 
+Status DeviceCollectives::reserve(int64_t count) {
+  // Round 0's pieces are the largest (shard_range gives the first pieces the extra element).
+  const std::vector<Range> pieces =
+      round_pieces(count, world_.size(), collective_rounds(count, round_elems_), 0);
+  const Range mine = pieces[static_cast<size_t>(world_.rank())];
+  const int64_t bytes = world_.size() * (mine.end - mine.begin) * int64_t{sizeof(float)};
+  if (parts_.bytes() >= bytes) return Status::ok_status();
+  parts_.reset();
+  STRATA_ASSIGN_OR_RETURN(parts_, dev_.alloc(bytes));
+  return Status::ok_status();
+}
+
 Status DeviceCollectives::reduce_scatter_round(Stream& s, float* data,
                                                const std::vector<Range>& pieces) {
   const int ranks = world_.size();

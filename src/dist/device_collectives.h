@@ -34,6 +34,9 @@ class DeviceCollectives {
   // so far and before the work enqueued after it; the same bits on every rank, and as
   // Communicator::all_reduce_sum's. Every rank calls it with the same count, in the same order.
   Status all_reduce_sum(Stream& s, float* data, int64_t count);
+  // Allocates now the device scratch all_reduce_sum(count) needs (ranks x its largest piece), so
+  // that a device budget too small for it is found before training, not at the first sum.
+  Status reserve(int64_t count);
 
   // "NCCL 2.28.9 (GPU 0) in device memory".
   std::string describe() const;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/dtype.h"
@@ -67,6 +68,7 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(
   t->stream_ = dev.create_stream("compute");
   if (device_transport && world.size() > 1) {
     t->device_sum_ = std::make_unique<DeviceCollectives>(dev, world, std::move(device_transport));
+    STRATA_RETURN_IF_ERROR(t->device_sum_->reserve(n));
   }
 
   // Initialise on the host, then copy in, as a GPU run would.
@@ -183,7 +185,10 @@ Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32
   for (int64_t k = 0; k < cfg_.grad_accum; k++) {
     loss_sum += forward_backward(inputs + k * BT, targets + k * BT, dloss);
   }
+  const auto sum_start = std::chrono::steady_clock::now();
   STRATA_RETURN_IF_ERROR(all_reduce_grads());
+  last_grad_sum_s_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sum_start).count();
   STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(&loss_sum, 1));
   st.loss = loss_sum / static_cast<double>(cfg_.grad_accum * cfg_.ranks);
 
@@ -236,6 +241,10 @@ std::vector<std::string> InMemoryTrainer::describe() const {
   if (world_.size() == 1) return {};
   return {"gradients summed over " + std::to_string(world_.size()) + " ranks: " +
           (device_sum_ ? device_sum_->describe() : world_.describe() + ", through host memory")};
+}
+
+void InMemoryTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const {
+  if (world_.size() > 1) line["grad_sum_s"] = last_grad_sum_s_;
 }
 
 void InMemoryTrainer::read_grads(float* host) const {

@@ -50,6 +50,9 @@ class InMemoryTrainer final : public Trainer {
   const ParamLayout& layout() const override { return layout_; }
   // With several ranks: where their gradients are summed.
   std::vector<std::string> describe() const override;
+  // With several ranks: grad_sum_s, the last step's seconds in all_reduce_grads (moving and
+  // adding, and waiting for the other ranks to arrive).
+  void add_step_metrics(nlohmann::json& line, double iter_s) const override;
   int64_t tokens_per_step() const override {
     return cfg_.batch_size * cfg_.seq_len * cfg_.grad_accum;
   }
@@ -112,6 +115,7 @@ class InMemoryTrainer final : public Trainer {
   BlockGemm gemm_storage_{};
   const BlockGemm* gemm_ = nullptr;
   GptActs acts_;
+  double last_grad_sum_s_ = 0;  // all_reduce_grads' time in the last step
   int64_t steps_done_ = 0;
   int64_t adam_steps_ = 0;  // updates applied; skipped steps do not advance bias correction
 };

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Where the in-memory schedule's ranks sum their gradients (Note [Collectives on device memory] in
+# src/dist/device_collectives.h), side by side in one run, repeated and interleaved: two ranks
+# (mpirun, shared memory, one OpenMP thread each), collectives "host" (gradient copied out of
+# device memory, MPI_Alltoallv + MPI_Allgatherv on host memory, copied back) against "device"
+# (MPI point-to-point moves straight between the device buffers, the adds on the device), on
+# the CPU device and on the discrete one (whose copies are real copies, as on a GPU). On a GPU
+# the device transport is NCCL; this machine has none, so what is measured here is the
+# mechanism's cost on the CPU devices, not NCCL's.
+# The run: a GPT of 4 x 256 (3.3M parameters, 13 MiB of f32 gradient), B 4, T 128, M 2 per rank,
+# 14 steps; per run the medians over steps 5..14 of rank 0's iter_s, tokens/s and grad_sum_s
+# (the step's seconds in the sum, waiting for the other rank included), then medians over the
+# repeats; and whether host and device runs end with the same loss, bit for bit (they must).
+# Last line: JSON.   usage: bench/collectives.sh [DIR] [REPEATS=5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+command -v mpirun >/dev/null || { echo "collectives: mpirun not found (scripts/setup.sh)" >&2; exit 2; }
+dir=${1:-$build_dir/bench-collectives}
+repeats=${2:-5}
+mkdir -p "$dir"
+need_kb=$((64 * 1024))  # metrics only: no store, no checkpoint
+free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
+if [ "$free_kb" -lt "$need_kb" ]; then
+  echo "collectives: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
+    "$((need_kb / 1024)) MiB" >&2
+  exit 2
+fi
+rm -rf "$dir" && mkdir -p "$dir"
+trap 'rm -rf "$dir"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+
+args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
+      --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
+      --set train.grad_accum=2 --set train.steps=14 --set train.schedule=in_memory --quiet)
+kinds=(host-cpu device-cpu host-cpu-discrete device-cpu-discrete)
+for ((i = 0; i < repeats; i++)); do
+  for kind in "${kinds[@]}"; do
+    place=${kind%%-*} device=${kind#*-}
+    mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" \
+      --set "device=$device" --set "collectives=$place" \
+      --metrics "$dir/$kind.$i.jsonl" 2>"$dir/$kind.$i.log"
+  done
+done
+
+/usr/bin/python3 - "$dir" "$repeats" "$bench_load" "${kinds[@]}" <<'PY'
+import json, statistics, sys
+d, repeats, load, kinds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+med = statistics.median
+res, losses = {"load_at_start": load, "repeats": repeats}, {}
+for kind in kinds:
+    iters, tps, sums = [], [], []
+    for i in range(repeats):
+        rows = [json.loads(l) for l in open(f"{d}/{kind}.{i}.jsonl")]
+        steady = rows[4:]
+        iters.append(med(r["iter_s"] for r in steady))
+        tps.append(med(r["tokens_per_s"] for r in steady))
+        sums.append(med(r["grad_sum_s"] for r in steady))
+        losses.setdefault(kind, set()).add(repr(rows[-1]["loss"]))
+    res[kind] = {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
+                 "grad_sum_s": round(med(sums), 5), "grad_sum_s_runs": [round(x, 5) for x in sums],
+                 "final_loss": sorted(losses[kind])}
+for device in ("cpu", "cpu-discrete"):
+    h, v = res["host-" + device], res["device-" + device]
+    res[device + "_grad_sum_device_over_host"] = round(v["grad_sum_s"] / h["grad_sum_s"], 3)
+    res[device + "_tokens_per_s_device_over_host"] = round(v["tokens_per_s"] / h["tokens_per_s"], 3)
+every_loss = set().union(*losses.values())
+res["same_final_loss_everywhere"] = len(every_loss) == 1
+for kind in kinds:
+    print(f"{kind}: {res[kind]['iter_s']} s/step, {res[kind]['tokens_per_s']} tokens/s, "
+          f"sum {res[kind]['grad_sum_s']} s", file=sys.stderr)
+print(json.dumps(res))
+sys.exit(0 if res["same_final_loss_everywhere"] else 1)
+PY
