@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Where the in-memory schedule's ranks sum their gradients (Note [Collectives on device memory] in
-# src/dist/device_collectives.h), side by side in one run, repeated and interleaved: two ranks
-# (mpirun, shared memory, one OpenMP thread each), collectives "host" (gradient copied out of
-# device memory, MPI_Alltoallv + MPI_Allgatherv on host memory, copied back) against "device"
-# (MPI point-to-point moves straight between the device buffers, the adds on the device), on
-# the CPU device and on the discrete one (whose copies are real copies, as on a GPU). On a GPU
-# the device transport is NCCL; this machine has none, so what is measured here is the
-# mechanism's cost on the CPU devices, not NCCL's.
-# The run: a GPT of 4 x 256 (3.3M parameters, 13 MiB of f32 gradient), B 4, T 128, M 2 per rank,
-# 14 steps; per run the medians over steps 5..14 of rank 0's iter_s, tokens/s and grad_sum_s
-# (the step's seconds in the sum, waiting for the other rank included), then medians over the
-# repeats; and whether host and device runs end with the same loss, bit for bit (they must).
+# src/dist/device_collectives.h), side by side in one run, on two ranks (mpirun, shared memory,
+# one OpenMP thread each): collectives "host" (the gradient copied out of device memory,
+# MPI_Alltoallv + MPI_Allgatherv on host memory, copied back) against "device" (MPI
+# point-to-point moves straight between the device buffers, the adds on the device), on the CPU
+# device and on the discrete one (whose copies are real copies, as on a GPU). On a GPU the device
+# transport is NCCL; this machine has none, so what is measured here is the mechanism's cost on
+# the CPU devices, not NCCL's.
+#  1. The sum alone (bench/bench_collectives.cpp): 13 MiB (the model below) and 128 MiB of f32,
+#     20 times each, interleaved, the ranks lined up before each timing; medians of rank 0's
+#     seconds, and whether both ways gave the same bits.
+#  2. Training: a GPT of 4 x 256 (3.3M parameters, 13 MiB of f32 gradient), B 4, T 128, M 2 per
+#     rank, 14 steps, each way on each device, repeated and interleaved; per run the medians over
+#     steps 5..14 of rank 0's iter_s, tokens/s and grad_sum_s (the step's seconds in the sum,
+#     waiting for the other rank included, which on these 2 cores is most of it), then medians
+#     over the repeats; and whether every run ends with the same loss, bit for bit (it must).
 # Last line: JSON.   usage: bench/collectives.sh [DIR] [REPEATS=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +35,12 @@ trap 'rm -rf "$dir"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 
+cmake --build "$build_dir" --target bench_collectives >/dev/null
+mpi=(mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2)
+for device in cpu cpu-discrete; do
+  "${mpi[@]}" "$build_dir/bench/bench_collectives" "$device" 20 13 128 >"$dir/sum-$device.json"
+done
+
 args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
       --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
       --set train.grad_accum=2 --set train.steps=14 --set train.schedule=in_memory --quiet)
@@ -38,7 +48,7 @@ kinds=(host-cpu device-cpu host-cpu-discrete device-cpu-discrete)
 for ((i = 0; i < repeats; i++)); do
   for kind in "${kinds[@]}"; do
     place=${kind%%-*} device=${kind#*-}
-    mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" \
+    "${mpi[@]}" "$STRATA_BIN" "${args[@]}" \
       --set "device=$device" --set "collectives=$place" \
       --metrics "$dir/$kind.$i.jsonl" 2>"$dir/$kind.$i.log"
   done
@@ -49,6 +59,8 @@ import json, statistics, sys
 d, repeats, load, kinds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
 med = statistics.median
 res, losses = {"load_at_start": load, "repeats": repeats}, {}
+for device in ("cpu", "cpu-discrete"):
+    res["sum_alone_" + device] = json.loads(open(f"{d}/sum-{device}.json").read())["sizes"]
 for kind in kinds:
     iters, tps, sums = [], [], []
     for i in range(repeats):
@@ -67,6 +79,10 @@ for device in ("cpu", "cpu-discrete"):
     res[device + "_tokens_per_s_device_over_host"] = round(v["tokens_per_s"] / h["tokens_per_s"], 3)
 every_loss = set().union(*losses.values())
 res["same_final_loss_everywhere"] = len(every_loss) == 1
+for device in ("cpu", "cpu-discrete"):
+    for size in res["sum_alone_" + device]:
+        print(f"sum alone, {device}, {size['mib']} MiB: host {size['host_s']} s, "
+              f"device {size['device_s']} s ({size['device_over_host']})", file=sys.stderr)
 for kind in kinds:
     print(f"{kind}: {res[kind]['iter_s']} s/step, {res[kind]['tokens_per_s']} tokens/s, "
           f"sum {res[kind]['grad_sum_s']} s", file=sys.stderr)
