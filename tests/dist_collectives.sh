@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CTest `dist_collectives`: the collectives on device memory (Note [Collectives on device memory]
 # in src/dist/device_collectives.h) over MPI point-to-point, on 1, 2 and 3 ranks: every rank's
-# device sum equals the host all-reduce and the rank-order sum bit for bit, on the CPU device and
-# the discrete one, with rounds of every size (tests/dist/collectives_check.cpp).
+# device sum (and its reduce-scatter, over the rank's shard) equals the host all-reduce and the
+# rank-order sum bit for bit, on the CPU device and the discrete one, with rounds of every size
+# (tests/dist/collectives_check.cpp).
 set -euo pipefail
 : "${STRATA_BINARY_DIR:?}"
 command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/setup.sh" >&2; exit 1; }

@@ -22,8 +22,9 @@
 #     killed with SIGKILL makes mpirun exit non-zero within 60 s; a 2-rank run killed after a
 #     checkpoint and resumed ends bit-identical to one never killed (every rank file).
 #  4. A 2-rank checkpoint is resumed by 1 and by 4 ranks (resharded), and its export gathers it.
-#  5. The in-memory ranks sum in device memory or through host memory with the same bits (Note
-#     [Collectives on device memory]); "device" for an offloaded schedule is refused.
+#  5. The ranks sum in device memory or through host memory with the same bits (Note
+#     [Collectives on device memory]): the in-memory all-reduce, the offloaded schedules'
+#     reduce-scatter of a block's gradient before or after it leaves the device.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/setup.sh" >&2; exit 1; }
@@ -228,18 +229,27 @@ for other in host discrete; do
   done
 done
 echo "in_memory-2: the same bits summed in device memory, through host memory, on cpu-discrete"
-# "device" where the sum is the offloaded schedule's (on the host) is refused, naming why.
-mkdir -p "$work/refused0" "$work/refused1"
-set +e
-"${mpi[@]}" -np 2 "$STRATA_BIN" train "${base[@]}" --set train.schedule=vertical \
-  --set collectives=device --set "io.dirs=[\"$work/refused{rank}\"]" 2>"$work/refused.log"
-code=$?
-set -e
-if [ "$code" -eq 0 ] || ! grep -q "collectives device: train.schedule vertical sums its gradients on the host" "$work/refused.log"; then
-  echo "collectives device with the vertical schedule was not refused (exit $code):" >&2
-  cat "$work/refused.log" >&2
-  exit 1
-fi
+# The offloaded schedules reduce-scattered each block's gradient in device memory (auto), before
+# it left the device; after it left (host) and on cpu-discrete, the same bits.
+for name in vertical-storage-2 horizontal-host-2; do
+  grep -q "block gradients reduce-scattered by MPI point-to-point in device memory" \
+    "$work/$name.dp/log" || {
+    echo "$name: the ranks did not reduce-scatter on the device:" >&2
+    cat "$work/$name.dp/log" >&2
+    exit 1
+  }
+  for c in "${cases[@]}"; do read -r cname _ _ crest <<<"$c"; [ "$cname" = "$name" ] && break; done
+  read -ra cargs <<<"$crest"
+  run "$name.host" 2 2 "${cargs[@]}" "${val[@]}" --set collectives=host
+  run "$name.discrete" 2 2 "${cargs[@]}" "${val[@]}" --set device=cpu-discrete \
+    --set collectives=device
+  for other in host discrete; do
+    for r in 0 1; do
+      cmp "$(final "$name.dp")/rank-0000$r.state" "$(final "$name.$other")/rank-0000$r.state"
+    done
+  done
+  echo "$name: the same bits reduce-scattered before and after the gradient leaves the device"
+done
 
 # An I/O error on rank 1 alone stops both ranks, naming rank 1, the task and the file.
 mkdir -p "$work/fault/store0" "$work/fault/store1"

@@ -187,6 +187,62 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
   }
 }
 
+// ScheduleSpec::device_grad_sum (Note [Collectives on device memory]): each block's gradient is
+// reduce-scattered in its device slot, once per block (vertical) or per micro-batch (horizontal),
+// after the backward that adds to it and before it leaves the device or anything reads it; no
+// block's gradient is scattered on the host, and the embed group's is still all-reduced there.
+// The device slot passes the tier rule of a discrete device.
+TEST(plan_schedules, DeviceGradSumScattersEachGradientBeforeItLeaves) {
+  for (Placement place : kOff) {
+    for (bool vertical : {false, true}) {
+      ScheduleSpec s = spec(3, 2, place, place, place);
+      s.grads = place;
+      s.embed_optim = place;
+      s.ranks = 2;
+      s.shard_grads = !vertical;
+      s.device_grad_sum = true;
+      if (vertical) s.split_elems = s.block_elems / 2;
+      const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
+      const std::string what = std::string(vertical ? "vertical" : "horizontal") +
+                               " placement=" + std::to_string(int(place));
+      ASSERT_TRUE(check_all(p).ok()) << what << ": " << check_all(p).to_string();  // tiers too
+      EXPECT_TRUE(count_per_block(p, TaskKind::grad_reduce_scatter).empty()) << what;
+      EXPECT_EQ(count_per_block(p, TaskKind::grad_allreduce), (std::map<int, int>{{-1, 1}}))
+          << what;
+      const int per_block = vertical ? 1 : s.micro_batches;
+      EXPECT_EQ(count_per_block(p, TaskKind::grad_reduce_scatter_device),
+                (std::map<int, int>{{0, per_block}, {1, per_block}, {2, per_block}}))
+          << what;
+      auto hb = happens_before_edges(p);
+      ASSERT_TRUE(hb.ok());
+      for (int32_t r = 0; r < static_cast<int32_t>(p.tasks.size()); ++r) {
+        const Task& scatter = p.tasks[static_cast<size_t>(r)];
+        if (scatter.kind != TaskKind::grad_reduce_scatter_device) continue;
+        EXPECT_EQ(scatter.resource, Resource::net);
+        EXPECT_EQ(scatter.bytes, s.block_grad_bytes);
+        EXPECT_EQ(p.slots[static_cast<size_t>(slot_of(scatter, Role::grad))].tier, Tier::device);
+        for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
+          const Task& other = p.tasks[static_cast<size_t>(t)];
+          if (other.block != scatter.block) continue;
+          if (scatter.micro_batch >= 0 && other.micro_batch >= 0 &&
+              other.micro_batch != scatter.micro_batch) {
+            continue;
+          }
+          if (other.kind == TaskKind::block_backward) {
+            EXPECT_TRUE(happens_before(*hb, t, r))
+                << what << ": " << p.describe(t) << " after " << p.describe(r);
+          }
+          if (other.kind == TaskKind::grad_out || other.kind == TaskKind::grad_sumsq ||
+              other.kind == TaskKind::block_step) {
+            EXPECT_TRUE(happens_before(*hb, r, t))
+                << what << ": " << p.describe(t) << " before " << p.describe(r);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Note [Sharded optimizer state]: the ranks' shards of a part are contiguous, in rank order,
 // cover it exactly once, and the stride is the longest shard; one rank owns the whole part.
 TEST(plan_schedules, PartShardsCoverEachPartOnce) {

@@ -177,11 +177,13 @@ struct TrainConfig {
   // CPU with a device memory of its own that its kernels alone read, crossed only by copies, as
   // on a GPU (docs/design.md §3), so the discrete path runs everywhere; bit-identical to "cpu".
   DeviceKind device = DeviceKind::cpu;
-  // Where the in-memory schedule's ranks sum their gradients (Note [Collectives on device memory]
-  // in dist/device_collectives.h): "host" (copied out, summed over MPI, copied back), "device"
-  // (in device memory: NCCL on a GPU, MPI on the CPU devices) or "auto" (default): on the device
-  // where the build and the machine allow (NCCL built, a GPU per rank), else on the host. The
-  // bits are the same either way. The offloaded schedules sum on the host.
+  // Where a data-parallel run's ranks sum their gradients (Note [Collectives on device memory] in
+  // dist/device_collectives.h): "host" (over MPI on host memory: the in-memory schedule copies
+  // its gradient out and back in, the offloaded ones reduce-scatter a block's after it left the
+  // device), "device" (in device memory: NCCL on a GPU, MPI on the CPU devices; the offloaded
+  // schedules reduce-scatter a block's gradient before it leaves) or "auto" (default): on the
+  // device where the build and the machine allow (NCCL built, a GPU per rank), else on the host.
+  // The bits are the same either way. The embed group's gradient is summed on the host.
   CollectivesPlace collectives = CollectivesPlace::automatic;
   // The ranks of a data-parallel run (Note [Data parallel ranks] in dist/communicator.h): set by
   // `strata train` from its launcher (mpirun -np N), never read from or written to a config file.

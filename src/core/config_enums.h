@@ -31,8 +31,8 @@ enum class IoEngineKind : uint8_t { automatic, uring, posix };    // io.engine
 enum class TokenFormat : uint8_t { auto_detect, llmc, raw_u16 };  // data.format
 // device. cpu_discrete: the CPU computing as a discrete device would (backend.h).
 enum class DeviceKind : uint8_t { cpu, cuda, cpu_discrete };
-// collectives: where a data-parallel run's in-memory gradients are summed (Note [Collectives on
-// device memory] in dist/device_collectives.h).
+// collectives: where a data-parallel run's gradients are summed (Note [Collectives on device
+// memory] in dist/device_collectives.h).
 enum class CollectivesPlace : uint8_t { automatic, host, device };
 enum class ModelArch : uint8_t { gpt2, llama };           // model.arch
 enum class RopeScalingKind : uint8_t { none, llama3 };    // model.rope_scaling.type

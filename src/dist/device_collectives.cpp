@@ -19,6 +19,15 @@ Status DeviceCollectives::all_reduce_sum(Stream& s, float* data, int64_t count) 
   return Status::ok_status();
 }
 
+Status DeviceCollectives::reduce_scatter_sum(Stream& s, float* data, int64_t count) {
+  const int64_t rounds = collective_rounds(count, round_elems_);
+  for (int64_t k = 0; k < rounds; ++k) {
+    STRATA_RETURN_IF_ERROR(
+        reduce_scatter_round(s, data, round_pieces(count, world_.size(), rounds, k)));
+  }
+  return Status::ok_status();
+}
+
 Status DeviceCollectives::reserve(int64_t count) {
   // Round 0's pieces are the largest (shard_range gives the first pieces the extra element).
   const std::vector<Range> pieces =

@@ -1,16 +1,20 @@
 // Sums over the ranks of buffers in device memory (docs/design.md §12).
 //
 // Note [Collectives on device memory]
-// The in-memory trainer holds every gradient on the device. Summed through host memory, a step
-// copies the whole gradient out and back in (and the host adds); NCCL moves it between the GPUs
-// and the device adds. Whatever moves it, the sum is Note [Deterministic all-reduce]'s, piece for
-// piece: the rounds of round_pieces; in each, every rank sends piece r of its buffer to rank r,
-// rank r adds the N pieces it receives in rank order ((x0 + x1) + x2 ..., the device's `add`,
-// which is one f32 addition per element as sum_in_rank_order's is) and sends the sum to every
+// A gradient computed on a GPU is summed over the ranks either through host memory (copied out,
+// summed by MPI there; for the in-memory trainer copied back in) or where it is: NCCL moves it
+// between the GPUs and the device adds, and the host's cores stay free for the CPU optimizer.
+// Whatever moves it, the sum is Note [Deterministic all-reduce]'s, piece for piece: the rounds
+// of round_pieces; in each, every rank sends piece r of its buffer to rank r, rank r adds the N
+// pieces it receives in rank order ((x0 + x1) + x2 ..., the device's `add`, which is one f32
+// addition per element as sum_in_rank_order's is) and, for an all-reduce, sends the sum to every
 // rank. So the bits are the host path's, and a run's results do not depend on which path summed.
-// A transport gives only grouped point-to-point moves (PeerTransport): NCCL's on a GPU, MPI's
-// on the CPU devices, where CI tests this code under mpirun (tests/dist_collectives.sh). Moves
-// are not made to hide behind compute: the in-memory trainer sums once per step, after backward.
+// A transport gives only grouped point-to-point moves (PeerTransport): NCCL's on a GPU, MPI's on
+// the CPU devices, where CI tests this code under mpirun (tests/dist_collectives.sh,
+// tests/dist_mpi.sh). Users: the in-memory trainer's all-reduce of its whole gradient once per
+// step, and the offloaded plans' grad_reduce_scatter_device, a block's gradient reduce-scattered
+// in its device slot before it leaves the device (ScheduleSpec::device_grad_sum), a net-queue
+// task like every collective of a plan (docs/design.md §12 says why).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +38,10 @@ class DeviceCollectives {
   // so far and before the work enqueued after it; the same bits on every rank, and as
   // Communicator::all_reduce_sum's. Every rank calls it with the same count, in the same order.
   Status all_reduce_sum(Stream& s, float* data, int64_t count);
-  // Allocates now the device scratch all_reduce_sum(count) needs (ranks x its largest piece), so
+  // The first half of all_reduce_sum (as Communicator::reduce_scatter_sum): on return this rank's
+  // shard_range(count) of data holds the sums, in rank order; the rest of data is unspecified.
+  Status reduce_scatter_sum(Stream& s, float* data, int64_t count);
+  // Allocates now the device scratch a sum of `count` needs (ranks x its largest piece), so
   // that a device budget too small for it is found before training, not at the first sum.
   Status reserve(int64_t count);
 

@@ -60,12 +60,6 @@ Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainCo
   if (world.size() == 1 || cfg.collectives == CollectivesPlace::host) {
     return std::unique_ptr<PeerTransport>();
   }
-  if (is_offloaded(cfg.schedule)) {
-    if (!asked) return std::unique_ptr<PeerTransport>();
-    return invalid_argument(std::string("collectives device: train.schedule ") +
-                            enum_name(cfg.schedule) +
-                            " sums its gradients on the host (collectives host or auto)");
-  }
   // Every rank must choose alike, since a transport is made by all ranks together: they agree on
   // whether any of them cannot before any makes one. (Building without NCCL or MPI, the other
   // reason, is the same on every rank: the same binary.)

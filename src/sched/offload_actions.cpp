@@ -165,6 +165,9 @@ TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
     case TaskKind::param_gather:
       action = &OffloadTrainer::do_param_gather;
       break;
+    case TaskKind::grad_reduce_scatter_device:
+      action = &OffloadTrainer::do_grad_reduce_scatter_device;
+      break;
     default:
       break;
   }
@@ -396,6 +399,22 @@ Status OffloadTrainer::do_grad_reduce_scatter(const BoundPlan& bp, const Task& t
     STRATA_RETURN_IF_ERROR(
         world_.reduce_scatter_sum(g + sh.part_begin, sh.part_end - sh.part_begin));
   }
+  return Status::ok_status();
+}
+
+Status OffloadTrainer::do_grad_reduce_scatter_device(const BoundPlan& bp, const Task& t) {
+  // The same shards as do_grad_reduce_scatter, summed in device memory (Note [Collectives on
+  // device memory]): a host task, done when this returns.
+  if (!device_sum_) {
+    return Status(ErrorCode::internal, "task " + t.label + " without collectives on the device");
+  }
+  float* g = f32_of(bp, t, Role::grad);  // (block elems) device memory
+  for (const auto& [name, part] : optim_parts(t.block)) {
+    const PartShard sh = owned_part(part);
+    STRATA_RETURN_IF_ERROR(device_sum_->reduce_scatter_sum(*net_stream_, g + sh.part_begin,
+                                                           sh.part_end - sh.part_begin));
+  }
+  net_stream_->synchronize();
   return Status::ok_status();
 }
 

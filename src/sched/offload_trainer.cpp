@@ -197,8 +197,9 @@ OffloadTrainer::~OffloadTrainer() {
   engine_.reset();
 }
 
-Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev, const TrainConfig& cfg,
-                                                               Communicator& world) {
+Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
+    Device& dev, const TrainConfig& cfg, Communicator& world,
+    std::unique_ptr<PeerTransport> device_transport) {
   if (!is_offloaded(cfg.schedule)) {
     return invalid_argument(std::string("train.schedule '") + enum_name(cfg.schedule) +
                             "' is not an offloaded schedule (horizontal, vertical)");
@@ -206,6 +207,10 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev, cons
   STRATA_RETURN_IF_ERROR(check_matmul_precision(dev, cfg));
   STRATA_RETURN_IF_ERROR(check_world(cfg, world));
   std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg, world));
+  if (device_transport && world.size() > 1) {  // before the plans: they depend on it
+    t->device_sum_ = std::make_unique<DeviceCollectives>(dev, world, std::move(device_transport));
+    t->net_stream_ = dev.create_stream("net");
+  }
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
   t->dims_.rope = t->rope_.f32();
   STRATA_RETURN_IF_ERROR(t->decide_activation_policy());
@@ -216,6 +221,9 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(Device& dev, cons
     STRATA_RETURN_IF_ERROR(t->build(key, *t->plans_.back()));
   }
   STRATA_RETURN_IF_ERROR(t->allocate_slots());
+  // The collectives' scratch (at most kAllReduceChunkElems floats, 16 MiB, whatever the block),
+  // now rather than at the first block, beside the plan's slots.
+  if (t->device_sum_) STRATA_RETURN_IF_ERROR(t->device_sum_->reserve(t->block_elems_));
   t->compute_ = dev.create_stream("compute");
   t->h2d_ = dev.create_stream("h2d");
   t->d2h_ = dev.create_stream("d2h");
@@ -319,6 +327,7 @@ Status OffloadTrainer::build(const PlanKey& key, BoundPlan& out) {
   const bool iteration = key.iteration;
   ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, key.pending != Pending::none, iteration);
   spec.rank = world_.rank();
+  spec.device_grad_sum = device_sum_ != nullptr;
   spec.pending_part0 = key.pending == Pending::both;
   spec.defer_part0 = key.defer_part0;
   spec.speculative = speculative_ && iteration && !key.defer_part0;

@@ -35,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
+#include "dist/device_collectives.h"
 #include "io/host_buffer.h"
 #include "io/io_engine.h"
 #include "io/tensor_store.h"
@@ -75,9 +76,11 @@ class OffloadTrainer final : public Trainer {
   // store in io.dirs (no_space naming the directory when it cannot hold the state) and writes
   // the initial parameters and zeroed optimizer state.
   // `world` has cfg.ranks ranks (Note [Data parallel ranks] in dist/communicator.h) and must
-  // outlive the trainer.
+  // outlive the trainer. With device_transport (and several ranks) the blocks' gradients are
+  // reduce-scattered in device memory before they leave it (ScheduleSpec::device_grad_sum).
   static Result<std::unique_ptr<OffloadTrainer>> create(
-      Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world());
+      Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world(),
+      std::unique_ptr<PeerTransport> device_transport = nullptr);
   ~OffloadTrainer() override;
   OffloadTrainer(const OffloadTrainer&) = delete;
   OffloadTrainer& operator=(const OffloadTrainer&) = delete;
@@ -227,6 +230,7 @@ class OffloadTrainer final : public Trainer {
   Status do_embed_step(const BoundPlan& bp, const Task& t);
   Status do_grad_allreduce(const BoundPlan& bp, const Task& t);
   Status do_grad_reduce_scatter(const BoundPlan& bp, const Task& t);
+  Status do_grad_reduce_scatter_device(const BoundPlan& bp, const Task& t);
   Status do_param_allgather(const BoundPlan& bp, const Task& t);
   Status do_param_gather(const BoundPlan& bp, const Task& t);
   Status do_norm_allreduce(const BoundPlan& bp, const Task& t);
@@ -332,6 +336,10 @@ class OffloadTrainer final : public Trainer {
   ScheduleSpec shard_spec_{};
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
+  // device_grad_sum: the collectives on device memory, and the stream their moves and adds run
+  // on (a net task is a host task: it waits for its stream before it returns).
+  std::unique_ptr<DeviceCollectives> device_sum_;
+  std::unique_ptr<Stream> net_stream_;
   // Note [Ordering by events]
   // On the CPU device every device task synchronises its stream before its action returns, so a
   // task's span in the trace is its work and the profile times real work (strata profile). A

@@ -30,12 +30,17 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s);
 // First tasks of an iteration: upload the tokens, zero the embed gradient.
 void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
 
+// With ScheduleSpec::device_grad_sum: a block's gradient in device slot `grad`, reduce-scattered
+// there before it leaves the device (grad_reduce_scatter_device, on the net queue).
+void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t grad,
+                                    const ScheduleSpec& s);
+
 // One block's host gradient (block -1: the embed group), as soon as it is complete on host: with
 // several ranks summed over them in place (a block's reduce-scattered to the owners of its
-// optimizer shards, Note [Sharded optimizer state] in schedule_spec.h; the embed group's
-// all-reduced, Note [Data parallel ranks] in dist/communicator.h), then its sums of squares
-// into its entries of the sums slot. Every later reader of the gradient (a step, a write to
-// storage) is ordered after both by the slot's uses.
+// optimizer shards, unless device_grad_sum did it on the device, Note [Sharded optimizer state] in
+// schedule_spec.h; the embed group's all-reduced, Note [Data parallel ranks] in
+// dist/communicator.h), then its sums of squares into its entries of the sums slot. Every later
+// reader of the gradient (a step, a write to storage) is ordered after both by the slot's uses.
 void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
                    int32_t grad_host, int64_t grad_bytes);
 // Once every sum is in (with several ranks, the blocks' summed over them first): the global

@@ -149,6 +149,9 @@ class HorizontalPlan {
       // and copy out (Note [Sharded working params]), so it waits for the one before.
       if (l > 0) prefetch(l - 1);
       if (l == 0 && m + 1 < M_) prefetch(0);
+      // With device_grad_sum the reduce-scatter runs on the device copy, after the prefetch's
+      // gather on the net queue for the same reason.
+      if (s_.device_grad_sum) add_device_grad_reduce_scatter(b_, tag, grad_buf_[j], s_);
       b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
       sum_grad();
       out_grad_ = {l, m, grad_stage_[j]};
@@ -164,7 +167,7 @@ class HorizontalPlan {
   void sum_grad() {
     const auto [l, m, stage] = out_grad_;
     if (l < 0) return;
-    if (s_.shard_grads) {
+    if (s_.shard_grads && !s_.device_grad_sum) {
       b_.task(TaskKind::grad_reduce_scatter, {.block = l, .micro_batch = m},
               {slot_read(stage, Role::grad), slot_write(stage, Role::grad)}, s_.block_grad_bytes);
     }

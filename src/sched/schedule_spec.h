@@ -112,6 +112,11 @@ struct ScheduleSpec {
   // gradient is reduce-scattered as it reaches the host, and only the rank's shard is summed
   // and kept (ZeRO-Infinity's way).
   bool shard_grads = false;
+  // Several ranks whose trainer sums on the device (Note [Collectives on device memory] in
+  // dist/device_collectives.h): a block's gradient is reduce-scattered in device memory
+  // (grad_reduce_scatter_device) before it leaves the device, not on the host after; the same
+  // bits reach the host (its shards; the rest of a host copy is unspecified either way).
+  bool device_grad_sum = false;
   int64_t block_param_bytes = 0;  // working params per block (bf16, or f32 in exactness mode)
   int64_t block_grad_bytes = 0;   // f32 gradient accumulator per block
   int64_t block_optim_bytes = 0;  // master + m + v per block

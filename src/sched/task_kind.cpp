@@ -32,6 +32,9 @@ struct KindInfo {
   StateKind moves;  // transfers only
   std::array<RoleSpec, 6> roles;
   int role_count;
+  // A net task whose collective moves device buffers (Note [Collectives on device memory]): its
+  // slots are device slots (Note [Where a task's slots live]).
+  bool device_memory = false;
 };
 
 constexpr RoleSpec rd(Role r, bool optional = false) {
@@ -170,8 +173,16 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      StateKind::none,
      {rd(Role::src), wr(Role::dst)},
      2},
+    {"grad_reduce_scatter_device",
+     "reduce.scatter.dev",
+     true,
+     Resource::net,
+     StateKind::none,
+     {rw(Role::grad)},
+     1,
+     true},
 }};
-static_assert(static_cast<int>(TaskKind::param_gather) + 1 == kTaskKindCount);
+static_assert(static_cast<int>(TaskKind::grad_reduce_scatter_device) + 1 == kTaskKindCount);
 
 const KindInfo& info(TaskKind k) {
   return kKinds[static_cast<size_t>(k)];
@@ -241,10 +252,11 @@ std::string signature_mismatch(const Task& t) {
   return "";
 }
 
-// Note [Where a task's slots live]: the tier a slot used in `role` by a task on resource r
-// must be in, on a device whose compute does not read host memory.
-Tier reached_tier(Resource r, Role role) {
-  switch (r) {
+// Note [Where a task's slots live]: the tier a slot used in `role` by a task of kind k must be
+// in, on a device whose compute does not read host memory.
+Tier reached_tier(TaskKind k, Role role) {
+  if (info(k).device_memory) return Tier::device;
+  switch (info(k).resource) {
     case Resource::compute:
       // The head copies its per-position losses into the host slot on the compute stream: a
       // copy, which a GPU's compute stream may make. Every op reads and writes device memory.
@@ -258,7 +270,7 @@ Tier reached_tier(Resource r, Role role) {
     case Resource::storage_write:
       return role == Role::src ? Tier::host : Tier::storage;
     case Resource::cpu_optim:
-    case Resource::net:  // collectives over host buffers (MPI)
+    case Resource::net:  // collectives over host buffers (MPI), but for device_memory kinds
       return Tier::host;
   }
   return Tier::host;
@@ -329,7 +341,7 @@ Status check_task_tiers(const Plan& plan) {
     const Task& t = plan.tasks[i];
     for (const SlotUse& u : t.uses) {
       if (u.slot < 0 || u.slot >= static_cast<int32_t>(plan.slots.size())) continue;  // checker
-      const Tier want = reached_tier(t.resource, u.role);
+      const Tier want = reached_tier(t.kind, u.role);
       const Tier have = plan.slots[static_cast<size_t>(u.slot)].tier;
       if (have == want) continue;
       return invalid_argument("plan: task #" + std::to_string(i) + " " +

@@ -69,8 +69,12 @@ enum class TaskKind : uint8_t {
   param_gather,     // {src read, dst written}: a block's working params (or one part's) from this
                     // rank's shard in its host store (src, Note [Sharded working params]) into
                     // a host stage (dst), every rank's shard gathered; sends (N-1)/N of `bytes`
+  // {grad read+write}: grad_reduce_scatter on the device's copy of a block's gradient, before it
+  // leaves the device (ScheduleSpec::device_grad_sum; Note [Collectives on device memory] in
+  // dist/device_collectives.h); a net task that reaches device memory
+  grad_reduce_scatter_device,
 };
-inline constexpr int kTaskKindCount = 33;
+inline constexpr int kTaskKindCount = 34;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
 
 // What a slot is to the task that uses it.
@@ -122,8 +126,9 @@ Status check_task_signatures(const Plan& plan);
 // On a discrete device (cpu-discrete, a GPU: shares_host_memory false) the device's ops reach
 // only device memory and the host's code only host memory, so every slot a task uses must live
 // where its resource reaches: compute tasks use device slots (but for the losses the head copies
-// out), the CPU optimizer host slots, and each transfer moves between the two tiers its queue
-// connects (h2d: host -> device, d2h: device -> host, storage_read: storage -> host,
+// out), the CPU optimizer and the net queue host slots (but grad_reduce_scatter_device, a
+// collective on device memory: device slots), and each transfer moves between the two tiers its
+// queue connects (h2d: host -> device, d2h: device -> host, storage_read: storage -> host,
 // storage_write: host -> storage). A plan for such a device proves with this that no action
 // hands host memory to a kernel or has the host touch device memory, the failure a GPU shows
 // as a fault and the CPU device hides. (On the CPU device compute may read host slots in place:

@@ -77,12 +77,8 @@ Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& 
                             InMemoryTrainer::create(dev, cfg, world, std::move(device_transport)));
     return std::unique_ptr<Trainer>(std::move(t));
   }
-  if (device_transport) {
-    return invalid_argument(std::string("collectives: train.schedule ") + enum_name(cfg.schedule) +
-                            " sums its gradients on the host");
-  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t,
-                          OffloadTrainer::create(dev, cfg, world));
+                          OffloadTrainer::create(dev, cfg, world, std::move(device_transport)));
   return std::unique_ptr<Trainer>(std::move(t));
 }
 

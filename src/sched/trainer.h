@@ -144,8 +144,9 @@ class Trainer {
 // The trainer for cfg.schedule on `dev`, one rank of `world` (cfg.ranks of them; Note [Data
 // parallel ranks] in dist/communicator.h), which must outlive it: errors name the budget or
 // setting at fault.
-// device_transport, for the in-memory schedule only: where its gradients are summed on the device
-// (create_configured_transport); null: through host memory.
+// device_transport: the ranks' gradients are summed in device memory (create_configured_transport;
+// the in-memory schedule all-reduces there, the offloaded ones reduce-scatter a block's gradient
+// there before it leaves the device); null: through host memory.
 Result<std::unique_ptr<Trainer>> create_trainer(
     Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world(),
     std::unique_ptr<PeerTransport> device_transport = nullptr);
@@ -165,13 +166,12 @@ Status check_matmul_precision(const Device& dev, const TrainConfig& cfg);
 Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg,
                                                          int local_rank = 0);
 
-// What moves the in-memory schedule's gradients between the ranks' device memories (Note
-// [Collectives on device memory] in dist/device_collectives.h), for create_trainer: NCCL on
-// CUDA, MPI on the CPU devices; null where the sum is taken on the host: one rank, collectives
-// "host", an offloaded schedule, or "auto" where some rank cannot (built without NCCL, fewer GPUs
-// than ranks on a machine; logged with the reason). Every rank takes the same choice (they
-// agree on it), and every rank calls this at the same point. invalid_argument naming
-// `collectives` when "device" is asked for and cannot be had.
+// What moves the ranks' gradients between their device memories (Note [Collectives on device
+// memory] in dist/device_collectives.h), for create_trainer: NCCL on CUDA, MPI on the CPU
+// devices; null where the sum is taken on the host: one rank, collectives "host", or "auto" where
+// some rank cannot (built without NCCL, fewer GPUs than ranks on a machine; logged with the
+// reason). Every rank takes the same choice (they agree on it), and every rank calls this at the
+// same point. invalid_argument naming `collectives` when "device" is asked for and cannot be had.
 Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
                                                                    Device& dev,
                                                                    Communicator& world);

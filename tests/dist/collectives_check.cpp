@@ -1,7 +1,8 @@
 // The collectives on device memory (Note [Collectives on device memory] in
 // src/dist/device_collectives.h) over MPI point-to-point, on both CPU devices, against the host
 // all-reduce and the rank-order sum itself, bit for bit. Run under mpirun by
-// tests/dist_collectives.sh; exits non-zero, naming the case, on the first difference.
+// tests/dist_collectives.sh; exits non-zero, naming the case, on the first difference. The
+// reduce-scatter alone is checked over each rank's shard.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -57,7 +58,8 @@ bool fail(const Communicator& world, const std::string& what) {
   return false;
 }
 
-// One device, one round size: every count's device sum against the host's and the expected.
+// One device, one round size: every count's device sum (and reduce-scatter, over this rank's
+// shard) against the host's and the expected.
 bool check_device(Communicator& world, bool discrete, int64_t round_elems) {
   CpuDeviceOptions o;
   o.discrete = discrete;
@@ -86,7 +88,21 @@ bool check_device(Communicator& world, bool discrete, int64_t round_elems) {
     dev->copy(*stream, device.data(), buf->f32(), count * 4);
     stream->synchronize();
 
-    for (const auto& [label, got] : {std::pair{"device", &device}, std::pair{"host", &host}}) {
+    // The reduce-scatter alone: this rank's shard holds the sums (the rest is unspecified).
+    dev->copy(*stream, buf->f32(), mine.data(), count * 4);
+    st = sum.reduce_scatter_sum(*stream, buf->f32(), count);
+    if (!st.ok()) return fail(world, name + ": device reduce-scatter: " + st.to_string());
+    const Range shard = shard_range(count, world.size(), world.rank());
+    std::vector<float> scattered(static_cast<size_t>(count));
+    dev->copy(*stream, scattered.data(), buf->f32(), count * 4);
+    stream->synchronize();
+    for (int64_t i = 0; i < count; ++i) {  // compare the shard only
+      if (i < shard.begin || i >= shard.end)
+        scattered[static_cast<size_t>(i)] = expected[static_cast<size_t>(i)];
+    }
+
+    for (const auto& [label, got] : {std::pair{"device", &device}, std::pair{"host", &host},
+                                     std::pair{"device reduce-scatter", &scattered}}) {
       const int64_t at = first_difference(*got, expected);
       if (at >= 0) {
         char text[160];
@@ -146,7 +162,8 @@ int run() {
   if (!any_failed.ok() || *any_failed != 0) return 1;
   if (world.rank() == 0) {
     std::printf(
-        "collectives_check: %d ranks, device sums equal the host's and the rank-order "
+        "collectives_check: %d ranks, device sums and reduce-scatters equal the host's and the "
+        "rank-order "
         "sum bit for bit (cpu, cpu-discrete; rounds of 4Mi, 7, 1000 elements)\n",
         world.size());
   }
