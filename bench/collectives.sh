@@ -15,6 +15,10 @@
 #     steps 5..14 of rank 0's iter_s, tokens/s and grad_sum_s (the step's seconds in the sum,
 #     waiting for the other rank included, which on these 2 cores is most of it), then medians
 #     over the repeats; and whether every run ends with the same loss, bit for bit (it must).
+#  3. The vertical schedule (the same model, on cpu-discrete, state on storage): each block's
+#     gradient reduce-scattered before it leaves the device or after; tokens/s and the net
+#     queue's busy seconds per step (sum_s; the gathers of working params included, waits for
+#     the other rank too), and the same final loss both ways.
 # Last line: JSON.   usage: bench/collectives.sh [DIR] [REPEATS=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +27,7 @@ command -v mpirun >/dev/null || { echo "collectives: mpirun not found (scripts/s
 dir=${1:-$build_dir/bench-collectives}
 repeats=${2:-5}
 mkdir -p "$dir"
-need_kb=$((64 * 1024))  # metrics only: no store, no checkpoint
+need_kb=$((256 * 1024))  # metrics, and the vertical runs' stores (~40 MiB per rank)
 free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
 if [ "$free_kb" -lt "$need_kb" ]; then
   echo "collectives: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
@@ -45,6 +49,10 @@ args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
       --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
       --set train.grad_accum=2 --set train.steps=14 --set train.schedule=in_memory --quiet)
 kinds=(host-cpu device-cpu host-cpu-discrete device-cpu-discrete)
+# The vertical schedule on cpu-discrete, state on storage (each rank's own directory): each
+# block's gradient reduce-scattered after it left the device (host) or before (device).
+vertical=(--set train.schedule=vertical --set device=cpu-discrete --set offload.params_on_host=0
+          --set offload.optim_on_host=0 --set offload.grads_on_host=0)
 for ((i = 0; i < repeats; i++)); do
   for kind in "${kinds[@]}"; do
     place=${kind%%-*} device=${kind#*-}
@@ -52,40 +60,55 @@ for ((i = 0; i < repeats; i++)); do
       --set "device=$device" --set "collectives=$place" \
       --metrics "$dir/$kind.$i.jsonl" 2>"$dir/$kind.$i.log"
   done
+  for place in host device; do
+    mkdir -p "$dir/store0" "$dir/store1"
+    "${mpi[@]}" "$STRATA_BIN" "${args[@]}" "${vertical[@]}" --set "collectives=$place" \
+      --set "io.dirs=[\"$dir/store{rank}\"]" \
+      --metrics "$dir/$place-vertical.$i.jsonl" 2>"$dir/$place-vertical.$i.log"
+    rm -rf "$dir/store0" "$dir/store1"
+  done
 done
 
 /usr/bin/python3 - "$dir" "$repeats" "$bench_load" "${kinds[@]}" <<'PY'
 import json, statistics, sys
 d, repeats, load, kinds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
 med = statistics.median
-res, losses = {"load_at_start": load, "repeats": repeats}, {}
+res = {"load_at_start": load, "repeats": repeats}
 for device in ("cpu", "cpu-discrete"):
     res["sum_alone_" + device] = json.loads(open(f"{d}/sum-{device}.json").read())["sizes"]
-for kind in kinds:
-    iters, tps, sums = [], [], []
+
+def runs(kind, sum_key):
+    iters, tps, sums, losses = [], [], [], set()
     for i in range(repeats):
         rows = [json.loads(l) for l in open(f"{d}/{kind}.{i}.jsonl")]
         steady = rows[4:]
         iters.append(med(r["iter_s"] for r in steady))
         tps.append(med(r["tokens_per_s"] for r in steady))
-        sums.append(med(r["grad_sum_s"] for r in steady))
-        losses.setdefault(kind, set()).add(repr(rows[-1]["loss"]))
-    res[kind] = {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
-                 "grad_sum_s": round(med(sums), 5), "grad_sum_s_runs": [round(x, 5) for x in sums],
-                 "final_loss": sorted(losses[kind])}
-for device in ("cpu", "cpu-discrete"):
-    h, v = res["host-" + device], res["device-" + device]
-    res[device + "_grad_sum_device_over_host"] = round(v["grad_sum_s"] / h["grad_sum_s"], 3)
+        sums.append(med(sum_key(r) for r in steady))
+        losses.add(repr(rows[-1]["loss"]))
+    return {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
+            "sum_s": round(med(sums), 5), "sum_s_runs": [round(x, 5) for x in sums],
+            "final_loss": sorted(losses)}
+
+for kind in kinds:  # sum_s: grad_sum_s, the in-memory step's seconds summing
+    res[kind] = runs(kind, lambda r: r["grad_sum_s"])
+for kind in ("host-vertical", "device-vertical"):  # sum_s: the net queue's busy seconds
+    res[kind] = runs(kind, lambda r: r["busy_s"]["net"])
+for device in ("cpu", "cpu-discrete", "vertical"):
+    h = res["host-" + device]
+    v = res["device-" + device]
+    res[device + "_sum_s_device_over_host"] = round(v["sum_s"] / h["sum_s"], 3)
     res[device + "_tokens_per_s_device_over_host"] = round(v["tokens_per_s"] / h["tokens_per_s"], 3)
-every_loss = set().union(*losses.values())
-res["same_final_loss_everywhere"] = len(every_loss) == 1
+in_memory_losses = set().union(*(res[k]["final_loss"] for k in kinds))
+vertical_losses = set(res["host-vertical"]["final_loss"]) | set(res["device-vertical"]["final_loss"])
+res["same_final_loss_everywhere"] = len(in_memory_losses) == 1 and len(vertical_losses) == 1
 for device in ("cpu", "cpu-discrete"):
     for size in res["sum_alone_" + device]:
         print(f"sum alone, {device}, {size['mib']} MiB: host {size['host_s']} s, "
               f"device {size['device_s']} s ({size['device_over_host']})", file=sys.stderr)
-for kind in kinds:
+for kind in kinds + ["host-vertical", "device-vertical"]:
     print(f"{kind}: {res[kind]['iter_s']} s/step, {res[kind]['tokens_per_s']} tokens/s, "
-          f"sum {res[kind]['grad_sum_s']} s", file=sys.stderr)
+          f"sum {res[kind]['sum_s']} s", file=sys.stderr)
 print(json.dumps(res))
 sys.exit(0 if res["same_final_loss_everywhere"] else 1)
 PY
