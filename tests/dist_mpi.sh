@@ -229,21 +229,27 @@ for other in host discrete; do
   done
 done
 echo "in_memory-2: the same bits summed in device memory, through host memory, on cpu-discrete"
-# The offloaded schedules reduce-scattered each block's gradient in device memory (auto), before
-# it left the device; after it left (host) and on cpu-discrete, the same bits.
+# The offloaded schedules reduce-scattered each block's gradient on the host, after it left the
+# device (collectives auto on a CPU device); before it leaves (device), on cpu and on
+# cpu-discrete, the same bits.
 for name in vertical-storage-2 horizontal-host-2; do
-  grep -q "block gradients reduce-scattered by MPI point-to-point in device memory" \
-    "$work/$name.dp/log" || {
-    echo "$name: the ranks did not reduce-scatter on the device:" >&2
+  grep -q "block gradients reduce-scattered by MPI .* through host memory" "$work/$name.dp/log" || {
+    echo "$name: collectives auto did not reduce-scatter on the host:" >&2
     cat "$work/$name.dp/log" >&2
     exit 1
   }
   for c in "${cases[@]}"; do read -r cname _ _ crest <<<"$c"; [ "$cname" = "$name" ] && break; done
   read -ra cargs <<<"$crest"
-  run "$name.host" 2 2 "${cargs[@]}" "${val[@]}" --set collectives=host
+  run "$name.device" 2 2 "${cargs[@]}" "${val[@]}" --set collectives=device
   run "$name.discrete" 2 2 "${cargs[@]}" "${val[@]}" --set device=cpu-discrete \
     --set collectives=device
-  for other in host discrete; do
+  grep -q "block gradients reduce-scattered by MPI point-to-point in device memory" \
+    "$work/$name.device/log" || {
+    echo "$name.device: the ranks did not reduce-scatter on the device:" >&2
+    cat "$work/$name.device/log" >&2
+    exit 1
+  }
+  for other in device discrete; do
     for r in 0 1; do
       cmp "$(final "$name.dp")/rank-0000$r.state" "$(final "$name.$other")/rank-0000$r.state"
     done

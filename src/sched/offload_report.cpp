@@ -33,9 +33,9 @@ std::vector<std::string> OffloadTrainer::describe() const {
                     "; working weights whole on every rank");
     // Note [Collectives on device memory]
     lines.push_back(
-        "block gradients reduce-scattered " +
-        (device_sum_ ? "by " + device_sum_->describe() + ", before they leave the device"
-                     : world_.describe() + " through host memory, after they leave the device"));
+        "block gradients reduce-scattered by " +
+        (device_sum_ ? device_sum_->describe() + ", before they leave the device"
+                     : world_.describe() + ", through host memory, after they leave the device"));
   }
   if (store_) lines.push_back("store: " + store_description());
   return lines;
