@@ -183,7 +183,7 @@ struct TrainConfig {
   // device), "device" (in device memory: NCCL on a GPU, MPI on the CPU devices; the offloaded
   // schedules reduce-scatter a block's gradient before it leaves) or "auto" (default): on the
   // device where the build and the machine allow (NCCL built, a GPU per rank), but for the
-  // offloaded schedules on the CPU devices (slower there), else on the host. The bits are the
+  // offloaded schedules on the CPU devices (no gain there), else on the host. The bits are the
   // same either way. The embed group's gradient is summed on the host.
   CollectivesPlace collectives = CollectivesPlace::automatic;
   // The ranks of a data-parallel run (Note [Data parallel ranks] in dist/communicator.h): set by

@@ -60,9 +60,11 @@ Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainCo
   if (world.size() == 1 || cfg.collectives == CollectivesPlace::host) {
     return std::unique_ptr<PeerTransport>();
   }
-  // auto on the CPU devices, offloaded: the host. There device memory is host memory, and holding
-  // a block's gradient in its device slot until the other ranks have scattered theirs delays the
-  // next backward into it (bench/collectives.sh: 0.964x the tokens/s, vertical on cpu-discrete).
+  // auto on the CPU devices, offloaded: the host. There device memory is host memory, so nothing
+  // is saved, while a block's gradient holds its device slot until every rank has scattered its
+  // own (the backward that reuses the slot may wait); bench/collectives.sh measured no gain
+  // (vertical on cpu-discrete: 0.964x and 1.020x the tokens/s in two quiet runs, within noise),
+  // and the host path is the one the planner models.
   if (!asked && cfg.device != DeviceKind::cuda && is_offloaded(cfg.schedule)) {
     return std::unique_ptr<PeerTransport>();
   }
