@@ -170,8 +170,9 @@ Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg,
 // memory] in dist/device_collectives.h), for create_trainer: NCCL on CUDA, MPI on the CPU
 // devices; null where the sum is taken on the host: one rank, collectives "host", or "auto" with
 // an offloaded schedule on a CPU device (no gain there, measured) or where some rank cannot
-// (built without NCCL, fewer GPUs than ranks on a machine; logged with the reason). Every rank takes the same choice (they agree on it), and every rank calls this at the
-// same point. invalid_argument naming `collectives` when "device" is asked for and cannot be had.
+// (built without NCCL, fewer GPUs than ranks on a machine; logged with the reason). Every rank
+// takes the same choice (they agree on it), and every rank calls this at the same point.
+// invalid_argument naming `collectives` when "device" is asked for and cannot be had.
 Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
                                                                    Device& dev,
                                                                    Communicator& world);
