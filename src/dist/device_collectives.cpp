@@ -33,8 +33,13 @@ Status DeviceCollectives::reserve(int64_t count) {
   const std::vector<Range> pieces =
       round_pieces(count, world_.size(), collective_rounds(count, round_elems_), 0);
   const Range mine = pieces[static_cast<size_t>(world_.rank())];
-  const int64_t bytes = world_.size() * (mine.end - mine.begin) * int64_t{sizeof(float)};
-  if (parts_.bytes() >= bytes) return Status::ok_status();
+  return grow_parts(nullptr, mine.end - mine.begin);
+}
+
+Status DeviceCollectives::grow_parts(Stream* s, int64_t piece_len) {
+  const int64_t bytes = world_.size() * piece_len * int64_t{sizeof(float)};
+  if (parts_.bytes() >= bytes) return Status::ok_status();  // grown only
+  if (s != nullptr) s->synchronize();                       // the old scratch may still be read
   parts_.reset();
   STRATA_ASSIGN_OR_RETURN(parts_, dev_.alloc(bytes));
   return Status::ok_status();
@@ -45,11 +50,7 @@ Status DeviceCollectives::reduce_scatter_round(Stream& s, float* data,
   const int ranks = world_.size();
   const Range mine = pieces[static_cast<size_t>(world_.rank())];
   const int64_t len = mine.end - mine.begin, f = sizeof(float);
-  if (parts_.bytes() < ranks * len * f) {  // grown only: rounds after the first fit
-    s.synchronize();                       // the old scratch may still be read
-    parts_.reset();
-    STRATA_ASSIGN_OR_RETURN(parts_, dev_.alloc(ranks * len * f));
-  }
+  STRATA_RETURN_IF_ERROR(grow_parts(&s, len));
   float* parts = parts_.f32();
   // Piece r of this rank's buffer to rank r; row r of parts from rank r. Empty pieces (a buffer
   // of fewer elements than ranks) are not moved: both sides know the lengths.

@@ -51,6 +51,8 @@ class DeviceCollectives {
  private:
   Status reduce_scatter_round(Stream& s, float* data, const std::vector<Range>& pieces);
   Status all_gather_round(Stream& s, float* data, const std::vector<Range>& pieces);
+  // parts_ at least (ranks, piece_len), grown only; s: where the old scratch may still be read.
+  Status grow_parts(Stream* s, int64_t piece_len);
 
   Device& dev_;
   Communicator& world_;

@@ -209,18 +209,14 @@ class MpiPeerTransport final : public PeerTransport {
   Status send(const void* data, int64_t bytes, int peer) override {
     STRATA_RETURN_IF_ERROR(check_bytes(bytes));
     MPI_Request r;
-    STRATA_RETURN_IF_ERROR(mpi_status(
-        MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &r), "MPI_Isend"));
-    requests_.push_back(r);
-    return Status::ok_status();
+    const int rc = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &r);
+    return post(rc, r, "MPI_Isend");
   }
   Status recv(void* data, int64_t bytes, int peer) override {
     STRATA_RETURN_IF_ERROR(check_bytes(bytes));
     MPI_Request r;
-    STRATA_RETURN_IF_ERROR(mpi_status(
-        MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &r), "MPI_Irecv"));
-    requests_.push_back(r);
-    return Status::ok_status();
+    const int rc = MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &r);
+    return post(rc, r, "MPI_Irecv");
   }
   Status end_group() override {
     const int n = static_cast<int>(requests_.size());
@@ -231,6 +227,12 @@ class MpiPeerTransport final : public PeerTransport {
   std::string describe() const override { return "MPI point-to-point"; }
 
  private:
+  // A move posted (rc its call's result): the group's end waits for it.
+  Status post(int rc, MPI_Request r, const char* what) {
+    STRATA_RETURN_IF_ERROR(mpi_status(rc, what));
+    requests_.push_back(r);
+    return Status::ok_status();
+  }
   static Status check_bytes(int64_t bytes) {
     if (bytes < (int64_t{1} << 31)) return Status::ok_status();
     return invalid_argument("a point-to-point move of " + std::to_string(bytes) +

@@ -28,9 +28,9 @@ std::vector<std::string> OffloadTrainer::describe() const {
   if (sharded()) {  // Note [Sharded optimizer state]
     const std::string n = std::to_string(world_.size());
     lines.push_back("state sharded over " + n + " ranks: each owns 1/" + n +
-                    " of every block's masters and moments" +
-                    (grads_sharded() ? " and of its kept gradient" : "") +
-                    "; working weights whole on every rank");
+                    " of every block's masters, moments" +
+                    (grads_sharded() ? ", kept gradient" : "") +
+                    " and working weights (a fetch gathers the block)");
     // Note [Collectives on device memory]
     lines.push_back(
         "block gradients reduce-scattered by " +

@@ -32,16 +32,16 @@ void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpe
 
 void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t grad,
                                     const ScheduleSpec& s) {
+  if (block_grad_scatter(s) != BlockGradScatter::device) return;
   b.task(TaskKind::grad_reduce_scatter_device, tag,
          {slot_read(grad, Role::grad), slot_write(grad, Role::grad)}, s.block_grad_bytes);
 }
 
 void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
                    int32_t grad_host, int64_t grad_bytes) {
-  if (s.ranks > 1 && !(block >= 0 && (s.shard_grads || s.device_grad_sum))) {
-    // A block's gradient only where its optimizer state is (Note [Sharded optimizer state];
-    // with shard_grads each micro-batch's was, as it came; with device_grad_sum it was on the
-    // device); the embed group's, replicated, everywhere.
+  // A block's gradient only where its optimizer state is (Note [Sharded optimizer state]), unless
+  // it was scattered elsewhere (block_grad_scatter); the embed group's, replicated, everywhere.
+  if (block >= 0 ? block_grad_scatter(s) == BlockGradScatter::host_whole : s.ranks > 1) {
     b.task(block >= 0 ? TaskKind::grad_reduce_scatter : TaskKind::grad_allreduce, {.block = block},
            {slot_read(grad_host, Role::grad), slot_write(grad_host, Role::grad)}, grad_bytes);
   }

@@ -30,14 +30,14 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s);
 // First tasks of an iteration: upload the tokens, zero the embed gradient.
 void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
 
-// With ScheduleSpec::device_grad_sum: a block's gradient in device slot `grad`, reduce-scattered
-// there before it leaves the device (grad_reduce_scatter_device, on the net queue).
+// Where block_grad_scatter says device: a block's gradient in device slot `grad`, reduce-scattered
+// there before it leaves the device (grad_reduce_scatter_device, on the net queue); else nothing.
 void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t grad,
                                     const ScheduleSpec& s);
 
 // One block's host gradient (block -1: the embed group), as soon as it is complete on host: with
 // several ranks summed over them in place (a block's reduce-scattered to the owners of its
-// optimizer shards, unless device_grad_sum did it on the device, Note [Sharded optimizer state] in
+// optimizer shards where block_grad_scatter says host_whole, Note [Sharded optimizer state] in
 // schedule_spec.h; the embed group's all-reduced, Note [Data parallel ranks] in
 // dist/communicator.h), then its sums of squares into its entries of the sums slot. Every later
 // reader of the gradient (a step, a write to storage) is ordered after both by the slot's uses.

@@ -149,9 +149,9 @@ class HorizontalPlan {
       // and copy out (Note [Sharded working params]), so it waits for the one before.
       if (l > 0) prefetch(l - 1);
       if (l == 0 && m + 1 < M_) prefetch(0);
-      // With device_grad_sum the reduce-scatter runs on the device copy, after the prefetch's
+      // A reduce-scatter on the device copy (block_grad_scatter) comes after the prefetch's
       // gather on the net queue for the same reason.
-      if (s_.device_grad_sum) add_device_grad_reduce_scatter(b_, tag, grad_buf_[j], s_);
+      add_device_grad_reduce_scatter(b_, tag, grad_buf_[j], s_);
       b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
       sum_grad();
       out_grad_ = {l, m, grad_stage_[j]};
@@ -162,12 +162,12 @@ class HorizontalPlan {
              slot_read(c_.embed_grad, Role::grad), slot_write(c_.embed_grad, Role::grad)});
   }
 
-  // The gradient that left the device last (out_grad_), summed: with shard_grads over the ranks
-  // as it comes (Note [Sharded optimizer state]), then into its block's sum.
+  // The gradient that left the device last (out_grad_), summed: over the ranks as it comes where
+  // block_grad_scatter says so (Note [Sharded optimizer state]), then into its block's sum.
   void sum_grad() {
     const auto [l, m, stage] = out_grad_;
     if (l < 0) return;
-    if (s_.shard_grads && !s_.device_grad_sum) {
+    if (block_grad_scatter(s_) == BlockGradScatter::host_per_micro_batch) {
       b_.task(TaskKind::grad_reduce_scatter, {.block = l, .micro_batch = m},
               {slot_read(stage, Role::grad), slot_write(stage, Role::grad)}, s_.block_grad_bytes);
     }

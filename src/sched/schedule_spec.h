@@ -190,6 +190,17 @@ int64_t part_bytes(int64_t bytes, int64_t elems, int64_t split, int32_t part);
 // Bytes of the gradient a block keeps between micro-batches and until its step: the whole
 // block's, or with shard_grads the rank's shard of it (the longest shard's bytes).
 int64_t kept_grad_bytes(const ScheduleSpec& s);
+// Where a block's gradient is summed over the ranks (Note [Sharded optimizer state]), the one
+// rule both schedules' plans follow: nowhere (one rank); on the host, once when it is complete
+// there (vertical), or per micro-batch as it comes (horizontal: shard_grads); or in its device
+// slot before each copy out (device_grad_sum; Note [Collectives on device memory] in
+// dist/device_collectives.h). The embed group's is all-reduced on the host with several ranks.
+enum class BlockGradScatter : uint8_t { none, host_whole, host_per_micro_batch, device };
+inline BlockGradScatter block_grad_scatter(const ScheduleSpec& s) {
+  if (s.ranks <= 1) return BlockGradScatter::none;
+  if (s.device_grad_sum) return BlockGradScatter::device;
+  return s.shard_grads ? BlockGradScatter::host_per_micro_batch : BlockGradScatter::host_whole;
+}
 // Note [Sharded kept gradient]
 // The vertical schedule moves a block's gradient off the device whole, once per step, into a
 // host slot where it is reduce-scattered (Note [Sharded optimizer state]), summed and part 0
