@@ -24,7 +24,8 @@ case $kind in
     # bindings (clang 14 refuses that C++20 rule); the ranks under mpirun (dist_mpi.sh,
     # dist_collectives.sh), whose time goes to process launch and an uninstrumented MPI library
     # (the code of ours they run, the all-reduce's arithmetic and the plans with collectives,
-    # runs here in test_dist and test_schedule_plans). Found from tests/, so a new test is in this phase unlisted.
+    # runs here in test_dist and test_schedule_plans). Found from tests/, so a new test is in
+    # this phase unlisted.
     tests=()
     for f in tests/test_*.cpp tests/*.sh; do
       name=$(basename "${f%.*}")

@@ -64,6 +64,18 @@ run() {
   }
 }
 final() { echo "$work/$1/ckpt/step-$(printf %08d $steps)"; }
+# same_rank_files A B: the 2-rank runs A and B ended with the same checkpoint, bit for bit.
+same_rank_files() {
+  local r
+  for r in 0 1; do cmp "$(final "$1")/rank-0000$r.state" "$(final "$2")/rank-0000$r.state"; done
+}
+# expect_log NAME PATTERN WHY: run NAME logged a line matching PATTERN; else WHY, and its log.
+expect_log() {
+  grep -q "$2" "$work/$1/log" && return
+  echo "$1: $3:" >&2
+  cat "$work/$1/log" >&2
+  exit 1
+}
 # plain DIR: the checkpoint as tools that read Hugging Face files take it: DIR itself, or, when
 # ranks wrote their shards (Note [Sharded checkpoints]), the copy `strata gather` makes of it.
 plain() {
@@ -130,8 +142,10 @@ val_loss() {
 print(repr([json.loads(l) for l in open(sys.argv[1])][-1]["val_loss"]))' "$work/$1/metrics.jsonl"
 }
 results="{"
+declare -A case_args  # each case's ARGS, for the runs compared with it below
 for c in "${cases[@]}"; do
   read -r name n rtol rest <<<"$c"
+  case_args[$name]=$rest
   read -ra args <<<"$rest"
   run "$name.one" 1 $((2 * n)) "${args[@]}" "${val[@]}"
   run "$name.dp" "$n" 2 "${args[@]}" "${val[@]}"
@@ -201,59 +215,34 @@ done
 
 # Determinism: the same 2-rank run again, bit for bit.
 run vertical-storage-2.again 2 2 --set train.schedule=vertical --set optim.alpha=0.5 "${storage[@]}"
-for r in 0 1; do
-  cmp "$(final vertical-storage-2.dp)/rank-0000$r.state" "$(final vertical-storage-2.again)/rank-0000$r.state"
-done
+same_rank_files vertical-storage-2.dp vertical-storage-2.again
 
 # Note [Collectives on device memory]: the in-memory ranks summed their gradients in device
-# memory (collectives auto; MPI point-to-point on the CPU devices). Summed through host memory
-# instead, and on the discrete device, every rank's checkpoint file is the same, bit for bit.
-grep -q "gradients summed over 2 ranks: MPI point-to-point in device memory" \
-  "$work/in_memory-2.dp/log" || {
-  echo "in_memory-2: the ranks did not sum on the device:" >&2
-  cat "$work/in_memory-2.dp/log" >&2
-  exit 1
-}
-in_memory=(--set train.schedule=in_memory "${val[@]}")
-run in_memory-2.host 2 2 "${in_memory[@]}" --set collectives=host
-run in_memory-2.discrete 2 2 "${in_memory[@]}" --set device=cpu-discrete --set collectives=device
-grep -q "gradients summed over 2 ranks: MPI .* ranks, through host memory" \
-  "$work/in_memory-2.host/log" || {
-  echo "in_memory-2.host: the ranks did not sum on the host:" >&2
-  cat "$work/in_memory-2.host/log" >&2
-  exit 1
-}
-for other in host discrete; do
-  for r in 0 1; do
-    cmp "$(final in_memory-2.dp)/rank-0000$r.state" "$(final "in_memory-2.$other")/rank-0000$r.state"
-  done
-done
+# memory (collectives auto; MPI point-to-point on the CPU devices), the offloaded ones each
+# block's on the host, after it left the device (auto on a CPU device). The other way round, and
+# on the discrete device, every rank's checkpoint file is the same, bit for bit.
+expect_log in_memory-2.dp "gradients summed over 2 ranks: MPI point-to-point in device memory" \
+  "the ranks did not sum on the device"
+read -ra args <<<"${case_args[in_memory-2]}"
+run in_memory-2.host 2 2 "${args[@]}" "${val[@]}" --set collectives=host
+run in_memory-2.discrete 2 2 "${args[@]}" "${val[@]}" --set device=cpu-discrete \
+  --set collectives=device
+expect_log in_memory-2.host "gradients summed over 2 ranks: MPI .* ranks, through host memory" \
+  "the ranks did not sum on the host"
+same_rank_files in_memory-2.dp in_memory-2.host
+same_rank_files in_memory-2.dp in_memory-2.discrete
 echo "in_memory-2: the same bits summed in device memory, through host memory, on cpu-discrete"
-# The offloaded schedules reduce-scattered each block's gradient on the host, after it left the
-# device (collectives auto on a CPU device); before it leaves (device), on cpu and on
-# cpu-discrete, the same bits.
 for name in vertical-storage-2 horizontal-host-2; do
-  grep -q "block gradients reduce-scattered by MPI .* through host memory" "$work/$name.dp/log" || {
-    echo "$name: collectives auto did not reduce-scatter on the host:" >&2
-    cat "$work/$name.dp/log" >&2
-    exit 1
-  }
-  for c in "${cases[@]}"; do read -r cname _ _ crest <<<"$c"; [ "$cname" = "$name" ] && break; done
-  read -ra cargs <<<"$crest"
-  run "$name.device" 2 2 "${cargs[@]}" "${val[@]}" --set collectives=device
-  run "$name.discrete" 2 2 "${cargs[@]}" "${val[@]}" --set device=cpu-discrete \
+  expect_log "$name.dp" "block gradients reduce-scattered by MPI .* through host memory" \
+    "collectives auto did not reduce-scatter on the host"
+  read -ra args <<<"${case_args[$name]}"
+  run "$name.device" 2 2 "${args[@]}" "${val[@]}" --set collectives=device
+  run "$name.discrete" 2 2 "${args[@]}" "${val[@]}" --set device=cpu-discrete \
     --set collectives=device
-  grep -q "block gradients reduce-scattered by MPI point-to-point in device memory" \
-    "$work/$name.device/log" || {
-    echo "$name.device: the ranks did not reduce-scatter on the device:" >&2
-    cat "$work/$name.device/log" >&2
-    exit 1
-  }
-  for other in device discrete; do
-    for r in 0 1; do
-      cmp "$(final "$name.dp")/rank-0000$r.state" "$(final "$name.$other")/rank-0000$r.state"
-    done
-  done
+  expect_log "$name.device" "block gradients reduce-scattered by MPI point-to-point in device memory" \
+    "the ranks did not reduce-scatter on the device"
+  same_rank_files "$name.dp" "$name.device"
+  same_rank_files "$name.dp" "$name.discrete"
   echo "$name: the same bits reduce-scattered before and after the gradient leaves the device"
 done
 
