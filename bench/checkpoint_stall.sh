@@ -25,16 +25,9 @@ source bench/lib.sh
 dir=${1:-$build_dir/bench-ckpt}
 repeats=${2:-3}
 micro_batches=${3:-4}
-mkdir -p "$dir"
-need_kb=$((3 * 1024 * 1024))  # the 512 MiB probe, a store, two checkpoints and a margin
-free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
-if [ "$free_kb" -lt "$need_kb" ]; then
-  echo "checkpoint_stall: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
-    "$((need_kb / 1024)) MiB" >&2
-  exit 2
-fi
-rm -rf "$dir" && mkdir -p "$dir/io"
-trap 'rm -rf "$dir"' EXIT
+# The 512 MiB probe, a store, two checkpoints and a margin.
+bench_scratch checkpoint_stall "$dir" $((3 * 1024 * 1024))
+mkdir -p "$dir/io"
 
 "$STRATA_BIN" bench-io --dir "$dir/io" --size 512M --op write >"$dir/write.txt" 2>/dev/null
 "$STRATA_BIN" bench-io --dir "$dir/io" --size 512M --op read >"$dir/read.txt" 2>/dev/null

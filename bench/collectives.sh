@@ -23,26 +23,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-command -v mpirun >/dev/null || { echo "collectives: mpirun not found (scripts/setup.sh)" >&2; exit 2; }
+source scripts/mpi_env.sh  # mpi: the launch command
 dir=${1:-$build_dir/bench-collectives}
 repeats=${2:-5}
-mkdir -p "$dir"
-need_kb=$((256 * 1024))  # metrics, and the vertical runs' stores (~40 MiB per rank)
-free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
-if [ "$free_kb" -lt "$need_kb" ]; then
-  echo "collectives: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
-    "$((need_kb / 1024)) MiB" >&2
-  exit 2
-fi
-rm -rf "$dir" && mkdir -p "$dir"
-trap 'rm -rf "$dir"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+# Metrics, and the vertical runs' stores (~40 MiB per rank).
+bench_scratch collectives "$dir" $((256 * 1024))
 
 cmake --build "$build_dir" --target bench_collectives >/dev/null
-mpi=(mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2)
 for device in cpu cpu-discrete; do
-  "${mpi[@]}" "$build_dir/bench/bench_collectives" "$device" 20 13 128 >"$dir/sum-$device.json"
+  "${mpi[@]}" -np 2 "$build_dir/bench/bench_collectives" "$device" 20 13 128 >"$dir/sum-$device.json"
 done
 
 args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
@@ -56,13 +45,13 @@ vertical=(--set train.schedule=vertical --set device=cpu-discrete --set offload.
 for ((i = 0; i < repeats; i++)); do
   for kind in "${kinds[@]}"; do
     place=${kind%%-*} device=${kind#*-}
-    "${mpi[@]}" "$STRATA_BIN" "${args[@]}" \
+    "${mpi[@]}" -np 2 "$STRATA_BIN" "${args[@]}" \
       --set "device=$device" --set "collectives=$place" \
       --metrics "$dir/$kind.$i.jsonl" 2>"$dir/$kind.$i.log"
   done
   for place in host device; do
     mkdir -p "$dir/store0" "$dir/store1"
-    "${mpi[@]}" "$STRATA_BIN" "${args[@]}" "${vertical[@]}" --set "collectives=$place" \
+    "${mpi[@]}" -np 2 "$STRATA_BIN" "${args[@]}" "${vertical[@]}" --set "collectives=$place" \
       --set "io.dirs=[\"$dir/store{rank}\"]" \
       --metrics "$dir/$place-vertical.$i.jsonl" 2>"$dir/$place-vertical.$i.log"
     rm -rf "$dir/store0" "$dir/store1"

@@ -26,23 +26,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-command -v mpirun >/dev/null || { echo "data_parallel: mpirun not found (scripts/setup.sh)" >&2; exit 2; }
+source scripts/mpi_env.sh  # mpi: the launch command
 dir=${1:-$build_dir/bench-dp}
 repeats=${2:-3}
-mkdir -p "$dir"
 # Stores of up to ~180 MiB and checkpoints of up to ~120 MiB per run; a run's store is removed
 # when it ends, and the checkpoints of repeat 0 are kept for their sizes.
-need_kb=$((2 * 1024 * 1024))
-free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
-if [ "$free_kb" -lt "$need_kb" ]; then
-  echo "data_parallel: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
-    "$((need_kb / 1024)) MiB" >&2
-  exit 2
-fi
-rm -rf "$dir" && mkdir -p "$dir"
-trap 'rm -rf "$dir"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+bench_scratch data_parallel "$dir" $((2 * 1024 * 1024))
 
 args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
       --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
@@ -62,7 +51,7 @@ for ((i = 0; i < repeats; i++)); do
         --set "io.dirs=[\"$out/s0\"]" \
         --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     else
-      mpirun --bind-to none -x OMP_NUM_THREADS=1 -np 2 "$STRATA_BIN" "${args[@]}" "${place[@]}" \
+      "${mpi[@]}" -np 2 "$STRATA_BIN" "${args[@]}" "${place[@]}" \
         --set train.grad_accum=2 --set "io.dirs=[\"$out/s{rank}\"]" \
         --checkpoint-dir "$out/ckpt" --metrics "$out/metrics.jsonl" 2>"$out/log"
     fi

@@ -16,16 +16,7 @@ source bench/lib.sh
 repeats=${1:-3}
 tokens=${2:-256}
 dir=$build_dir/bench-sample
-need_kb=$((1024 * 1024))  # a 300 MB checkpoint and a margin
-mkdir -p "$dir"
-free_kb=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
-if [ "$free_kb" -lt "$need_kb" ]; then
-  echo "sample_kv: $dir has $((free_kb / 1024)) MiB free, the benchmark needs" \
-    "$((need_kb / 1024)) MiB" >&2
-  exit 2
-fi
-rm -rf "$dir" && mkdir -p "$dir"
-trap 'rm -rf "$dir"' EXIT
+bench_scratch sample_kv "$dir" $((1024 * 1024))  # a 300 MB checkpoint and a margin
 "$STRATA_BIN" train --set model.n_layer=8 --set model.n_embd=512 --set model.n_head=8 \
   --set model.context_length=512 --set train.seq_len=64 --set train.batch_size=1 \
   --set train.steps=1 --save-every 1 --checkpoint-dir "$dir/ckpt" --quiet 2>/dev/null

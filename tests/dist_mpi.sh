@@ -27,17 +27,10 @@
 #     reduce-scatter of a block's gradient before or after it leaves the device.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
-command -v mpirun >/dev/null || { echo "mpirun not found: run scripts/setup.sh" >&2; exit 1; }
+source "$STRATA_SOURCE_DIR/scripts/mpi_env.sh"  # mpi: the launch command
 work="$STRATA_BINARY_DIR/test_tmp/dist_mpi"
 rm -rf "$work" && mkdir -p "$work"
 compare="/usr/bin/python3 $STRATA_SOURCE_DIR/tools/compare_checkpoints.py"
-
-# CI runs as root in a container: OpenMPI refuses root without these, and the ranks share the
-# machine's cores (one OpenMP thread each). vader's single-copy path needs ptrace rights a
-# container may not grant; plain shared-memory copies always work.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(mpirun --bind-to none -x OMP_NUM_THREADS=1)
 
 steps=4
 lr=3e-3
