@@ -23,8 +23,10 @@
 #     checkpoint and resumed ends bit-identical to one never killed (every rank file).
 #  4. A 2-rank checkpoint is resumed by 1 and by 4 ranks (resharded), and its export gathers it.
 #  5. The ranks sum in device memory or through host memory with the same bits (Note
-#     [Collectives on device memory]): the in-memory all-reduce, the offloaded schedules'
-#     reduce-scatter of a block's gradient before or after it leaves the device.
+#     [Collectives on device memory]): the in-memory all-reduce, and the offloaded schedules'
+#     collectives before or after the device (Note [ZeRO-3 on the device]: a block's gradient
+#     reduce-scattered, its params gathered, the embed gradient all-reduced), on cpu-discrete for
+#     both schedules, 2 and 3 ranks, params on storage and on host, f32 and bf16.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 source "$STRATA_SOURCE_DIR/scripts/mpi_env.sh"  # mpi: the launch command
@@ -57,10 +59,16 @@ run() {
   }
 }
 final() { echo "$work/$1/ckpt/step-$(printf %08d $steps)"; }
-# same_rank_files A B: the 2-rank runs A and B ended with the same checkpoint, bit for bit.
+# same_rank_files A B: the runs A and B (of several ranks) ended with the same checkpoint, bit for
+# bit: every rank file of each.
 same_rank_files() {
-  local r
-  for r in 0 1; do cmp "$(final "$1")/rank-0000$r.state" "$(final "$2")/rank-0000$r.state"; done
+  local a b
+  a=$(cd "$(final "$1")" && ls rank-*.state) && b=$(cd "$(final "$2")" && ls rank-*.state)
+  [ -n "$a" ] && [ "$a" = "$b" ] || {
+    echo "$1 and $2 wrote other rank files: [$a] and [$b]" >&2
+    exit 1
+  }
+  for f in $a; do cmp "$(final "$1")/$f" "$(final "$2")/$f"; done
 }
 # expect_log NAME PATTERN WHY: run NAME logged a line matching PATTERN; else WHY, and its log.
 expect_log() {
@@ -135,10 +143,11 @@ val_loss() {
 print(repr([json.loads(l) for l in open(sys.argv[1])][-1]["val_loss"]))' "$work/$1/metrics.jsonl"
 }
 results="{"
-declare -A case_args  # each case's ARGS, for the runs compared with it below
+declare -A case_args case_ranks  # each case's ARGS and RANKS, for the runs compared with it below
 for c in "${cases[@]}"; do
   read -r name n rtol rest <<<"$c"
   case_args[$name]=$rest
+  case_ranks[$name]=$n
   read -ra args <<<"$rest"
   run "$name.one" 1 $((2 * n)) "${args[@]}" "${val[@]}"
   run "$name.dp" "$n" 2 "${args[@]}" "${val[@]}"
@@ -213,7 +222,10 @@ same_rank_files vertical-storage-2.dp vertical-storage-2.again
 # Note [Collectives on device memory]: the in-memory ranks summed their gradients in device
 # memory (collectives auto; MPI point-to-point on the CPU devices), the offloaded ones each
 # block's on the host, after it left the device (auto on a CPU device). The other way round, and
-# on the discrete device, every rank's checkpoint file is the same, bit for bit.
+# on the discrete device, every rank's checkpoint file is the same, bit for bit. For the
+# offloaded schedules the other way is Note [ZeRO-3 on the device]: gradients reduce-scattered,
+# params gathered (from storage, from host stores; f32 and bf16) and the embed gradient
+# all-reduced in device memory, with only each rank's shards crossing to and from the device.
 expect_log in_memory-2.dp "gradients summed over 2 ranks: MPI point-to-point in device memory" \
   "the ranks did not sum on the device"
 read -ra args <<<"${case_args[in_memory-2]}"
@@ -225,18 +237,22 @@ expect_log in_memory-2.host "gradients summed over 2 ranks: MPI .* ranks, throug
 same_rank_files in_memory-2.dp in_memory-2.host
 same_rank_files in_memory-2.dp in_memory-2.discrete
 echo "in_memory-2: the same bits summed in device memory, through host memory, on cpu-discrete"
-for name in vertical-storage-2 horizontal-host-2; do
-  expect_log "$name.dp" "block gradients reduce-scattered by MPI .* through host memory" \
-    "collectives auto did not reduce-scatter on the host"
+for name in vertical-storage-2 horizontal-host-2 vertical-host-3 vertical-bf16-2; do
+  expect_log "$name.dp" "block gradients reduce-scattered and params gathered by MPI .* in host memory" \
+    "collectives auto did not run the collectives on the host"
   read -ra args <<<"${case_args[$name]}"
-  run "$name.device" 2 2 "${args[@]}" "${val[@]}" --set collectives=device
-  run "$name.discrete" 2 2 "${args[@]}" "${val[@]}" --set device=cpu-discrete \
+  n=${case_ranks[$name]}
+  run "$name.discrete" "$n" 2 "${args[@]}" "${val[@]}" --set device=cpu-discrete \
     --set collectives=device
-  expect_log "$name.device" "block gradients reduce-scattered by MPI point-to-point in device memory" \
-    "the ranks did not reduce-scatter on the device"
-  same_rank_files "$name.dp" "$name.device"
+  expect_log "$name.discrete" \
+    "params gathered by MPI point-to-point in device memory: each rank moves 1/$n of a block" \
+    "the ranks did not run the collectives on the device"
   same_rank_files "$name.dp" "$name.discrete"
-  echo "$name: the same bits reduce-scattered before and after the gradient leaves the device"
+  if [ "$name" = vertical-storage-2 ]; then  # and on the CPU device, in its one memory
+    run "$name.device" "$n" 2 "${args[@]}" "${val[@]}" --set collectives=device
+    same_rank_files "$name.dp" "$name.device"
+  fi
+  echo "$name: the same bits with the collectives in host memory and in device memory"
 done
 
 # An I/O error on rank 1 alone stops both ranks, naming rank 1, the task and the file.

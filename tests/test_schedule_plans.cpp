@@ -187,45 +187,73 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
   }
 }
 
-// ScheduleSpec::device_grad_sum (Note [Collectives on device memory]): each block's gradient is
-// reduce-scattered in its device slot, once per block (vertical) or per micro-batch (horizontal),
-// after the backward that adds to it and before it leaves the device or anything reads it; no
-// block's gradient is scattered on the host, and the embed group's is still all-reduced there.
-// The device slot passes the tier rule of a discrete device.
-TEST(plan_schedules, DeviceGradSumScattersEachGradientBeforeItLeaves) {
+// ScheduleSpec::device_collectives (Note [ZeRO-3 on the device]), 3 ranks: each block's gradient
+// is reduce-scattered in its device slot, once per block (vertical) or per micro-batch
+// (horizontal), after the backward that adds to it and before it leaves the device or anything
+// reads it, and only this rank's shard of it leaves; no block's gradient is scattered on the
+// host; the embed group's is all-reduced in its device slot before it leaves. Each fetch copies
+// this rank's shard of the block's params and gathers them on the device, part by part, before
+// any compute reads them; the host gathers nothing. The device slots pass the tier rule of a
+// discrete device.
+TEST(plan_schedules, DeviceCollectivesMoveOnlyThisRanksShards) {
   for (Placement place : kOff) {
     for (bool vertical : {false, true}) {
       ScheduleSpec s = spec(3, 2, place, place, place);
       s.grads = place;
       s.embed_optim = place;
-      s.ranks = 2;
+      s.ranks = 3;
+      s.rank = 1;
       s.shard_grads = !vertical;
-      s.device_grad_sum = true;
+      s.device_collectives = true;
       if (vertical) s.split_elems = s.block_elems / 2;
       const Plan p = vertical ? make_vertical_plan(s) : make_horizontal_plan(s);
       const std::string what = std::string(vertical ? "vertical" : "horizontal") +
                                " placement=" + std::to_string(int(place));
       ASSERT_TRUE(check_all(p).ok()) << what << ": " << check_all(p).to_string();  // tiers too
-      EXPECT_TRUE(count_per_block(p, TaskKind::grad_reduce_scatter).empty()) << what;
-      EXPECT_EQ(count_per_block(p, TaskKind::grad_allreduce), (std::map<int, int>{{-1, 1}}))
+      for (TaskKind host : {TaskKind::grad_reduce_scatter, TaskKind::grad_allreduce,
+                            TaskKind::param_allgather, TaskKind::param_gather}) {
+        EXPECT_TRUE(count_per_block(p, host).empty()) << what << ": " << task_kind_name(host);
+      }
+      EXPECT_EQ(count_per_block(p, TaskKind::grad_allreduce_device), (std::map<int, int>{{-1, 1}}))
           << what;
       const int per_block = vertical ? 1 : s.micro_batches;
       EXPECT_EQ(count_per_block(p, TaskKind::grad_reduce_scatter_device),
                 (std::map<int, int>{{0, per_block}, {1, per_block}, {2, per_block}}))
           << what;
+      // This rank's shard of each part: a third of the block, give or take an element.
+      std::map<std::pair<int, int>, int64_t> grad_out, fetched;  // (block, micro-batch) -> bytes
+      for (const Task& t : p.tasks) {
+        if (t.block < 0) continue;
+        if (t.kind == TaskKind::grad_out) grad_out[{t.block, t.micro_batch}] += t.bytes;
+        if (t.kind == TaskKind::params_fetch) fetched[{t.block, 0}] += t.bytes;
+      }
+      for (const auto& [key, bytes] : grad_out) {
+        EXPECT_NEAR(static_cast<double>(bytes), s.block_grad_bytes / 3.0, 8.0) << what;
+      }
+      EXPECT_EQ(grad_out.size(), static_cast<size_t>(3 * per_block)) << what;
+      // Each fetch is followed by one gather per optimizer part.
+      const std::map<int, int> gathers = count_per_block(p, TaskKind::param_allgather_device);
+      for (const auto& [key, bytes] : fetched) {
+        const int fetches =
+            gathers.count(key.first) ? gathers.at(key.first) / (vertical ? 2 : 1) : 0;
+        EXPECT_GT(fetches, 0) << what;
+        EXPECT_NEAR(static_cast<double>(bytes), fetches * s.block_param_bytes / 3.0, 8.0 * fetches)
+            << what << " block " << key.first;
+      }
       auto hb = happens_before_edges(p);
       ASSERT_TRUE(hb.ok());
       for (int32_t r = 0; r < static_cast<int32_t>(p.tasks.size()); ++r) {
-        const Task& scatter = p.tasks[static_cast<size_t>(r)];
-        if (scatter.kind != TaskKind::grad_reduce_scatter_device) continue;
-        EXPECT_EQ(scatter.resource, Resource::net);
-        EXPECT_EQ(scatter.bytes, s.block_grad_bytes);
-        EXPECT_EQ(p.slots[static_cast<size_t>(slot_of(scatter, Role::grad))].tier, Tier::device);
+        const Task& net = p.tasks[static_cast<size_t>(r)];
+        if (net.resource != Resource::net || net.block < 0) continue;
+        const bool gather = net.kind == TaskKind::param_allgather_device;
+        const Role role = gather ? Role::params : Role::grad;
+        EXPECT_EQ(p.slots[static_cast<size_t>(slot_of(net, role))].tier, Tier::device) << what;
+        if (gather) continue;  // checked below, from the computes that read it
         for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
           const Task& other = p.tasks[static_cast<size_t>(t)];
-          if (other.block != scatter.block) continue;
-          if (scatter.micro_batch >= 0 && other.micro_batch >= 0 &&
-              other.micro_batch != scatter.micro_batch) {
+          if (other.block != net.block) continue;
+          if (net.micro_batch >= 0 && other.micro_batch >= 0 &&
+              other.micro_batch != net.micro_batch) {
             continue;
           }
           if (other.kind == TaskKind::block_backward) {
@@ -237,6 +265,26 @@ TEST(plan_schedules, DeviceGradSumScattersEachGradientBeforeItLeaves) {
             EXPECT_TRUE(happens_before(*hb, r, t))
                 << what << ": " << p.describe(t) << " before " << p.describe(r);
           }
+        }
+      }
+      // Every compute that reads a block's params reads them gathered: some gather of that block
+      // into the slot it reads comes before it, with no fetch into that slot in between.
+      for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
+        const Task& c = p.tasks[static_cast<size_t>(t)];
+        if (c.kind != TaskKind::block_forward && c.kind != TaskKind::block_backward) continue;
+        const int32_t slot = slot_of(c, Role::params);
+        int32_t last_gather = -1, last_fetch = -1;
+        for (int32_t g = 0; g < t; ++g) {
+          const Task& x = p.tasks[static_cast<size_t>(g)];
+          if (x.kind == TaskKind::param_allgather_device && slot_of(x, Role::params) == slot &&
+              x.block == c.block) {
+            last_gather = g;
+          }
+          if (x.kind == TaskKind::params_fetch && slot_of(x, Role::dst) == slot) last_fetch = g;
+        }
+        EXPECT_GT(last_gather, last_fetch) << what << ": " << p.describe(t);
+        if (last_gather >= 0) {
+          EXPECT_TRUE(happens_before(*hb, last_gather, t)) << what;
         }
       }
     }

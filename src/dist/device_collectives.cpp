@@ -14,7 +14,8 @@ Status DeviceCollectives::all_reduce_sum(Stream& s, float* data, int64_t count) 
   for (int64_t k = 0; k < rounds; ++k) {
     const std::vector<Range> pieces = round_pieces(count, world_.size(), rounds, k);
     STRATA_RETURN_IF_ERROR(reduce_scatter_round(s, data, pieces));
-    STRATA_RETURN_IF_ERROR(all_gather_round(s, data, pieces));
+    STRATA_RETURN_IF_ERROR(
+        all_gather_round(s, reinterpret_cast<char*>(data), sizeof(float), pieces));
   }
   return Status::ok_status();
 }
@@ -24,6 +25,15 @@ Status DeviceCollectives::reduce_scatter_sum(Stream& s, float* data, int64_t cou
   for (int64_t k = 0; k < rounds; ++k) {
     STRATA_RETURN_IF_ERROR(
         reduce_scatter_round(s, data, round_pieces(count, world_.size(), rounds, k)));
+  }
+  return Status::ok_status();
+}
+
+Status DeviceCollectives::all_gather(Stream& s, void* data, int64_t count, int64_t elem_bytes) {
+  const int64_t rounds = collective_rounds(count, round_elems_);
+  for (int64_t k = 0; k < rounds; ++k) {
+    STRATA_RETURN_IF_ERROR(all_gather_round(s, static_cast<char*>(data), elem_bytes,
+                                            round_pieces(count, world_.size(), rounds, k)));
   }
   return Status::ok_status();
 }
@@ -75,21 +85,22 @@ Status DeviceCollectives::reduce_scatter_round(Stream& s, float* data,
   return Status::ok_status();
 }
 
-Status DeviceCollectives::all_gather_round(Stream& s, float* data,
+Status DeviceCollectives::all_gather_round(Stream& s, char* data, int64_t elem_bytes,
                                            const std::vector<Range>& pieces) {
   const int ranks = world_.size(), me = world_.rank();
   if (ranks == 1) return Status::ok_status();
   const Range mine = pieces[static_cast<size_t>(me)];
-  const int64_t f = sizeof(float);
+  const int64_t f = elem_bytes;
   STRATA_RETURN_IF_ERROR(transport_->start_group(s));
   for (int r = 0; r < ranks; ++r) {
     const Range p = pieces[static_cast<size_t>(r)];
     if (r == me) continue;
     if (mine.end > mine.begin) {
-      STRATA_RETURN_IF_ERROR(transport_->send(data + mine.begin, (mine.end - mine.begin) * f, r));
+      STRATA_RETURN_IF_ERROR(
+          transport_->send(data + mine.begin * f, (mine.end - mine.begin) * f, r));
     }
     if (p.end > p.begin) {
-      STRATA_RETURN_IF_ERROR(transport_->recv(data + p.begin, (p.end - p.begin) * f, r));
+      STRATA_RETURN_IF_ERROR(transport_->recv(data + p.begin * f, (p.end - p.begin) * f, r));
     }
   }
   return transport_->end_group();

@@ -12,9 +12,9 @@
 // A transport gives only grouped point-to-point moves (PeerTransport): NCCL's on a GPU, MPI's on
 // the CPU devices, where CI tests this code under mpirun (tests/dist_collectives.sh,
 // tests/dist_mpi.sh). Users: the in-memory trainer's all-reduce of its whole gradient once per
-// step, and the offloaded plans' grad_reduce_scatter_device, a block's gradient reduce-scattered
-// in its device slot before it leaves the device (ScheduleSpec::device_grad_sum), a net-queue
-// task like every collective of a plan (docs/design.md §12 says why).
+// step, and the offloaded plans' collectives on device slots (ScheduleSpec::device_collectives,
+// Note [ZeRO-3 on the device] in sched/schedule_spec.h): net-queue tasks like every collective
+// of a plan (docs/design.md §12 says why).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,9 @@ class DeviceCollectives {
   // The first half of all_reduce_sum (as Communicator::reduce_scatter_sum): on return this rank's
   // shard_range(count) of data holds the sums, in rank order; the rest of data is unspecified.
   Status reduce_scatter_sum(Stream& s, float* data, int64_t count);
+  // The second half (as Communicator::all_gather): rank r's shard_range(count) of data (elements
+  // of elem_bytes bytes, device memory) copied to every rank; no scratch, nothing summed.
+  Status all_gather(Stream& s, void* data, int64_t count, int64_t elem_bytes);
   // Allocates now the device scratch a sum of `count` needs (ranks x its largest piece), so
   // that a device budget too small for it is found before training, not at the first sum.
   Status reserve(int64_t count);
@@ -50,7 +53,8 @@ class DeviceCollectives {
 
  private:
   Status reduce_scatter_round(Stream& s, float* data, const std::vector<Range>& pieces);
-  Status all_gather_round(Stream& s, float* data, const std::vector<Range>& pieces);
+  Status all_gather_round(Stream& s, char* data, int64_t elem_bytes,
+                          const std::vector<Range>& pieces);
   // parts_ at least (ranks, piece_len), grown only; s: where the old scratch may still be read.
   Status grow_parts(Stream* s, int64_t piece_len);
 

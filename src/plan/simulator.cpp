@@ -166,7 +166,9 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
         // Note [Deterministic all-reduce]: an all-reduce is a reduce-scatter, then an all-gather,
         // each sending (N-1)/N of the buffer (Note [Sharded optimizer state]: the sharded
         // gradients and params take one of the two).
-        const double halves = t.kind == TaskKind::grad_allreduce ? 2.0 : 1.0;
+        const bool all_reduce =
+            t.kind == TaskKind::grad_allreduce || t.kind == TaskKind::grad_allreduce_device;
+        const double halves = all_reduce ? 2.0 : 1.0;
         const double sent = halves * (ctx.ranks - 1) / std::max(ctx.ranks, 1) * bytes;
         s = p.net_latency_s + div_or_zero(sent, p.net_bytes_per_s);
         break;

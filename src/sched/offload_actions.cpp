@@ -168,6 +168,12 @@ TaskAction OffloadTrainer::bind_kind(const BoundPlan& bp, int32_t index) {
     case TaskKind::grad_reduce_scatter_device:
       action = &OffloadTrainer::do_grad_reduce_scatter_device;
       break;
+    case TaskKind::param_allgather_device:
+      action = &OffloadTrainer::do_param_allgather_device;
+      break;
+    case TaskKind::grad_allreduce_device:
+      action = &OffloadTrainer::do_grad_allreduce_device;
+      break;
     default:
       break;
   }
@@ -402,20 +408,46 @@ Status OffloadTrainer::do_grad_reduce_scatter(const BoundPlan& bp, const Task& t
   return Status::ok_status();
 }
 
-Status OffloadTrainer::do_grad_reduce_scatter_device(const BoundPlan& bp, const Task& t) {
-  // The same shards as do_grad_reduce_scatter, summed in device memory (Note [Collectives on
-  // device memory]): a host task, done when this returns.
+// The collectives on device memory (Note [ZeRO-3 on the device]) are host tasks of the net queue
+// whose moves and adds run on net_stream_: each is done when its action returns.
+Status OffloadTrainer::device_collective(const Task& t,
+                                         const std::function<Status(DeviceCollectives&)>& body) {
   if (!device_sum_) {
     return Status(ErrorCode::internal, "task " + t.label + " without collectives on the device");
   }
-  float* g = f32_of(bp, t, Role::grad);  // (block elems) device memory
-  for (const auto& [name, part] : optim_parts(t.block)) {
-    const PartShard sh = owned_part(part);
-    STRATA_RETURN_IF_ERROR(device_sum_->reduce_scatter_sum(*net_stream_, g + sh.part_begin,
-                                                           sh.part_end - sh.part_begin));
-  }
+  STRATA_RETURN_IF_ERROR(body(*device_sum_));
   net_stream_->synchronize();
   return Status::ok_status();
+}
+
+Status OffloadTrainer::do_grad_reduce_scatter_device(const BoundPlan& bp, const Task& t) {
+  // The same shards as do_grad_reduce_scatter.
+  float* g = f32_of(bp, t, Role::grad);  // (block elems) device memory
+  return device_collective(t, [&](DeviceCollectives& dc) {
+    for (const auto& [name, part] : optim_parts(t.block)) {
+      const PartShard sh = owned_part(part);
+      STRATA_RETURN_IF_ERROR(
+          dc.reduce_scatter_sum(*net_stream_, g + sh.part_begin, sh.part_end - sh.part_begin));
+    }
+    return Status::ok_status();
+  });
+}
+
+Status OffloadTrainer::do_param_allgather_device(const BoundPlan& bp, const Task& t) {
+  // The same shards as gather_params, on the device copy of the block.
+  const PartShard sh = owned_part(t.part);
+  const int64_t width = bf16_ ? 2 : 4;                                    // Note [Precision modes]
+  char* at = static_cast<char*>(slot_ptr(bp, slot_of(t, Role::params)));  // (block elems)
+  return device_collective(t, [&](DeviceCollectives& dc) {
+    return dc.all_gather(*net_stream_, at + sh.part_begin * width, sh.part_end - sh.part_begin,
+                         width);
+  });
+}
+
+Status OffloadTrainer::do_grad_allreduce_device(const BoundPlan& bp, const Task& t) {
+  float* g = f32_of(bp, t, Role::grad);  // (embed elems) device memory
+  return device_collective(
+      t, [&](DeviceCollectives& dc) { return dc.all_reduce_sum(*net_stream_, g, embed_elems_); });
 }
 
 Status OffloadTrainer::do_param_allgather(const BoundPlan& bp, const Task& t) {

@@ -31,11 +31,12 @@ std::vector<std::string> OffloadTrainer::describe() const {
                     " of every block's masters, moments" +
                     (grads_sharded() ? ", kept gradient" : "") +
                     " and working weights (a fetch gathers the block)");
-    // Note [Collectives on device memory]
-    lines.push_back(
-        "block gradients reduce-scattered by " +
-        (device_sum_ ? device_sum_->describe() + ", before they leave the device"
-                     : world_.describe() + ", through host memory, after they leave the device"));
+    // Note [ZeRO-3 on the device]
+    lines.push_back(device_sum_ ? "block gradients reduce-scattered and params gathered by " +
+                                      device_sum_->describe() + ": each rank moves 1/" + n +
+                                      " of a block's gradient and params between host and device"
+                                : "block gradients reduce-scattered and params gathered by " +
+                                      world_.describe() + ", in host memory");
   }
   if (store_) lines.push_back("store: " + store_description());
   return lines;

@@ -223,7 +223,10 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
   STRATA_RETURN_IF_ERROR(t->allocate_slots());
   // The collectives' scratch (at most kAllReduceChunkElems floats, 16 MiB, whatever the block),
   // now rather than at the first block, beside the plan's slots.
-  if (t->device_sum_) STRATA_RETURN_IF_ERROR(t->device_sum_->reserve(t->block_elems_));
+  if (t->device_sum_) {
+    STRATA_RETURN_IF_ERROR(
+        t->device_sum_->reserve(std::max(t->block_elems_, t->embed_elems_)));  // embed: all-reduced
+  }
   t->compute_ = dev.create_stream("compute");
   t->h2d_ = dev.create_stream("h2d");
   t->d2h_ = dev.create_stream("d2h");
@@ -327,7 +330,7 @@ Status OffloadTrainer::build(const PlanKey& key, BoundPlan& out) {
   const bool iteration = key.iteration;
   ScheduleSpec spec = offload_schedule_spec(dev_, cfg_, key.pending != Pending::none, iteration);
   spec.rank = world_.rank();
-  spec.device_grad_sum = device_sum_ != nullptr;
+  spec.device_collectives = device_sum_ != nullptr;
   spec.pending_part0 = key.pending == Pending::both;
   spec.defer_part0 = key.defer_part0;
   spec.speculative = speculative_ && iteration && !key.defer_part0;

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,8 +77,8 @@ class OffloadTrainer final : public Trainer {
   // store in io.dirs (no_space naming the directory when it cannot hold the state) and writes
   // the initial parameters and zeroed optimizer state.
   // `world` has cfg.ranks ranks (Note [Data parallel ranks] in dist/communicator.h) and must
-  // outlive the trainer. With device_transport (and several ranks) the blocks' gradients are
-  // reduce-scattered in device memory before they leave it (ScheduleSpec::device_grad_sum).
+  // outlive the trainer. With device_transport (and several ranks) the plans' collectives run in
+  // device memory (ScheduleSpec::device_collectives, Note [ZeRO-3 on the device]).
   static Result<std::unique_ptr<OffloadTrainer>> create(
       Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world(),
       std::unique_ptr<PeerTransport> device_transport = nullptr);
@@ -231,6 +232,9 @@ class OffloadTrainer final : public Trainer {
   Status do_grad_allreduce(const BoundPlan& bp, const Task& t);
   Status do_grad_reduce_scatter(const BoundPlan& bp, const Task& t);
   Status do_grad_reduce_scatter_device(const BoundPlan& bp, const Task& t);
+  Status do_param_allgather_device(const BoundPlan& bp, const Task& t);
+  Status do_grad_allreduce_device(const BoundPlan& bp, const Task& t);
+  Status device_collective(const Task& t, const std::function<Status(DeviceCollectives&)>& body);
   Status do_param_allgather(const BoundPlan& bp, const Task& t);
   Status do_param_gather(const BoundPlan& bp, const Task& t);
   Status do_norm_allreduce(const BoundPlan& bp, const Task& t);
@@ -336,7 +340,7 @@ class OffloadTrainer final : public Trainer {
   ScheduleSpec shard_spec_{};
 
   std::unique_ptr<Stream> compute_, h2d_, d2h_;
-  // device_grad_sum: the collectives on device memory, and the stream their moves and adds run
+  // device_collectives: the collectives on device memory, and the stream their moves and adds run
   // on (a net task is a host task: it waits for its stream before it returns).
   std::unique_ptr<DeviceCollectives> device_sum_;
   std::unique_ptr<Stream> net_stream_;

@@ -37,11 +37,20 @@ void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t 
          {slot_read(grad, Role::grad), slot_write(grad, Role::grad)}, s.block_grad_bytes);
 }
 
+void add_block_grad_out(PlanBuilder& b, const TaskTag& tag, int32_t grad, int32_t host,
+                        const ScheduleSpec& s) {
+  for (const StoreRange& r : grad_out_ranges(s)) {
+    b.transfer_range(TaskKind::grad_out, tag, grad, r.stage_at, host, r.stage_at, r.bytes);
+  }
+}
+
 void add_grad_done(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s, int32_t block,
                    int32_t grad_host, int64_t grad_bytes) {
   // A block's gradient only where its optimizer state is (Note [Sharded optimizer state]), unless
   // it was scattered elsewhere (block_grad_scatter); the embed group's, replicated, everywhere.
-  if (block >= 0 ? block_grad_scatter(s) == BlockGradScatter::host_whole : s.ranks > 1) {
+  const BlockGradScatter where = block_grad_scatter(s);
+  if (block >= 0 ? where == BlockGradScatter::host_whole
+                 : where != BlockGradScatter::none && where != BlockGradScatter::device) {
     b.task(block >= 0 ? TaskKind::grad_reduce_scatter : TaskKind::grad_allreduce, {.block = block},
            {slot_read(grad_host, Role::grad), slot_write(grad_host, Role::grad)}, grad_bytes);
   }
@@ -58,6 +67,11 @@ void add_grad_norm(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) 
 }
 
 void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
+  if (block_grad_scatter(s) == BlockGradScatter::device) {  // Note [ZeRO-3 on the device]
+    b.task(TaskKind::grad_allreduce_device, {},
+           {slot_read(c.embed_grad, Role::grad), slot_write(c.embed_grad, Role::grad)},
+           s.embed_param_bytes);
+  }
   b.transfer(TaskKind::grad_out, {}, c.embed_grad, c.embed_grad_host, s.embed_param_bytes);
   add_grad_done(b, c, s, -1, c.embed_grad_host, s.embed_param_bytes);
 }
@@ -119,7 +133,7 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
   if (x.needs_norm) uses.push_back(slot_read(c.clip, Role::clip));
   b.task(TaskKind::block_step, tag, std::move(uses), O);
   if (state != x.state_store) b.transfer(TaskKind::optim_write, tag, state, dest, O);
-  if (s.ranks > 1 && x.gather) {  // Note [Sharded working params]
+  if (params_gather(s) == ParamsGather::host && x.gather) {  // Note [Sharded working params]
     b.task(TaskKind::param_allgather, tag,
            {slot_read(x.params_out, Role::params), slot_write(x.params_out, Role::params)}, P);
   }
@@ -143,10 +157,25 @@ void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32
     b.transfer_range(TaskKind::params_read, {.block = block, .part = part}, store, r.store_at,
                      stage, r.stage_at, r.bytes);
   }
-  if (s.ranks <= 1) return;
+  if (params_gather(s) != ParamsGather::host) return;  // Note [ZeRO-3 on the device]
   for (int32_t q : block_param_parts(s, part)) {
     b.task(TaskKind::param_allgather, {.block = block, .part = q},
            {slot_read(stage, Role::params), slot_write(stage, Role::params)},
+           part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, q));
+  }
+}
+
+void add_params_fetch(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t src,
+                      int32_t store, int32_t dst) {
+  const TaskTag tag{.block = block};
+  for (const StoreRange& r : params_fetch_ranges(s)) {
+    b.transfer_range(TaskKind::params_fetch, tag, src, src == store ? r.store_at : r.stage_at, dst,
+                     r.stage_at, r.bytes);
+  }
+  if (params_gather(s) != ParamsGather::device) return;
+  for (int32_t q : block_param_parts(s)) {
+    b.task(TaskKind::param_allgather_device, {.block = block, .part = q},
+           {slot_read(dst, Role::params), slot_write(dst, Role::params)},
            part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, q));
   }
 }

@@ -32,8 +32,12 @@ void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpe
 
 // Where block_grad_scatter says device: a block's gradient in device slot `grad`, reduce-scattered
 // there before it leaves the device (grad_reduce_scatter_device, on the net queue); else nothing.
+// What then leaves is grad_out_ranges (Note [ZeRO-3 on the device]): add_block_grad_out.
 void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t grad,
                                     const ScheduleSpec& s);
+// A block's gradient from device slot `grad` into host slot `host`, in grad_out_ranges.
+void add_block_grad_out(PlanBuilder& b, const TaskTag& tag, int32_t grad, int32_t host,
+                        const ScheduleSpec& s);
 
 // One block's host gradient (block -1: the embed group), as soon as it is complete on host: with
 // several ranks summed over them in place (a block's reduce-scattered to the owners of its
@@ -92,6 +96,12 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
 // ranks) one param_gather (Note [Sharded working params]).
 void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
                      int32_t store, int32_t stage);
+// Block `block`'s working params from host slot `src` (a stage in the block's layout, or its
+// host store `store` itself) to device slot `dst`: the whole block, or where they are gathered on
+// the device this rank's ranges and then, part by part, every rank's shard (Note [ZeRO-3 on the
+// device] in schedule_spec.h).
+void add_params_fetch(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t src,
+                      int32_t store, int32_t dst);
 // Bytes of a block's params store (Note [Sharded working params]).
 int64_t params_store_bytes(const ScheduleSpec& s);
 

@@ -65,9 +65,9 @@ class HorizontalPlan {
     grad_buf_ = add_ring(b_, names::kGradBuf, Tier::device, G).slots;
     grad_stage_ = add_ring(b_, names::kGradStage, Tier::host, G).slots;
     bwd_in_ = add_ring(b_, names::kBwdInBuf, Tier::device, C).slots;
-    // A fetch gathers a sharded block there (Note [Sharded working params]).
+    // A fetch gathers a sharded block there (Note [Sharded working params]), unless on the device.
     params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P,
-                             tiers_.params_on_storage || params_sharded(s_));
+                             tiers_.params_on_storage || params_gather(s_) == ParamsGather::host);
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     // One ring for both directions: a checkpoint is read back only after every write.
     ckpt_stage_ = add_ring(b_, names::kCkptStage, Tier::host, C, tiers_.checkpoints_on_storage);
@@ -79,17 +79,17 @@ class HorizontalPlan {
         add_ring(b_, names::kGradRstage, Tier::host, kept_grad_bytes(s_), tiers_.grads_on_storage);
   }
 
-  // The store (storage, or host memory) -> a host stage (on storage, or with several ranks: each
-  // rank's shard gathered, Note [Sharded working params]) -> device double buffer; returns the
-  // device slot.
+  // The store (storage, or host memory) -> a host stage (on storage, or each rank's shard
+  // gathered on the host, Note [Sharded working params]) -> device double buffer, where it may be
+  // gathered instead (Note [ZeRO-3 on the device]); returns the device slot.
   int32_t fetch_params(int l) {
     const int k = fetch_count_++ % 2;
     int32_t src = params_store_[l];
-    if (tiers_.params[l] == Tier::storage || params_sharded(s_)) {
+    if (params_fetch_staged(s_, tiers_.params[l])) {
       src = params_stage_.take();
       add_params_read(b_, s_, l, -1, params_store_[l], src);
     }
-    b_.transfer(TaskKind::params_fetch, {.block = l}, src, params_buf_[k], s_.block_param_bytes);
+    add_params_fetch(b_, s_, l, src, params_store_[l], params_buf_[k]);
     return params_buf_[k];
   }
 
@@ -152,7 +152,7 @@ class HorizontalPlan {
       // A reduce-scatter on the device copy (block_grad_scatter) comes after the prefetch's
       // gather on the net queue for the same reason.
       add_device_grad_reduce_scatter(b_, tag, grad_buf_[j], s_);
-      b_.transfer(TaskKind::grad_out, tag, grad_buf_[j], grad_stage_[j], s_.block_grad_bytes);
+      add_block_grad_out(b_, tag, grad_buf_[j], grad_stage_[j], s_);
       sum_grad();
       out_grad_ = {l, m, grad_stage_[j]};
     }

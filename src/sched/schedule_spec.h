@@ -112,11 +112,11 @@ struct ScheduleSpec {
   // gradient is reduce-scattered as it reaches the host, and only the rank's shard is summed
   // and kept (ZeRO-Infinity's way).
   bool shard_grads = false;
-  // Several ranks whose trainer sums on the device (Note [Collectives on device memory] in
-  // dist/device_collectives.h): a block's gradient is reduce-scattered in device memory
-  // (grad_reduce_scatter_device) before it leaves the device, not on the host after; the same
-  // bits reach the host (its shards; the rest of a host copy is unspecified either way).
-  bool device_grad_sum = false;
+  // Several ranks whose trainer runs the collectives in device memory (Note [Collectives on
+  // device memory] in dist/device_collectives.h): the blocks' gradients are reduce-scattered and
+  // their params gathered there, and only this rank's shards cross between host and device
+  // (Note [ZeRO-3 on the device]).
+  bool device_collectives = false;
   int64_t block_param_bytes = 0;  // working params per block (bf16, or f32 in exactness mode)
   int64_t block_grad_bytes = 0;   // f32 gradient accumulator per block
   int64_t block_optim_bytes = 0;  // master + m + v per block
@@ -193,14 +193,16 @@ int64_t kept_grad_bytes(const ScheduleSpec& s);
 // Where a block's gradient is summed over the ranks (Note [Sharded optimizer state]), the one
 // rule both schedules' plans follow: nowhere (one rank); on the host, once when it is complete
 // there (vertical), or per micro-batch as it comes (horizontal: shard_grads); or in its device
-// slot before each copy out (device_grad_sum; Note [Collectives on device memory] in
-// dist/device_collectives.h). The embed group's is all-reduced on the host with several ranks.
+// slot before each copy out (device_collectives; Note [ZeRO-3 on the device]). The embed group's
+// is all-reduced with several ranks: in its device slot where the blocks' are scattered there,
+// else on the host.
 enum class BlockGradScatter : uint8_t { none, host_whole, host_per_micro_batch, device };
 inline BlockGradScatter block_grad_scatter(const ScheduleSpec& s) {
   if (s.ranks <= 1) return BlockGradScatter::none;
-  if (s.device_grad_sum) return BlockGradScatter::device;
+  if (s.device_collectives) return BlockGradScatter::device;
   return s.shard_grads ? BlockGradScatter::host_per_micro_batch : BlockGradScatter::host_whole;
 }
+
 // Note [Sharded kept gradient]
 // The vertical schedule moves a block's gradient off the device whole, once per step, into a
 // host slot where it is reduce-scattered (Note [Sharded optimizer state]), summed and part 0
@@ -262,6 +264,47 @@ inline bool params_sharded(const ScheduleSpec& s) {
 // The parts whose shards part `part` of a block's params is gathered by (Note [Optimizer split]):
 // the part itself; for the whole block (-1) 0 and 1 with a split, else the whole block.
 std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part = -1);
+
+// Note [ZeRO-3 on the device]
+// Where the collectives run in device memory (ScheduleSpec::device_collectives) with N > 1
+// ranks, a block's state crosses between host and device as this rank's shards only, as in
+// ZeRO-3:
+//  - its gradient is reduce-scattered in its device slot (grad_reduce_scatter_device) and only
+//    this rank's ranges of it leave the device (grad_out_ranges), each into its place in the
+//    host slot; the rest of that slot is not written and nothing reads it (the sums of squares,
+//    the steps and the kept gradient read this rank's shards: Note [Sharded kept gradient]);
+//  - its working params reach the device as this rank's ranges (params_fetch_ranges: from a
+//    host stage in the block's layout, or straight from a host store of packed ranges), and one
+//    param_allgather_device per optimizer part brings the other ranks' shards into the device
+//    slot; the host gathers nothing (params_gather);
+//  - the embed group's gradient is all-reduced in its device slot (grad_allreduce_device) before
+//    it leaves the device.
+// A rank so moves 1/N of each block's gradient and params over PCIe (plus at most two I/O units
+// per part: the ranges are a store's, Note [Shard ranges in a store], whose extra elements the
+// gather overwrites and no step reads), and its cores do no collective work but the norm's. The
+// bits are the host path's: the same rank-order sums, and gathers copy.
+//
+// Where a block's working params are gathered from the ranks' shards (Note [Sharded working
+// params]): nowhere (one rank), on the host into a stage before the copy to the device, or on
+// the device after this rank's ranges are copied there.
+enum class ParamsGather : uint8_t { none, host, device };
+inline ParamsGather params_gather(const ScheduleSpec& s) {
+  if (s.ranks <= 1) return ParamsGather::none;
+  return s.device_collectives ? ParamsGather::device : ParamsGather::host;
+}
+// Whether a fetch of a block's params whose store is on `store_tier` goes through a host stage:
+// from storage, or gathered on the host; else it copies from the store itself.
+inline bool params_fetch_staged(const ScheduleSpec& s, Tier store_tier) {
+  return store_tier == Tier::storage || params_gather(s) == ParamsGather::host;
+}
+// The ranges a block's gradient leaves the device in (at the same offset on both sides): the
+// whole gradient, or where the collectives run on the device this rank's (Note [ZeRO-3 on the
+// device]).
+std::vector<StoreRange> grad_out_ranges(const ScheduleSpec& s);
+// The ranges a fetch copies of a block's params: the whole block, or where they are gathered on
+// the device this rank's (stage_at: in the block's layout, on the device and in a stage;
+// store_at: in its host store). Note [ZeRO-3 on the device].
+std::vector<StoreRange> params_fetch_ranges(const ScheduleSpec& s);
 
 // Note [Optimizer stage size]
 // An optimizer stage (the ring a step's state passes through when it lives on storage, and the

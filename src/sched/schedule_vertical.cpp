@@ -157,9 +157,9 @@ class VerticalPlan {
     act_buf_ = add_ring(b_, names::kActBuf, Tier::device, C).slots;
     bwd_in_ = add_ring(b_, names::kBwdInBuf, Tier::device, C).slots;
     grad_acc_ = add_ring(b_, names::kGradAccBuf, Tier::device, s_.block_grad_bytes).slots;
-    // A fetch gathers a sharded block there (Note [Sharded working params]).
+    // A fetch gathers a sharded block there (Note [Sharded working params]), unless on the device.
     params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P,
-                             tiers_.params_on_storage || params_sharded(s_));
+                             tiers_.params_on_storage || params_gather(s_) == ParamsGather::host);
     params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
     ckpt_wstage_ = add_ring(b_, names::kCkptWstage, Tier::host, C, tiers_.checkpoints_on_storage);
     ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
@@ -196,8 +196,9 @@ class VerticalPlan {
   // On storage, the new params land in the fetch's stage and only the range no pending step
   // writes (part 0's, when it ran in backward) is read from storage. In host memory the steps
   // write the store, and with several ranks the fetch gathers the block from every rank's store
-  // into its stage (Note [Sharded working params]). Returns the host slot the device copy reads
-  // from.
+  // into its stage (Note [Sharded working params]), or copies this rank's ranges from the store
+  // to be gathered on the device (Note [ZeRO-3 on the device]). Returns the host slot the device
+  // copy reads from.
   int32_t pending_step(int l, bool fetch) {
     const int k = fetch_count_++ % 2;
     const bool on_storage = tiers_.params[l] == Tier::storage;
@@ -217,7 +218,7 @@ class VerticalPlan {
     }
     if (!fetch) return -1;
     if (on_storage && pending) return stage;
-    if (on_storage || params_sharded(s_)) {
+    if (params_fetch_staged(s_, tiers_.params[l])) {
       add_params_read(b_, s_, l, -1, params_store_[l], stage);
       return stage;
     }
@@ -237,8 +238,7 @@ class VerticalPlan {
   }
   void emit_queued_fetch() {
     if (queued_.block < 0) return;
-    b_.transfer(TaskKind::params_fetch, {.block = queued_.block}, queued_.src, queued_.dst,
-                s_.block_param_bytes);
+    add_params_fetch(b_, s_, queued_.block, queued_.src, params_store_[queued_.block], queued_.dst);
     queued_ = {};
   }
 
@@ -331,7 +331,7 @@ class VerticalPlan {
     const bool grad_on_storage = b_.tier(grad_store_[l]) == Tier::storage;
     const int32_t grad = grad_on_storage ? grad_wstage_.take() : grad_store_[l];
     add_device_grad_reduce_scatter(b_, {.block = l}, grad_acc_[l % 2], s_);
-    b_.transfer(TaskKind::grad_out, {.block = l}, grad_acc_[l % 2], grad, s_.block_grad_bytes);
+    add_block_grad_out(b_, {.block = l}, grad_acc_[l % 2], grad, s_);
     add_grad_done(b_, c_, s_, l, grad, s_.block_grad_bytes);
     if (early_part0_) {
       const bool on_storage = tiers_.params[l] == Tier::storage;

@@ -181,8 +181,24 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      {rw(Role::grad)},
      1,
      true},
+    {"param_allgather_device",
+     "allgather.dev",
+     true,
+     Resource::net,
+     StateKind::none,
+     {rw(Role::params)},
+     1,
+     true},
+    {"grad_allreduce_device",
+     "allreduce.dev",
+     true,
+     Resource::net,
+     StateKind::none,
+     {rw(Role::grad)},
+     1,
+     true},
 }};
-static_assert(static_cast<int>(TaskKind::grad_reduce_scatter_device) + 1 == kTaskKindCount);
+static_assert(static_cast<int>(TaskKind::grad_allreduce_device) + 1 == kTaskKindCount);
 
 const KindInfo& info(TaskKind k) {
   return kKinds[static_cast<size_t>(k)];

@@ -70,11 +70,16 @@ enum class TaskKind : uint8_t {
                     // rank's shard in its host store (src, Note [Sharded working params]) into
                     // a host stage (dst), every rank's shard gathered; sends (N-1)/N of `bytes`
   // {grad read+write}: grad_reduce_scatter on the device's copy of a block's gradient, before it
-  // leaves the device (ScheduleSpec::device_grad_sum; Note [Collectives on device memory] in
+  // leaves the device (ScheduleSpec::device_collectives; Note [Collectives on device memory] in
   // dist/device_collectives.h); a net task that reaches device memory
   grad_reduce_scatter_device,
+  // Note [ZeRO-3 on the device] (schedule_spec.h), both net tasks on device slots:
+  param_allgather_device,  // {params read+write}: param_allgather on a block's device copy, whose
+                           // part `part` holds this rank's ranges; sends (N-1)/N of `bytes`
+  grad_allreduce_device,   // {grad read+write}: the embed group's gradient, all-reduced in its
+                           // device slot before it leaves the device
 };
-inline constexpr int kTaskKindCount = 34;
+inline constexpr int kTaskKindCount = 36;
 const char* task_kind_name(TaskKind k);  // "params_fetch", ...
 
 // What a slot is to the task that uses it.
@@ -126,14 +131,14 @@ Status check_task_signatures(const Plan& plan);
 // On a discrete device (cpu-discrete, a GPU: shares_host_memory false) the device's ops reach
 // only device memory and the host's code only host memory, so every slot a task uses must live
 // where its resource reaches: compute tasks use device slots (but for the losses the head copies
-// out), the CPU optimizer and the net queue host slots (but grad_reduce_scatter_device, a
-// collective on device memory: device slots), and each transfer moves between the two tiers its
-// queue connects (h2d: host -> device, d2h: device -> host, storage_read: storage -> host,
-// storage_write: host -> storage). A plan for such a device proves with this that no action
-// hands host memory to a kernel or has the host touch device memory, the failure a GPU shows
-// as a fault and the CPU device hides. (On the CPU device compute may read host slots in place:
-// ScheduleSpec::compute_reads_host.)
-// OK, or invalid_argument naming the first task and slot in the wrong tier.
+// out), the CPU optimizer and the net queue host slots (but the collectives on device memory,
+// grad_reduce_scatter_device, param_allgather_device and grad_allreduce_device: device slots), and
+// each transfer moves between the two tiers its queue connects (h2d: host -> device, d2h: device ->
+// host, storage_read: storage -> host, storage_write: host -> storage). A plan for such a device
+// proves with this that no action hands host memory to a kernel or has the host touch device
+// memory, the failure a GPU shows as a fault and the CPU device hides. (On the CPU device compute
+// may read host slots in place: ScheduleSpec::compute_reads_host.) OK, or invalid_argument naming
+// the first task and slot in the wrong tier.
 Status check_task_tiers(const Plan& plan);
 
 }  // namespace strata

@@ -58,8 +58,47 @@ bool fail(const Communicator& world, const std::string& what) {
   return false;
 }
 
+// The device all-gather of `count` elements of `width` bytes (f32, or bf16's two) against the
+// host's and against every rank's shard of its own values: rank r's values are values_of(r)'s
+// bytes, so its shard is known to every rank.
+bool check_all_gather(Communicator& world, Device& dev, Stream& stream, DeviceCollectives& coll,
+                      int64_t count, int64_t width, const std::string& name) {
+  const auto bytes_of = [count, width](int rank) {
+    const std::vector<float> v = values_of(rank, (count * width + 3) / 4);
+    std::vector<char> b(static_cast<size_t>(count * width));
+    if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  std::vector<char> expected(static_cast<size_t>(count * width));
+  for (int r = 0; r < world.size(); ++r) {
+    const Range sh = shard_range(count, world.size(), r);
+    const std::vector<char> theirs = bytes_of(r);
+    std::memcpy(expected.data() + sh.begin * width, theirs.data() + sh.begin * width,
+                static_cast<size_t>((sh.end - sh.begin) * width));
+  }
+  const std::vector<char> mine = bytes_of(world.rank());
+  std::vector<char> host = mine;
+  Status st = world.all_gather(host.data(), count, width);
+  if (!st.ok()) return fail(world, name + ": host all-gather: " + st.to_string());
+  auto buf = dev.alloc(std::max<int64_t>(count * width, 1));
+  if (!buf.ok()) return fail(world, name + ": " + buf.status().to_string());
+  dev.copy(stream, buf->data(), mine.data(), count * width);
+  st = coll.all_gather(stream, buf->data(), count, width);
+  if (!st.ok()) return fail(world, name + ": device all-gather: " + st.to_string());
+  std::vector<char> device(static_cast<size_t>(count * width));
+  dev.copy(stream, device.data(), buf->data(), count * width);
+  stream.synchronize();
+  for (const auto& [label, got] : {std::pair{"device", &device}, std::pair{"host", &host}}) {
+    if (*got != expected) {
+      return fail(world, name + ": the " + label + " all-gather of " + std::to_string(width) +
+                             "-byte elements differs from every rank's shard");
+    }
+  }
+  return true;
+}
+
 // One device, one round size: every count's device sum (and reduce-scatter, over this rank's
-// shard) against the host's and the expected.
+// shard) against the host's and the expected, and its all-gathers.
 bool check_device(Communicator& world, bool discrete, int64_t round_elems) {
   CpuDeviceOptions o;
   o.discrete = discrete;
@@ -114,6 +153,9 @@ bool check_device(Communicator& world, bool discrete, int64_t round_elems) {
         return fail(world, name + text);
       }
     }
+    for (int64_t width : {4, 2}) {
+      if (!check_all_gather(world, *dev, *stream, sum, count, width, name)) return false;
+    }
   }
   return true;
 }
@@ -161,8 +203,8 @@ int run() {
   if (world.rank() == 0) {
     std::printf(
         "collectives_check: %d ranks, device sums and reduce-scatters equal the host's and the "
-        "rank-order "
-        "sum bit for bit (cpu, cpu-discrete; rounds of 4Mi, 7, 1000 elements)\n",
+        "rank-order sum bit for bit, and device all-gathers (4- and 2-byte elements) the host's "
+        "and every rank's shard (cpu, cpu-discrete; rounds of 4Mi, 7, 1000 elements)\n",
         world.size());
   }
   return 0;
