@@ -118,6 +118,9 @@ ScheduleSpec planner_spec(const TrainConfig& cfg, const HardwareProfile& p) {
   s.embed_param_bytes = E * p.param_bytes;  // the embed group keeps the device's width
   s.embed_optim_bytes = E * p.optim_bytes;
   s.checkpoint_bytes = BT * C * p.act_bytes;
+  // The collectives where the trainer would run them (Note [ZeRO-3 on the device]): a profile of
+  // the CPU backend shares its cores (cmd_profile), any other is a GPU's.
+  s.device_collectives = s.ranks > 1 && wants_device_collectives(cfg, !p.shared_cores);
   if (p.flash_attention) {
     // One block's saved activations are ~17 C values per token without the T x T scores
     // (Korthikanti et al. 2022, "Reducing activation recomputation", §4.1: 34 s b h bytes at

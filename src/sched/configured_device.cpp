@@ -53,19 +53,27 @@ Result<std::unique_ptr<PeerTransport>> sum_on_host(bool asked, const std::string
 
 }  // namespace
 
+bool wants_device_collectives(const TrainConfig& cfg, bool gpu) {
+  switch (cfg.collectives) {
+    case CollectivesPlace::device:
+      return true;
+    case CollectivesPlace::host:
+      return false;
+    case CollectivesPlace::automatic:
+      // Offloaded on the CPU devices: the host. There device memory is host memory, so nothing
+      // is saved, while a block's gradient holds its device slot until every rank has scattered
+      // its own (the backward that reuses the slot may wait); bench/collectives.sh measured no
+      // gain (docs/design.md §12).
+      return gpu || !is_offloaded(cfg.schedule);
+  }
+  return false;
+}
+
 Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
                                                                    Device& dev,
                                                                    Communicator& world) {
   const bool asked = cfg.collectives == CollectivesPlace::device;
-  if (world.size() == 1 || cfg.collectives == CollectivesPlace::host) {
-    return std::unique_ptr<PeerTransport>();
-  }
-  // auto on the CPU devices, offloaded: the host. There device memory is host memory, so nothing
-  // is saved, while a block's gradient holds its device slot until every rank has scattered its
-  // own (the backward that reuses the slot may wait); bench/collectives.sh measured no gain
-  // (vertical on cpu-discrete: 0.964x and 1.020x the tokens/s in two quiet runs, within noise),
-  // and the host path is the one the planner models.
-  if (!asked && cfg.device != DeviceKind::cuda && is_offloaded(cfg.schedule)) {
+  if (world.size() == 1 || !wants_device_collectives(cfg, cfg.device == DeviceKind::cuda)) {
     return std::unique_ptr<PeerTransport>();
   }
   // Every rank must choose alike, since a transport is made by all ranks together: they agree on

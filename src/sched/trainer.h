@@ -166,11 +166,17 @@ Status check_matmul_precision(const Device& dev, const TrainConfig& cfg);
 Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg,
                                                          int local_rank = 0);
 
+// Whether cfg.collectives asks for the collectives in device memory on a GPU (`gpu`) or a CPU
+// device, before what the build and the machine allow: "device"; "auto" on a GPU, or for the
+// in-memory schedule (on a CPU device the offloaded schedules gain nothing there, measured).
+// The planner asks it too, for the run it predicts.
+bool wants_device_collectives(const TrainConfig& cfg, bool gpu);
+
 // What moves the ranks' gradients between their device memories (Note [Collectives on device
 // memory] in dist/device_collectives.h), for create_trainer: NCCL on CUDA, MPI on the CPU
-// devices; null where the sum is taken on the host: one rank, collectives "host", or "auto" with
-// an offloaded schedule on a CPU device (no gain there, measured) or where some rank cannot
-// (built without NCCL, fewer GPUs than ranks on a machine; logged with the reason). Every rank
+// devices; null where the sum is taken on the host: one rank, where wants_device_collectives
+// says no, or where some rank cannot (built without NCCL, fewer GPUs than ranks on a machine;
+// logged with the reason). Every rank
 // takes the same choice (they agree on it), and every rank calls this at the same point.
 // invalid_argument naming `collectives` when "device" is asked for and cannot be had.
 Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
