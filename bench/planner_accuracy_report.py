@@ -251,9 +251,10 @@ def main():
 SWEEP = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
-def sweep(binary, model, profile, max_mb, ranks=1):
+def sweep(binary, model, profile, max_mb, ranks=1, collectives="auto"):
     cmd = [binary, "plan", "--model", model, "--profile", profile, "--json",
            "--sweep", ",".join(map(str, SWEEP)), "--set", "optim.grad_clip=0",
+           "--set", f"collectives={collectives}",
            "--max-micro-batch", str(max_mb), "--ranks", str(ranks)]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, check=True, text=True).stdout
     rows = json.loads(out)["rows"]
@@ -314,13 +315,16 @@ def ratio_main(argv):
     # Data-parallel ranks (docs/design.md §12; sequences are per rank, tokens/s the whole run's),
     # against GreedySnake's 4-GPU figure: 1.93x for GPT-65B on 4 A100s.
     ap.add_argument("--ranks", type=int, default=1)
+    # Where the ranks' collectives run (config `collectives`; Note [ZeRO-3 on the device]): auto
+    # is device memory on a GPU profile, as the trainer does; host is MPI through host memory.
+    ap.add_argument("--collectives", choices=("auto", "host", "device"), default="auto")
     a = ap.parse_args(argv)
     published = {"gpt-65b": 1.96, "gpt-175b": 2.53} if a.ranks == 1 else {"gpt-65b": 1.93}
     out = {}
     for model, pub in published.items():
         series = {}
         for max_mb, tag in ((1, "B=1"), (64, "B free")):
-            s = sweep(a.bin, model, a.profile, max_mb, a.ranks)
+            s = sweep(a.bin, model, a.profile, max_mb, a.ranks, a.collectives)
             for sched in ("horizontal", "vertical"):
                 series[f"{sched} {tag}"] = s[sched]
             sat = {k: max(p["tokens_per_s"] for _, p in s[k]) for k in s}
@@ -334,8 +338,11 @@ def ratio_main(argv):
         if a.ranks == 1:
             name, title = f"planner_{model.replace('-', '_')}_a100.svg", "one A100-80GB, 4 NVMe"
         else:
-            name = f"planner_{model.replace('-', '_')}_a100_{a.ranks}ranks.svg"
+            suffix = "" if a.collectives == "auto" else f"_{a.collectives}_collectives"
+            name = f"planner_{model.replace('-', '_')}_a100_{a.ranks}ranks{suffix}.svg"
             title = f"{a.ranks} ranks of {os.path.basename(a.profile).removesuffix('.json')}"
+            if suffix:
+                title += f", collectives on {a.collectives}"
         svg_plot(os.path.join(a.docs, name), f"{model}, {title} (simulated)", series, 2048)
     print(json.dumps(out))
 

@@ -180,11 +180,12 @@ struct TrainConfig {
   // Where a data-parallel run's ranks sum their gradients (Note [Collectives on device memory] in
   // dist/device_collectives.h): "host" (over MPI on host memory: the in-memory schedule copies
   // its gradient out and back in, the offloaded ones reduce-scatter a block's after it left the
-  // device), "device" (in device memory: NCCL on a GPU, MPI on the CPU devices; the offloaded
-  // schedules reduce-scatter a block's gradient before it leaves) or "auto" (default): on the
+  // device and gather its params before it goes), "device" (in device memory: NCCL on a GPU, MPI
+  // on the CPU devices; the offloaded schedules move only each rank's shards between host and
+  // device, Note [ZeRO-3 on the device] in sched/schedule_spec.h) or "auto" (default): on the
   // device where the build and the machine allow (NCCL built, a GPU per rank), but for the
-  // offloaded schedules on the CPU devices (no gain there), else on the host. The bits are the
-  // same either way. The embed group's gradient is summed on the host.
+  // offloaded schedules on the CPU devices (no gain there), else on the host
+  // (wants_device_collectives in sched/trainer.h). The bits are the same either way.
   CollectivesPlace collectives = CollectivesPlace::automatic;
   // The ranks of a data-parallel run (Note [Data parallel ranks] in dist/communicator.h): set by
   // `strata train` from its launcher (mpirun -np N), never read from or written to a config file.

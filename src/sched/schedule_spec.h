@@ -255,6 +255,8 @@ inline int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
 //  - either way the stage is then copied to the device: the block's weights are gathered once
 //    per pass, for all its micro-batches (vertical), or once per use (horizontal, as
 //    ZeRO-Infinity does). The collectives run on the net queue, overlapping like any transfer.
+//    With the collectives in device memory the gathers run there instead, after only this
+//    rank's ranges are copied over (Note [ZeRO-3 on the device]).
 // Outside plans (initial state, a resume, evaluation, read_params) the same ranges are written,
 // and a read gathers the same way, so those are collectives that every rank runs together. The
 // embed group's params stay whole on every rank's device (small, and used by every micro-batch).
