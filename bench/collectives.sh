@@ -15,10 +15,13 @@
 #     steps 5..14 of rank 0's iter_s, tokens/s and grad_sum_s (the step's seconds in the sum,
 #     waiting for the other rank included, which on these 2 cores is most of it), then medians
 #     over the repeats; and whether every run ends with the same loss, bit for bit (it must).
-#  3. The vertical schedule (the same model, on cpu-discrete, state on storage): each block's
-#     gradient reduce-scattered before it leaves the device or after; tokens/s and the net
-#     queue's busy seconds per step (sum_s; the gathers of working params included, waits for
-#     the other rank too), and the same final loss both ways.
+#  3. The offloaded schedules (the same model, on cpu-discrete): vertical with the state on
+#     storage, horizontal with it in host memory (as ZeRO-Infinity keeps it). With "device" the
+#     collectives run in device memory and only each rank's shards cross between host and
+#     device (Note [ZeRO-3 on the device] in src/sched/schedule_spec.h); with "host" whole
+#     blocks cross and the host sums and gathers. Tokens/s, the net queue's busy seconds per step
+#     (sum_s; waits for the other rank included), the h2d and d2h bytes per step, and the same
+#     final loss both ways.
 # Last line: JSON.   usage: bench/collectives.sh [DIR] [REPEATS=5]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,10 +41,14 @@ args=(train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=4
       --set model.context_length=128 --set train.seq_len=128 --set train.batch_size=4
       --set train.grad_accum=2 --set train.steps=14 --set train.schedule=in_memory --quiet)
 kinds=(host-cpu device-cpu host-cpu-discrete device-cpu-discrete)
-# The vertical schedule on cpu-discrete, state on storage (each rank's own directory): each
-# block's gradient reduce-scattered after it left the device (host) or before (device).
-vertical=(--set train.schedule=vertical --set device=cpu-discrete --set offload.params_on_host=0
-          --set offload.optim_on_host=0 --set offload.grads_on_host=0)
+# The offloaded schedules on cpu-discrete: vertical with its state on storage (each rank's own
+# directory), horizontal with it in host memory.
+declare -A offloaded=(
+  [vertical]="--set train.schedule=vertical --set device=cpu-discrete --set offload.params_on_host=0
+              --set offload.optim_on_host=0 --set offload.grads_on_host=0"
+  [horizontal]="--set train.schedule=horizontal --set device=cpu-discrete
+                --set offload.params_on_host=1 --set offload.optim_on_host=1
+                --set offload.grads_on_host=1 --set offload.checkpoints_on_host=1")
 for ((i = 0; i < repeats; i++)); do
   for kind in "${kinds[@]}"; do
     place=${kind%%-*} device=${kind#*-}
@@ -49,12 +56,15 @@ for ((i = 0; i < repeats; i++)); do
       --set "device=$device" --set "collectives=$place" \
       --metrics "$dir/$kind.$i.jsonl" 2>"$dir/$kind.$i.log"
   done
-  for place in host device; do
-    mkdir -p "$dir/store0" "$dir/store1"
-    "${mpi[@]}" -np 2 "$STRATA_BIN" "${args[@]}" "${vertical[@]}" --set "collectives=$place" \
-      --set "io.dirs=[\"$dir/store{rank}\"]" \
-      --metrics "$dir/$place-vertical.$i.jsonl" 2>"$dir/$place-vertical.$i.log"
-    rm -rf "$dir/store0" "$dir/store1"
+  for sched in vertical horizontal; do
+    read -ra sched_args <<<"${offloaded[$sched]}"
+    for place in host device; do
+      mkdir -p "$dir/store0" "$dir/store1"
+      "${mpi[@]}" -np 2 "$STRATA_BIN" "${args[@]}" "${sched_args[@]}" --set "collectives=$place" \
+        --set "io.dirs=[\"$dir/store{rank}\"]" \
+        --metrics "$dir/$place-$sched.$i.jsonl" 2>"$dir/$place-$sched.$i.log"
+      rm -rf "$dir/store0" "$dir/store1"
+    done
   done
 done
 
@@ -67,7 +77,7 @@ for device in ("cpu", "cpu-discrete"):
     res["sum_alone_" + device] = json.loads(open(f"{d}/sum-{device}.json").read())["sizes"]
 
 def runs(kind, sum_key):
-    iters, tps, sums, losses = [], [], [], set()
+    iters, tps, sums, losses, link = [], [], [], set(), {}
     for i in range(repeats):
         rows = [json.loads(l) for l in open(f"{d}/{kind}.{i}.jsonl")]
         steady = rows[4:]
@@ -75,29 +85,39 @@ def runs(kind, sum_key):
         tps.append(med(r["tokens_per_s"] for r in steady))
         sums.append(med(sum_key(r) for r in steady))
         losses.add(repr(rows[-1]["loss"]))
+        for k in ("h2d_bytes", "d2h_bytes"):  # the offloaded schedules' (their plans say)
+            if k in rows[-1]:
+                link[k] = rows[-1][k]
     return {"iter_s": round(med(iters), 4), "tokens_per_s": round(med(tps), 1),
             "sum_s": round(med(sums), 5), "sum_s_runs": [round(x, 5) for x in sums],
-            "final_loss": sorted(losses)}
+            "final_loss": sorted(losses), **link}
 
 for kind in kinds:  # sum_s: grad_sum_s, the in-memory step's seconds summing
     res[kind] = runs(kind, lambda r: r["grad_sum_s"])
-for kind in ("host-vertical", "device-vertical"):  # sum_s: the net queue's busy seconds
+offloaded = [p + "-" + s for s in ("vertical", "horizontal") for p in ("host", "device")]
+for kind in offloaded:  # sum_s: the net queue's busy seconds
     res[kind] = runs(kind, lambda r: r["busy_s"]["net"])
-for device in ("cpu", "cpu-discrete", "vertical"):
-    h = res["host-" + device]
-    v = res["device-" + device]
-    res[device + "_sum_s_device_over_host"] = round(v["sum_s"] / h["sum_s"], 3)
-    res[device + "_tokens_per_s_device_over_host"] = round(v["tokens_per_s"] / h["tokens_per_s"], 3)
+for case in ("cpu", "cpu-discrete", "vertical", "horizontal"):
+    h = res["host-" + case]
+    v = res["device-" + case]
+    res[case + "_sum_s_device_over_host"] = round(v["sum_s"] / h["sum_s"], 3)
+    res[case + "_tokens_per_s_device_over_host"] = round(v["tokens_per_s"] / h["tokens_per_s"], 3)
+    for k in ("h2d_bytes", "d2h_bytes"):
+        if k in h:
+            res[f"{case}_{k}_device_over_host"] = round(v[k] / h[k], 3)
 in_memory_losses = set().union(*(res[k]["final_loss"] for k in kinds))
-vertical_losses = set(res["host-vertical"]["final_loss"]) | set(res["device-vertical"]["final_loss"])
-res["same_final_loss_everywhere"] = len(in_memory_losses) == 1 and len(vertical_losses) == 1
+same = [len(in_memory_losses) == 1]
+for sched in ("vertical", "horizontal"):
+    same.append(len(set(res["host-" + sched]["final_loss"]) | set(res["device-" + sched]["final_loss"])) == 1)
+res["same_final_loss_everywhere"] = all(same)
 for device in ("cpu", "cpu-discrete"):
     for size in res["sum_alone_" + device]:
         print(f"sum alone, {device}, {size['mib']} MiB: host {size['host_s']} s, "
               f"device {size['device_s']} s ({size['device_over_host']})", file=sys.stderr)
-for kind in kinds + ["host-vertical", "device-vertical"]:
+for kind in kinds + offloaded:
+    link = "".join(f", {k} {res[kind][k]}" for k in ("h2d_bytes", "d2h_bytes") if k in res[kind])
     print(f"{kind}: {res[kind]['iter_s']} s/step, {res[kind]['tokens_per_s']} tokens/s, "
-          f"sum {res[kind]['sum_s']} s", file=sys.stderr)
+          f"sum {res[kind]['sum_s']} s{link}", file=sys.stderr)
 print(json.dumps(res))
 sys.exit(0 if res["same_final_loss_everywhere"] else 1)
 PY
