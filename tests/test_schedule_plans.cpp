@@ -53,6 +53,14 @@ std::map<int, int> count_per_block(const Plan& p, TaskKind kind) {
   return n;
 }
 
+// Whether a gradient collective `sum` orders task `other`: the same block and, for a
+// per-micro-batch collective (shard_grads, or a device scatter in horizontal), the same
+// micro-batch or none.
+bool summed_with(const Task& sum, const Task& other) {
+  if (other.block != sum.block) return false;
+  return sum.micro_batch < 0 || other.micro_batch < 0 || other.micro_batch == sum.micro_batch;
+}
+
 // The checks every generated plan must pass: check_plan, the task signatures, and for a plan
 // whose compute does not read host memory the tiers (Note [Where a task's slots live]).
 Status check_all(const Plan& p, bool compute_reads_host = false) {
@@ -153,12 +161,7 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
           EXPECT_EQ(reduce.bytes, reduce.block >= 0 ? s.block_grad_bytes : s.embed_param_bytes);
           for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
             const Task& other = p.tasks[static_cast<size_t>(t)];
-            if (other.block != reduce.block) continue;
-            // A micro-batch's scatter (shard_grads, below) orders only that micro-batch's tasks.
-            if (reduce.micro_batch >= 0 && other.micro_batch >= 0 &&
-                other.micro_batch != reduce.micro_batch) {
-              continue;
-            }
+            if (!summed_with(reduce, other)) continue;
             // A micro-batch's scatter comes before that micro-batch's accumulation into the
             // kept shard; a whole gradient's after every accumulation.
             const bool per_micro_batch = reduce.micro_batch >= 0;
@@ -221,11 +224,12 @@ TEST(plan_schedules, DeviceCollectivesMoveOnlyThisRanksShards) {
                 (std::map<int, int>{{0, per_block}, {1, per_block}, {2, per_block}}))
           << what;
       // This rank's shard of each part: a third of the block, give or take an element.
-      std::map<std::pair<int, int>, int64_t> grad_out, fetched;  // (block, micro-batch) -> bytes
+      std::map<std::pair<int, int>, int64_t> grad_out;  // (block, micro-batch) -> bytes
+      std::map<int, int64_t> fetched;                   // block -> bytes, every fetch
       for (const Task& t : p.tasks) {
         if (t.block < 0) continue;
         if (t.kind == TaskKind::grad_out) grad_out[{t.block, t.micro_batch}] += t.bytes;
-        if (t.kind == TaskKind::params_fetch) fetched[{t.block, 0}] += t.bytes;
+        if (t.kind == TaskKind::params_fetch) fetched[t.block] += t.bytes;
       }
       for (const auto& [key, bytes] : grad_out) {
         EXPECT_NEAR(static_cast<double>(bytes), s.block_grad_bytes / 3.0, 8.0) << what;
@@ -233,12 +237,11 @@ TEST(plan_schedules, DeviceCollectivesMoveOnlyThisRanksShards) {
       EXPECT_EQ(grad_out.size(), static_cast<size_t>(3 * per_block)) << what;
       // Each fetch is followed by one gather per optimizer part.
       const std::map<int, int> gathers = count_per_block(p, TaskKind::param_allgather_device);
-      for (const auto& [key, bytes] : fetched) {
-        const int fetches =
-            gathers.count(key.first) ? gathers.at(key.first) / (vertical ? 2 : 1) : 0;
+      for (const auto& [block, bytes] : fetched) {
+        const int fetches = gathers.count(block) ? gathers.at(block) / (vertical ? 2 : 1) : 0;
         EXPECT_GT(fetches, 0) << what;
         EXPECT_NEAR(static_cast<double>(bytes), fetches * s.block_param_bytes / 3.0, 8.0 * fetches)
-            << what << " block " << key.first;
+            << what << " block " << block;
       }
       auto hb = happens_before_edges(p);
       ASSERT_TRUE(hb.ok());
@@ -251,11 +254,7 @@ TEST(plan_schedules, DeviceCollectivesMoveOnlyThisRanksShards) {
         if (gather) continue;  // checked below, from the computes that read it
         for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
           const Task& other = p.tasks[static_cast<size_t>(t)];
-          if (other.block != net.block) continue;
-          if (net.micro_batch >= 0 && other.micro_batch >= 0 &&
-              other.micro_batch != net.micro_batch) {
-            continue;
-          }
+          if (!summed_with(net, other)) continue;
           if (other.kind == TaskKind::block_backward) {
             EXPECT_TRUE(happens_before(*hb, t, r))
                 << what << ": " << p.describe(t) << " after " << p.describe(r);

@@ -434,13 +434,11 @@ Status OffloadTrainer::do_grad_reduce_scatter_device(const BoundPlan& bp, const 
 }
 
 Status OffloadTrainer::do_param_allgather_device(const BoundPlan& bp, const Task& t) {
-  // The same shards as gather_params, on the device copy of the block.
-  const PartShard sh = owned_part(t.part);
-  const int64_t width = bf16_ ? 2 : 4;                                    // Note [Precision modes]
-  char* at = static_cast<char*>(slot_ptr(bp, slot_of(t, Role::params)));  // (block elems)
+  // gather_params on the device copy of the block.
+  const ParamsPart p = params_part(t.part);
+  char* block = static_cast<char*>(slot_ptr(bp, slot_of(t, Role::params)));  // (block elems)
   return device_collective(t, [&](DeviceCollectives& dc) {
-    return dc.all_gather(*net_stream_, at + sh.part_begin * width, sh.part_end - sh.part_begin,
-                         width);
+    return dc.all_gather(*net_stream_, block + p.at, p.count, p.width);
   });
 }
 
@@ -460,11 +458,16 @@ Status OffloadTrainer::do_param_gather(const BoundPlan& bp, const Task& t) {
   return params_store_io(IoOp::read, t.block, slot_ptr(bp, slot_of(t, Role::dst)), t.part);
 }
 
-Status OffloadTrainer::gather_params(void* params, int32_t part) {
+OffloadTrainer::ParamsPart OffloadTrainer::params_part(int32_t part) const {
   const PartShard sh = owned_part(part);
-  const int64_t width = bf16_ ? 2 : 4;    // Note [Precision modes]
-  char* at = static_cast<char*>(params);  // (block elems) f32 or bf16
-  return world_.all_gather(at + sh.part_begin * width, sh.part_end - sh.part_begin, width);
+  const int64_t width = bf16_ ? 2 : 4;  // Note [Precision modes]
+  return {sh.part_begin * width, sh.part_end - sh.part_begin, width};
+}
+
+Status OffloadTrainer::gather_params(void* params, int32_t part) {
+  const ParamsPart p = params_part(part);
+  char* block = static_cast<char*>(params);  // (block elems) f32 or bf16
+  return world_.all_gather(block + p.at, p.count, p.width);
 }
 
 Status OffloadTrainer::do_norm_allreduce(const BoundPlan&, const Task&) {

@@ -32,11 +32,10 @@ std::vector<std::string> OffloadTrainer::describe() const {
                     (grads_sharded() ? ", kept gradient" : "") +
                     " and working weights (a fetch gathers the block)");
     // Note [ZeRO-3 on the device]
-    lines.push_back(device_sum_ ? "block gradients reduce-scattered and params gathered by " +
-                                      device_sum_->describe() + ": each rank moves 1/" + n +
-                                      " of a block's gradient and params between host and device"
-                                : "block gradients reduce-scattered and params gathered by " +
-                                      world_.describe() + ", in host memory");
+    lines.push_back("block gradients reduce-scattered and params gathered by " +
+                    (device_sum_ ? device_sum_->describe() + ": each rank moves 1/" + n +
+                                       " of a block's gradient and params between host and device"
+                                 : world_.describe() + ", in host memory"));
   }
   if (store_) lines.push_back("store: " + store_description());
   return lines;

@@ -265,6 +265,12 @@ class OffloadTrainer final : public Trainer {
   // or in a sharded host store's packed ranges (Note [Shard ranges in a store]); null when this
   // rank's ranges do not hold it.
   char* params_at(const BoundPlan& bp, const Task& t, int64_t lo) const;
+  // Part `part` of a block's working params as its all-gathers see it (on host or device): its
+  // first byte in the block's layout, its elements, their width (Note [Precision modes]).
+  struct ParamsPart {
+    int64_t at = 0, count = 0, width = 0;
+  };
+  ParamsPart params_part(int32_t part) const;
   // Every rank's shard of part `part` of a block's working params at `params` (the block's).
   Status gather_params(void* params, int32_t part);
   const int32_t* tokens_of(const BoundPlan& bp, const Task& t) const;

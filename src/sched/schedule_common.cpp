@@ -30,16 +30,13 @@ void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpe
   b.task(TaskKind::grad_zero, {}, {slot_write(c.embed_grad, Role::grad)});
 }
 
-void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t grad,
-                                    const ScheduleSpec& s) {
-  if (block_grad_scatter(s) != BlockGradScatter::device) return;
-  b.task(TaskKind::grad_reduce_scatter_device, tag,
-         {slot_read(grad, Role::grad), slot_write(grad, Role::grad)}, s.block_grad_bytes);
-}
-
 void add_block_grad_out(PlanBuilder& b, const TaskTag& tag, int32_t grad, int32_t host,
                         const ScheduleSpec& s) {
-  for (const StoreRange& r : grad_out_ranges(s)) {
+  if (block_grad_scatter(s) == BlockGradScatter::device) {
+    b.task(TaskKind::grad_reduce_scatter_device, tag,
+           {slot_read(grad, Role::grad), slot_write(grad, Role::grad)}, s.block_grad_bytes);
+  }
+  for (const StoreRange& r : host_device_ranges(s, s.block_grad_bytes)) {
     b.transfer_range(TaskKind::grad_out, tag, grad, r.stage_at, host, r.stage_at, r.bytes);
   }
 }
@@ -168,7 +165,7 @@ void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32
 void add_params_fetch(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t src,
                       int32_t store, int32_t dst) {
   const TaskTag tag{.block = block};
-  for (const StoreRange& r : params_fetch_ranges(s)) {
+  for (const StoreRange& r : host_device_ranges(s, s.block_param_bytes)) {
     b.transfer_range(TaskKind::params_fetch, tag, src, src == store ? r.store_at : r.stage_at, dst,
                      r.stage_at, r.bytes);
   }

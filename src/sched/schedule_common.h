@@ -30,12 +30,10 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s);
 // First tasks of an iteration: upload the tokens, zero the embed gradient.
 void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s);
 
-// Where block_grad_scatter says device: a block's gradient in device slot `grad`, reduce-scattered
-// there before it leaves the device (grad_reduce_scatter_device, on the net queue); else nothing.
-// What then leaves is grad_out_ranges (Note [ZeRO-3 on the device]): add_block_grad_out.
-void add_device_grad_reduce_scatter(PlanBuilder& b, const TaskTag& tag, int32_t grad,
-                                    const ScheduleSpec& s);
-// A block's gradient from device slot `grad` into host slot `host`, in grad_out_ranges.
+// A block's gradient from device slot `grad` into host slot `host` (the whole block's layout).
+// Where block_grad_scatter says device, it is first reduce-scattered there
+// (grad_reduce_scatter_device, on the net queue) and only this rank's host_device_ranges leave
+// (Note [ZeRO-3 on the device]); else the whole gradient leaves.
 void add_block_grad_out(PlanBuilder& b, const TaskTag& tag, int32_t grad, int32_t host,
                         const ScheduleSpec& s);
 

@@ -149,9 +149,8 @@ class HorizontalPlan {
       // and copy out (Note [Sharded working params]), so it waits for the one before.
       if (l > 0) prefetch(l - 1);
       if (l == 0 && m + 1 < M_) prefetch(0);
-      // A reduce-scatter on the device copy (block_grad_scatter) comes after the prefetch's
-      // gather on the net queue for the same reason.
-      add_device_grad_reduce_scatter(b_, tag, grad_buf_[j], s_);
+      // A reduce-scatter on the device copy (block_grad_scatter, in add_block_grad_out) comes
+      // after the prefetch's gather on the net queue for the same reason.
       add_block_grad_out(b_, tag, grad_buf_[j], grad_stage_[j], s_);
       sum_grad();
       out_grad_ = {l, m, grad_stage_[j]};

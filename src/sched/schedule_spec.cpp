@@ -104,18 +104,9 @@ int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes) {
   return bytes;
 }
 
-std::vector<StoreRange> grad_out_ranges(const ScheduleSpec& s) {
-  if (block_grad_scatter(s) == BlockGradScatter::device) {
-    return shard_store_ranges(s, s.block_grad_bytes, -1);
-  }
-  return {{0, 0, s.block_grad_bytes}};
-}
-
-std::vector<StoreRange> params_fetch_ranges(const ScheduleSpec& s) {
-  if (params_gather(s) == ParamsGather::device) {
-    return shard_store_ranges(s, s.block_param_bytes, -1);
-  }
-  return {{0, 0, s.block_param_bytes}};
+std::vector<StoreRange> host_device_ranges(const ScheduleSpec& s, int64_t block_bytes) {
+  if (params_gather(s) == ParamsGather::device) return shard_store_ranges(s, block_bytes, -1);
+  return {{0, 0, block_bytes}};
 }
 
 std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part) {

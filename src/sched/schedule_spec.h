@@ -272,10 +272,10 @@ std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part = -1)
 // ranks, a block's state crosses between host and device as this rank's shards only, as in
 // ZeRO-3:
 //  - its gradient is reduce-scattered in its device slot (grad_reduce_scatter_device) and only
-//    this rank's ranges of it leave the device (grad_out_ranges), each into its place in the
+//    this rank's ranges of it leave the device (host_device_ranges), each into its place in the
 //    host slot; the rest of that slot is not written and nothing reads it (the sums of squares,
 //    the steps and the kept gradient read this rank's shards: Note [Sharded kept gradient]);
-//  - its working params reach the device as this rank's ranges (params_fetch_ranges: from a
+//  - its working params reach the device as this rank's ranges (host_device_ranges: from a
 //    host stage in the block's layout, or straight from a host store of packed ranges), and one
 //    param_allgather_device per optimizer part brings the other ranks' shards into the device
 //    slot; the host gathers nothing (params_gather);
@@ -299,14 +299,11 @@ inline ParamsGather params_gather(const ScheduleSpec& s) {
 inline bool params_fetch_staged(const ScheduleSpec& s, Tier store_tier) {
   return store_tier == Tier::storage || params_gather(s) == ParamsGather::host;
 }
-// The ranges a block's gradient leaves the device in (at the same offset on both sides): the
-// whole gradient, or where the collectives run on the device this rank's (Note [ZeRO-3 on the
-// device]).
-std::vector<StoreRange> grad_out_ranges(const ScheduleSpec& s);
-// The ranges a fetch copies of a block's params: the whole block, or where they are gathered on
-// the device this rank's (stage_at: in the block's layout, on the device and in a stage;
-// store_at: in its host store). Note [ZeRO-3 on the device].
-std::vector<StoreRange> params_fetch_ranges(const ScheduleSpec& s);
+// The ranges of a block quantity of `block_bytes` (its gradient, its working params) that cross
+// between host and device: the whole block, or where the collectives run on the device this
+// rank's (Note [ZeRO-3 on the device]; stage_at: in the block's layout, on the device and in a
+// host stage; store_at: in this rank's host store).
+std::vector<StoreRange> host_device_ranges(const ScheduleSpec& s, int64_t block_bytes);
 
 // Note [Optimizer stage size]
 // An optimizer stage (the ring a step's state passes through when it lives on storage, and the

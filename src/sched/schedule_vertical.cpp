@@ -330,7 +330,6 @@ class VerticalPlan {
   void finish_block(int l) {
     const bool grad_on_storage = b_.tier(grad_store_[l]) == Tier::storage;
     const int32_t grad = grad_on_storage ? grad_wstage_.take() : grad_store_[l];
-    add_device_grad_reduce_scatter(b_, {.block = l}, grad_acc_[l % 2], s_);
     add_block_grad_out(b_, {.block = l}, grad_acc_[l % 2], grad, s_);
     add_grad_done(b_, c_, s_, l, grad, s_.block_grad_bytes);
     if (early_part0_) {

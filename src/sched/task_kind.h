@@ -137,8 +137,8 @@ Status check_task_signatures(const Plan& plan);
 // host, storage_read: storage -> host, storage_write: host -> storage). A plan for such a device
 // proves with this that no action hands host memory to a kernel or has the host touch device
 // memory, the failure a GPU shows as a fault and the CPU device hides. (On the CPU device compute
-// may read host slots in place: ScheduleSpec::compute_reads_host.) OK, or invalid_argument naming
-// the first task and slot in the wrong tier.
+// may read host slots in place: ScheduleSpec::compute_reads_host.)
+// OK, or invalid_argument naming the first task and slot in the wrong tier.
 Status check_task_tiers(const Plan& plan);
 
 }  // namespace strata

@@ -144,9 +144,10 @@ class Trainer {
 // The trainer for cfg.schedule on `dev`, one rank of `world` (cfg.ranks of them; Note [Data
 // parallel ranks] in dist/communicator.h), which must outlive it: errors name the budget or
 // setting at fault.
-// device_transport: the ranks' gradients are summed in device memory (create_configured_transport;
-// the in-memory schedule all-reduces there, the offloaded ones reduce-scatter a block's gradient
-// there before it leaves the device); null: through host memory.
+// device_transport: the ranks' collectives run in device memory (create_configured_transport;
+// the in-memory schedule all-reduces its gradient there, the offloaded ones move only each rank's
+// shards between host and device, Note [ZeRO-3 on the device] in schedule_spec.h); null: in host
+// memory.
 Result<std::unique_ptr<Trainer>> create_trainer(
     Device& dev, const TrainConfig& cfg, Communicator& world = single_process_world(),
     std::unique_ptr<PeerTransport> device_transport = nullptr);
@@ -176,9 +177,9 @@ bool wants_device_collectives(const TrainConfig& cfg, bool gpu);
 // memory] in dist/device_collectives.h), for create_trainer: NCCL on CUDA, MPI on the CPU
 // devices; null where the sum is taken on the host: one rank, where wants_device_collectives
 // says no, or where some rank cannot (built without NCCL, fewer GPUs than ranks on a machine;
-// logged with the reason). Every rank
-// takes the same choice (they agree on it), and every rank calls this at the same point.
-// invalid_argument naming `collectives` when "device" is asked for and cannot be had.
+// logged with the reason). Every rank takes the same choice (they agree on it), and every rank
+// calls this at the same point. invalid_argument naming `collectives` when "device" is asked
+// for and cannot be had.
 Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
                                                                    Device& dev,
                                                                    Communicator& world);
