@@ -18,7 +18,7 @@
 #include "core/rng.h"
 #include "model/block.h"
 #include "model/init.h"
-#include "sched/in_memory_trainer.h"
+#include "train/in_memory_trainer.h"
 
 using namespace strata;
 using Clock = std::chrono::steady_clock;

@@ -3,7 +3,7 @@
 # schedules on this machine and compares each measured iteration time with the simulator's
 # prediction from a profile that `strata profile` measures in parts between the rows (one round
 # of instrumented runs, robust to disturbed tasks, before every third row: Note [Robust timings]
-# in src/plan/profile_measure.h), merged by the median so that it describes the machine over the
+# in src/planner/profile_measure.h), merged by the median so that it describes the machine over the
 # same minutes as the rows (this VM's speed drifts by 10-25% over minutes).
 #   model: bench-14m (GPT, 8 blocks x C=384, 6 heads, vocab 256, T=256; 14.4M parameters, f32),
 #          micro-batch B=1 x T=256, as bench/schedules.sh.

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "fuzz_scratch.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const uint8_t a = 'a';  // CRC32C 0xc1d04330; the seed corpus lists it

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "fuzz_scratch.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace {
 

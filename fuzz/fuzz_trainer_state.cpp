@@ -9,7 +9,7 @@
 
 #include "core/config_bounds.h"
 #include "fuzz_scratch.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest `checkpoint_lineage` (Note [Checkpoint lineage] in src/io/checkpoint_lineage.h):
+# CTest `checkpoint_lineage` (Note [Checkpoint lineage] in src/formats/checkpoint_lineage.h):
 #  - run A saves steps 2, 4, 6; run B resumes from A's step 2 into the same directory with
 #    another learning rate and saves 3, 4, 5: A's steps 4 and 6 move to superseded-<A's id>/
 #    (nothing deleted), every step-* left is on B's line, --keep prunes none of B's, and

@@ -27,11 +27,11 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
-#include "io/safetensors.h"
-#include "sched/trainer.h"
+#include "formats/safetensors.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "io/checkpoint_lineage.h"
+#include "formats/checkpoint_lineage.h"
 
 namespace strata {
 namespace {

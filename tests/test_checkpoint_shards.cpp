@@ -1,4 +1,4 @@
-// Sharded checkpoints (Note [Sharded checkpoints] in io/checkpoint_shards.h), the ranks played by
+// Sharded checkpoints (Note [Sharded checkpoints] in formats/checkpoint_shards.h), the ranks played by
 // threads sharing one in-process world:
 //  - three ranks write their shares at once; the state loads back bit for bit, and gathered it is
 //    byte for byte the checkpoint one process writes of the same state;
@@ -21,8 +21,8 @@
 
 #include "core/config.h"
 #include "dist/communicator.h"
-#include "io/checkpoint.h"
-#include "io/checkpoint_shards.h"
+#include "formats/checkpoint.h"
+#include "formats/checkpoint_shards.h"
 #include "io/configured_engine.h"
 #include "test_util.h"
 

@@ -387,7 +387,7 @@ TEST(Config, ScheduleAcceptsTheThreeSchedules) {
                {"train.schedule 'diagonal'"});
 }
 
-// train.precision (Note [Precision modes] in sched/trainer.h): f32 by default, bf16 by name, and
+// train.precision (Note [Precision modes] in train/trainer.h): f32 by default, bf16 by name, and
 // anything else one line naming the field and the choices.
 TEST(Config, PrecisionIsF32OrBf16) {
   EXPECT_EQ(TrainConfig{}.precision, Precision::f32);

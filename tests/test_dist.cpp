@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "dist/communicator.h"
-#include "sched/trainer.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "sched/trainer.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// Streaming Hugging Face export (Note [Streaming export] in io/hf_export.h):
+// Streaming Hugging Face export (Note [Streaming export] in formats/hf_export.h):
 //  - a sharded export holds, tensor by tensor, the bytes of the unsharded one, and its index lists
 //    every tensor once with its shard and the total size;
 //  - shards hold whole tensors up to the shard size, a larger tensor alone;
@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "core/config.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
-#include "io/hf_export.h"
-#include "io/safetensors.h"
+#include "formats/hf_export.h"
+#include "formats/safetensors.h"
 #include "model/layout.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-// Hugging Face import (Note [Hugging Face import] in io/hf_import.h, Note [Hugging Face configs]
+// Hugging Face import (Note [Hugging Face import] in formats/hf_import.h, Note [Hugging Face configs]
 // in model/hf_config.h):
 //  - F16 widens exactly: every one of the 65536 values against ldexp, subnormals, infinities,
 //    NaN payloads and signed zeros;
@@ -33,16 +33,16 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "core/dtype.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "io/configured_engine.h"
-#include "io/hf_export.h"
-#include "io/hf_import.h"
-#include "io/safetensors.h"
-#include "io/safetensors_f32.h"
+#include "formats/hf_export.h"
+#include "formats/hf_import.h"
+#include "formats/safetensors.h"
+#include "formats/safetensors_f32.h"
 #include "model/hf_config.h"
 #include "model/hf_names.h"
 #include "model/layout.h"
-#include "sched/trainer.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

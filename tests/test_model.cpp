@@ -15,7 +15,7 @@
 #include "model/block_arch.h"
 #include "model/init.h"
 #include "model/layout.h"
-#include "sched/in_memory_trainer.h"
+#include "train/in_memory_trainer.h"
 #include "test_util.h"
 
 namespace strata {

@@ -12,7 +12,7 @@
 //    vertical ones differ by ~1e-6 after 10 steps (AdamW normalises each update, so a last-bit
 //    difference in a gradient near zero can move its parameter by up to lr).
 //  - the same with bf16 working weights (train.precision bf16, Note [Precision modes] in
-//    sched/trainer.h; CTest names equiv_bf16.*): bit-identical across placements and the alpha
+//    train/trainer.h; CTest names equiv_bf16.*): bit-identical across placements and the alpha
 //    split, and close to the bf16 in-memory trainer by the tolerances stated at
 //    expect_bf16_close_to_reference.
 #include <gtest/gtest.h>
@@ -31,10 +31,10 @@
 #include "core/dtype.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
-#include "sched/in_memory_trainer.h"
-#include "sched/offload_trainer.h"
+#include "train/in_memory_trainer.h"
+#include "train/offload_trainer.h"
 #include "sched/plan_checker.h"
-#include "sched/trainer.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

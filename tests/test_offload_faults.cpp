@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
-#include "sched/offload_trainer.h"
+#include "train/offload_trainer.h"
 #include "test_util.h"
 
 namespace strata {

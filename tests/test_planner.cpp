@@ -5,8 +5,8 @@
 #include <string>
 
 #include "model/layout.h"
-#include "plan/planner.h"
-#include "sched/offload_trainer.h"
+#include "planner/planner.h"
+#include "train/offload_trainer.h"
 #include "sched/plan_checker.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// The arithmetic of `strata profile` (plan/profile_measure.h) on made-up timings: outliers
+// The arithmetic of `strata profile` (planner/profile_measure.h) on made-up timings: outliers
 // rejected by Tukey's fences (Note [Robust timings]), speed-ups recorded only when the timings
 // tell them from 1, what ran beside each task of a run, the
 // shared-core paces and the storage cost fitted from contended tasks (Note [Shared cores]), and
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "plan/profile_measure.h"
+#include "planner/profile_measure.h"
 #include "test_util.h"
 
 namespace strata {

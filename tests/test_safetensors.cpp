@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "test_util.h"
 
 namespace strata {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/config.h"
-#include "plan/planner.h"
-#include "plan/profile.h"
-#include "plan/simulator.h"
-#include "sched/offload_trainer.h"
+#include "planner/planner.h"
+#include "planner/profile.h"
+#include "planner/simulator.h"
+#include "train/offload_trainer.h"
 #include "sched/plan.h"
 #include "sched/plan_builder.h"
 #include "sched/plan_checker.h"

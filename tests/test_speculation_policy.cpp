@@ -1,8 +1,8 @@
-// SpeculationPolicy (Note [Choosing to speculate] in sched/speculation_policy.h): the choice
+// SpeculationPolicy (Note [Choosing to speculate] in train/speculation_policy.h): the choice
 // between speculating and waiting for the norm, from the recent clip rate and the costs.
 #include <gtest/gtest.h>
 
-#include "sched/speculation_policy.h"
+#include "train/speculation_policy.h"
 
 namespace strata {
 namespace {

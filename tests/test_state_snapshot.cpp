@@ -17,7 +17,7 @@
 
 #include "backend/backend.h"
 #include "model/state_snapshot.h"
-#include "sched/trainer.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

@@ -11,8 +11,8 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
-#include "sched/offload_trainer.h"
-#include "sched/trainer.h"
+#include "train/offload_trainer.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace strata {

@@ -311,7 +311,7 @@ std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options = {});
 // reached only by copies, and the trainers take the discrete path there: saved activations
 // through device buffers, AdamW on the device's stream, tasks ordered by events (Note [The
 // discrete CPU device] in cpu/cpu_device.cpp, Note [Ordering by events] in
-// sched/offload_trainer.h). The one place that rule is written.
+// train/offload_trainer.h). The one place that rule is written.
 inline bool shares_host_memory(const Device& d) {
   return d.kind() == DeviceKind::cpu;
 }

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "core/status.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 #include "model/state_snapshot.h"
 
 namespace strata::cli {

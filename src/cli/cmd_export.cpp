@@ -1,6 +1,6 @@
 // strata export: a checkpoint's weights as a Hugging Face GPT-2 model (model.safetensors with
 // HF names and layout, or shards and their index, plus HF's config.json beside them), for loading
-// in other tools. The work is io/hf_export.h's (Note [Streaming export]); host memory is one copy
+// in other tools. The work is formats/hf_export.h's (Note [Streaming export]); host memory is one copy
 // chunk whatever the model's size.
 #include <filesystem>
 #include <string>
@@ -10,8 +10,8 @@
 #include "cli/commands.h"
 #include "cli/gathered_checkpoint.h"
 #include "core/log.h"
-#include "io/checkpoint.h"
-#include "io/hf_export.h"
+#include "formats/checkpoint.h"
+#include "formats/hf_export.h"
 
 namespace strata::cli {
 

@@ -1,5 +1,5 @@
 // strata gather: the ordinary (version 2) checkpoint of a sharded one (Note [Sharded
-// checkpoints] in io/checkpoint_shards.h), for tools that read Hugging Face files and for
+// checkpoints] in formats/checkpoint_shards.h), for tools that read Hugging Face files and for
 // comparing runs of different world sizes. Host memory: one piece buffer.
 #include <string>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "cli/gathered_checkpoint.h"
 #include "core/format.h"
 #include "core/log.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 
 namespace strata::cli {
 

@@ -13,7 +13,7 @@
 #include "core/file_util.h"
 #include "core/format.h"
 #include "model/layout.h"
-#include "plan/planner.h"
+#include "planner/planner.h"
 #include "sched/executor.h"
 
 namespace strata::cli {

@@ -1,15 +1,15 @@
-// strata profile: measures this machine and writes a hardware profile (plan/profile.h) for
+// strata profile: measures this machine and writes a hardware profile (planner/profile.h) for
 // `strata plan` and the simulator (docs/design.md §7).
 //
 // How: compute, link, optimizer and reduce rates come from short instrumented runs of the real
 // offloaded trainer for the model of the config (at most 4 blocks, everything on host, nothing
 // throttled) at micro-batch sizes B = 1, 2, 4 (the compute table's token points), in both orders:
 // horizontal (each block task with weights it did not just use) and vertical (M = 4: the same
-// weights over the micro-batches, Note [Weights reused] in plan/simulator.h). Each task's duration
+// weights over the micro-batches, Note [Weights reused] in planner/simulator.h). Each task's duration
 // in the executor's report is divided into its bytes or FLOPs: measuring the tasks the planner
 // will later predict, as the executor runs them, keeps the profile honest about per-task costs
 // that op microbenchmarks miss. The runs repeat in rounds and every class of task is summarised
-// robustly (Note [Robust timings] in plan/profile_measure.h); tasks that overlapped the CPU
+// robustly (Note [Robust timings] in planner/profile_measure.h); tasks that overlapped the CPU
 // optimizer give the shared-core paces, and one more vertical run per round with its state on
 // storage gives the compute time storage traffic takes (Note [Shared cores]). Storage: one
 // sequential read and one write pass per directory with the configured engine (no rate limit;
@@ -37,11 +37,11 @@
 #include "core/log.h"
 #include "io/configured_engine.h"
 #include "io/io_bench.h"
-#include "plan/planner.h"
-#include "plan/profile.h"
-#include "plan/profile_measure.h"
-#include "plan/simulator.h"
-#include "sched/offload_trainer.h"
+#include "planner/planner.h"
+#include "planner/profile.h"
+#include "planner/profile_measure.h"
+#include "planner/simulator.h"
+#include "train/offload_trainer.h"
 
 namespace strata::cli {
 namespace {

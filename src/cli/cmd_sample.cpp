@@ -17,9 +17,9 @@
 #include "cli/gathered_checkpoint.h"
 #include "core/file_util.h"
 #include "data/tokenizer.h"
-#include "io/checkpoint.h"
-#include "io/checkpoint_tensors.h"
-#include "io/hf_export.h"
+#include "formats/checkpoint.h"
+#include "formats/checkpoint_tensors.h"
+#include "formats/hf_export.h"
 #include "model/layout.h"
 #include "model/sample.h"
 

@@ -25,18 +25,18 @@
 #include "data/synthetic_corpus.h"
 #include "data/token_file.h"
 #include "dist/communicator.h"
-#include "io/checkpoint.h"
-#include "io/checkpoint_lineage.h"
-#include "io/checkpoint_shards.h"
+#include "formats/checkpoint.h"
+#include "formats/checkpoint_lineage.h"
+#include "formats/checkpoint_shards.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
-#include "io/hf_import.h"
+#include "formats/hf_import.h"
 #include "model/gpt.h"
 #include "model/hf_config.h"
 #include "model/sample.h"
-#include "plan/planner.h"
+#include "planner/planner.h"
 #include "sched/executor.h"
-#include "sched/trainer.h"
+#include "train/trainer.h"
 
 namespace strata::cli {
 
@@ -325,7 +325,7 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
     cfg = load_config_from_args(a);
   }
   if (!cfg.ok()) return SetupError{cfg.status().message()};
-  // --auto: the planner chooses schedule, B x M, placement and alpha (plan/planner.h). Else
+  // --auto: the planner chooses schedule, B x M, placement and alpha (planner/planner.h). Else
   // optim.alpha "auto" is simulated with --profile, when given.
   if (a.has("auto")) {
     cfg = auto_configure(*cfg, a.get("profile"));

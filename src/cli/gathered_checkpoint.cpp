@@ -8,8 +8,8 @@
 
 #include "core/config.h"
 #include "core/log.h"
-#include "io/checkpoint.h"
-#include "io/checkpoint_shards.h"
+#include "formats/checkpoint.h"
+#include "formats/checkpoint_shards.h"
 #include "io/configured_engine.h"
 
 namespace strata::cli {

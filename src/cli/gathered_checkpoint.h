@@ -1,12 +1,12 @@
 // A checkpoint as the tools that read Hugging Face files need it (export, sample): a version 2
 // checkpoint is used as it is; a sharded one (Note [Sharded checkpoints] in
-// io/checkpoint_shards.h) is gathered first into a temporary directory, removed afterwards.
+// formats/checkpoint_shards.h) is gathered first into a temporary directory, removed afterwards.
 #pragma once
 
 #include <string>
 
 #include "core/status.h"
-#include "io/checkpoint.h"
+#include "formats/checkpoint.h"
 
 namespace strata::cli {
 

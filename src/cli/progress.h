@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "sched/trainer.h"
+#include "train/trainer.h"
 
 namespace strata::cli {
 

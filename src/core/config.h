@@ -89,7 +89,7 @@ struct OptimConfig {
   // Whether a vertical step with clipping on and α < 1 speculates (runs part 0 in backward with
   // the clip factor assumed 1, validated once the norm is known) or waits for the norm (both
   // parts in the next forward): "auto" chooses per step from how often the norm clipped lately
-  // (sched/speculation_policy.h); "on" and "off" force either. Bit-identical results either way.
+  // (train/speculation_policy.h); "on" and "off" force either. Bit-identical results either way.
   Speculation speculation = Speculation::automatic;
 };
 
@@ -185,7 +185,7 @@ struct TrainConfig {
   // device, Note [ZeRO-3 on the device] in sched/schedule_spec.h) or "auto" (default): on the
   // device where the build and the machine allow (NCCL built, a GPU per rank), but for the
   // offloaded schedules on the CPU devices (no gain there), else on the host
-  // (wants_device_collectives in sched/trainer.h). The bits are the same either way.
+  // (wants_device_collectives in train/trainer.h). The bits are the same either way.
   CollectivesPlace collectives = CollectivesPlace::automatic;
   // The ranks of a data-parallel run (Note [Data parallel ranks] in dist/communicator.h): set by
   // `strata train` from its launcher (mpirun -np N), never read from or written to a config file.

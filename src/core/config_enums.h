@@ -18,7 +18,7 @@ namespace strata {
 
 enum class Schedule : uint8_t { in_memory, horizontal, vertical };  // train.schedule
 // train.precision: the working weights' element type (Note [Precision modes] in
-// sched/trainer.h); master weights, moments, gradients and compute are f32 in both.
+// train/trainer.h); master weights, moments, gradients and compute are f32 in both.
 enum class Precision : uint8_t { f32, bf16 };
 // train.matmul: the element type of the blocks' GEMM operands (Note [bf16 GEMMs] in
 // model/block.h); bf16 needs train.precision bf16.

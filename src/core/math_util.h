@@ -2,6 +2,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -39,6 +40,18 @@ constexpr std::optional<T> checked_mul(T a, std::type_identity_t<T> b) {
   T r{};
   if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
   return r;
+}
+
+// Shard r of n elements over `ranks` ranks: [begin, end). The first n % ranks shards hold one
+// element more; shards are contiguous and cover [0, n). Shared by the plans (sched/) and the
+// collectives (dist/).
+struct Range {
+  int64_t begin = 0, end = 0;
+};
+constexpr Range shard_range(int64_t n, int ranks, int r) {
+  const int64_t base = n / ranks, extra = n % ranks;
+  const int64_t begin = r * base + (r < extra ? r : extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
 }
 
 }  // namespace strata

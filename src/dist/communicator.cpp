@@ -54,12 +54,6 @@ Result<std::unique_ptr<Communicator>> open_world() {
   return make_mpi_communicator();
 }
 
-Range shard_range(int64_t n, int ranks, int r) {
-  const int64_t base = n / ranks, extra = n % ranks;
-  const int64_t begin = r * base + std::min<int64_t>(r, extra);
-  return {begin, begin + base + (r < extra ? 1 : 0)};
-}
-
 int64_t collective_rounds(int64_t count, int64_t round_elems) {
   return std::max<int64_t>(1, (count + round_elems - 1) / round_elems);
 }

@@ -14,7 +14,7 @@
 // state] in sched/schedule_spec.h); the embed group's, replicated, and the in-memory trainer's
 // are all-reduced. Every rank then computes the same global norm, clip factor and skip, and takes
 // the same step on what it holds. Rank 0 logs, writes metrics and traces; every rank writes its
-// shard of a checkpoint (Note [Sharded checkpoints] in io/checkpoint_shards.h).
+// shard of a checkpoint (Note [Sharded checkpoints] in formats/checkpoint_shards.h).
 //
 // Note [Deterministic all-reduce]
 // all_reduce_sum gives every rank the same bits, whatever the timing and whatever the transport:
@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/math_util.h"
 #include "core/status.h"
 
 namespace strata {
@@ -43,7 +44,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // This rank among the ranks on its machine (those sharing its memory), and how many there are:
-  // a rank's GPU is its local rank's (create_configured_device in sched/trainer.h).
+  // a rank's GPU is its local rank's (create_configured_device in train/trainer.h).
   virtual int local_rank() const = 0;
   virtual int local_size() const = 0;
   // data[0, count) summed over the ranks in place, the same bits on every rank (Note
@@ -84,12 +85,6 @@ Result<std::unique_ptr<Communicator>> open_world();
 // ---- the arithmetic shared by every transport (tested without one) -----------------------------
 // Elements a collective moves per round (Note [Deterministic all-reduce]): 4 Mi, 16 MiB of f32.
 inline constexpr int64_t kAllReduceChunkElems = int64_t{1} << 22;
-// Shard r of n elements over `ranks` ranks: [begin, end). The first n % ranks shards hold one
-// element more; shards are contiguous and cover [0, n).
-struct Range {
-  int64_t begin = 0, end = 0;
-};
-Range shard_range(int64_t n, int ranks, int r);
 // How many rounds a collective over `count` elements takes, `round_elems` of the buffer each (at
 // least one, even for no elements).
 int64_t collective_rounds(int64_t count, int64_t round_elems = kAllReduceChunkElems);

@@ -3,7 +3,7 @@
 // batches (Note [Unity build] in CMakeLists.txt): only what asks for it loads libnccl.
 //
 // NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU detected", since
-// NCCL 2.5): sched/configured_device.cpp gives each rank of a machine its own GPU and does not
+// NCCL 2.5): train/configured_device.cpp gives each rank of a machine its own GPU and does not
 // ask for NCCL when the machine has fewer GPUs than ranks.
 #include <cuda_runtime.h>
 #include <nccl.h>

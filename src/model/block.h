@@ -126,7 +126,7 @@ inline int64_t block_grad_scratch_floats(const BlockDims& d) {
 }
 
 // Note [bf16 GEMMs]
-// With train.matmul bf16 (Note [Precision modes] in sched/trainer.h) a block's four weight GEMMs
+// With train.matmul bf16 (Note [Precision modes] in train/trainer.h) a block's four weight GEMMs
 // and their backward take bf16 operands: the weights are the block's bf16 working weights
 // themselves, and the other operand (an activation, or in the backward the output's gradient) is
 // rounded to bf16 (f32_to_bf16, nearest even) into a scratch just before the GEMM. Products and

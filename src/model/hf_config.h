@@ -1,5 +1,5 @@
 // Hugging Face config.json <-> Strata's ModelConfig: read for `strata train --init-from`
-// (io/hf_import.h), written beside every `strata export` (io/hf_export.h).
+// (formats/hf_import.h), written beside every `strata export` (formats/hf_export.h).
 //
 // Note [Hugging Face configs]
 // Two of HF's model types are Strata models:

@@ -10,7 +10,7 @@
 // optimizer part or one embed chunk in an optimizer stage when it is on storage) and the
 // pointers are the trainer's own memory, valid for the call only. The checkpoint side converts to
 // and from Hugging Face's layout tensor by tensor and needs one tensor of scratch, plus one per
-// stream for a transposed tensor that a piece boundary cuts (io/checkpoint_tensors.h).
+// stream for a transposed tensor that a piece boundary cuts (formats/checkpoint_tensors.h).
 #pragma once
 
 #include <cstdint>

@@ -21,7 +21,7 @@ AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float g
 // The elements [lo, hi) of `slab` (slab-relative): master, m, v and grad point at element lo.
 // Tensors decay by `weight_decay` when ParamTensor::decay, else not. master_bf16, when not null,
 // points at element lo too and receives the updated master rounded to bf16 in the same pass (bf16
-// working weights, Note [Precision modes] in sched/trainer.h).
+// working weights, Note [Precision modes] in train/trainer.h).
 void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
                       float* master, float* m, float* v, bf16_t* master_bf16, const float* grad,
                       AdamWHyper h, float weight_decay);

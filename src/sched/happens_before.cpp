@@ -5,14 +5,6 @@
 
 namespace strata {
 
-namespace {
-
-Status plan_error(const std::string& message) {
-  return invalid_argument("plan: " + message);
-}
-
-}  // namespace
-
 Result<HappensBefore> happens_before_edges(const Plan& plan) {
   const int64_t task_count = static_cast<int64_t>(plan.tasks.size());
   if (task_count > INT32_MAX) {

@@ -15,12 +15,19 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "sched/plan.h"
 
 namespace strata {
+
+// An invalid plan: invalid_argument, the message prefixed "plan: " (the checker's and the
+// happens-before graph's errors read alike).
+inline Status plan_error(const std::string& message) {
+  return invalid_argument("plan: " + message);
+}
 
 class HappensBefore {
  public:

@@ -39,10 +39,6 @@ namespace {
 constexpr int32_t kNoWrite = -1;      // nothing has written the slot yet
 constexpr int32_t kInitialData = -2;  // the slot's initial data: ordered before every task
 
-Status plan_error(const std::string& message) {
-  return invalid_argument("plan: " + message);
-}
-
 // The happens-before graph in the form the checks need.
 struct Order {
   HappensBefore edges;         // the direct edges and queues (happens_before.h)

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "core/math_util.h"
-#include "dist/communicator.h"
 
 namespace strata {
 

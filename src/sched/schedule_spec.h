@@ -87,7 +87,7 @@ PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int
 // The cost: part 0's state once more (host memory, or storage), part 0's gradient range written to
 // storage when gradients live there, and a repair pass over part 0 of every block when a step
 // clips. Whether a step speculates or waits (`defer_part0`) is chosen per step by the trainer
-// (sched/speculation_policy.h), since waiting is cheaper where the norm clips often.
+// (train/speculation_policy.h), since waiting is cheaper where the norm clips often.
 
 // What a block's backward reads (docs/design.md §6): its forward, recomputed from its checkpoint,
 // or the saved set (Note [Saved activations] in model/block.h) kept on the device or offloaded.

@@ -19,11 +19,11 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "core/rng.h"
-#include "io/checkpoint.h"
-#include "io/safetensors.h"
+#include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "model/hf_names.h"
 #include "model/layout.h"
-#include "sched/in_memory_trainer.h"
+#include "train/in_memory_trainer.h"
 
 using namespace strata;
 

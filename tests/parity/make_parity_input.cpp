@@ -9,7 +9,7 @@
 #include "core/rng.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/init.h"
 #include "model/layout.h"
 

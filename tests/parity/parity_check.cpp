@@ -14,9 +14,9 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "optim/adamw.h"
-#include "sched/in_memory_trainer.h"
+#include "train/in_memory_trainer.h"
 #include "test_util.h"
 
 namespace strata {

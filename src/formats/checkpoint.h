@@ -1,0 +1,165 @@
+// Checkpoints: the complete training state at one step boundary, published atomically, verified
+// on load. docs/design.md §8.
+//
+// Note [Checkpoint format]
+// A checkpoint is a directory ROOT/step-%08d (the number of optimizer steps done) holding:
+//   model.safetensors      master weights, f32, under Hugging Face GPT-2 names and layout
+//                          (Note [Hugging Face GPT-2 layout]), in layout order; metadata
+//                          {"format": "strata-checkpoint", "version": "1"}
+//   exp_avg.safetensors    AdamW's first moment, "exp_avg.<name>" per tensor, same layout
+//   exp_avg_sq.safetensors AdamW's second moment, "exp_avg_sq.<name>"; one file per stream:
+//                          Note [Checkpoint tensor streams] in formats/checkpoint_tensors.h. (Version
+//                          1 had both moments in one optimizer.safetensors; loads still read it.)
+//   config.json            the run's Strata config (config_to_json)
+//   trainer_state.json     {"step", "adam_steps", "data_position", "seed", "schedule"}: steps done,
+//                          updates applied (skipped steps excluded: AdamW's bias correction), the
+//                          data loader's next token, the init seed. The learning rate schedule is
+//                          a function of "step"; nothing random is drawn after initialisation, so
+//                          the seed and the data position are the whole RNG state.
+//   manifest.json          written last: {"format": "strata-checkpoint", "version": 2, "step",
+//                          "files": [{"name", "bytes", "crc32c"}]} (crc32c: 8 hex digits)
+// A run of several ranks writes version 3 instead, one state file per rank (Note [Sharded
+// checkpoints] in formats/checkpoint_shards.h); both load through open_checkpoint_state.
+// Publishing: every file is written into ROOT/.tmp-step-%08d-<pid>, fsynced, the directory
+// fsynced, then renamed to ROOT/step-%08d and ROOT fsynced. A crash leaves either no step
+// directory or a complete one, so any step-* directory is complete; leftover .tmp-* directories
+// are removed by the next save. A failed save (a full disk) removes its temporary directory and
+// touches nothing else.
+//
+// The state moves slab by slab, each slab in pieces the trainer chooses (Note [Slab pieces] in
+// model/slab_piece.h), so a checkpoint of a model whose state lives on storage never needs it,
+// or even one slab of it, in memory, writing or reading.
+//
+// Reading is two passes over the files (docs/design.md §8):
+//   1. verify: every file the manifest lists is read front to back in chunks of
+//      CheckpointReadOptions::chunk_bytes through one reused buffer, its size and CRC32C compared
+//      with the manifest. Nothing is used before all of them match.
+//   2. load: the safetensors headers are read (a few KB: names, shapes, offsets) and every
+//      tensor of the three streams looked up and checked; then per piece the trainer hands over
+//      exactly the bytes of the tensor ranges it covers are read with pread into its memory,
+//      converted from HF layout.
+// So the trainer only ever sees bytes that were verified, a corrupt file changes no trainer
+// state, and the checkpoint side's host memory is one tensor of scratch (the largest Conv1D
+// weight, the only tensors HF transposes) plus, when a piece cuts such a tensor, one per stream,
+// plus one verify chunk: never O(slab), never O(model). Saving holds the same. The price is
+// reading the files twice; a published checkpoint is immutable, so the second pass reads what
+// the first one checked. `strata export` reads model.safetensors the same way (formats/hf_export.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+#include "core/file_util.h"
+#include "core/status.h"
+#include "formats/checkpoint_tensors.h"
+#include "io/io_engine.h"
+#include "formats/safetensors.h"
+#include "model/layout.h"
+#include "model/slab_piece.h"
+#include "model/state_snapshot.h"
+
+namespace strata {
+
+struct CheckpointMeta {
+  int64_t step = 0;        // optimizer steps done
+  int64_t adam_steps = 0;  // updates applied
+  int64_t data_position = 0;
+  int64_t seed = 0;
+  std::string schedule;
+  // Note [Checkpoint lineage] (formats/checkpoint_lineage.h): the run that wrote it, and the runs it
+  // continues, oldest first, its own id last. Empty in checkpoints written before run ids.
+  std::string run_id;
+  std::vector<std::string> lineage;
+};
+
+// A save's source: hands slab `slab`'s state to `take`, piece by piece (Note [Slab pieces]).
+using SlabReader = std::function<Status(int64_t slab, const SlabPieceFn& take)>;
+// A load's sink: has `fill` fill slab `slab`'s state, piece by piece, then keeps it.
+using SlabWriter = std::function<Status(int64_t slab, const SlabPieceFn& fill)>;
+
+struct CheckpointSaveStats {
+  std::string dir;           // the published checkpoint
+  int64_t bytes = 0;         // all files
+  double seconds = 0;        // wall time of the save
+  int64_t buffer_bytes = 0;  // the most bytes of conversion buffers the save held at once
+};
+
+// Writes ROOT/step-%08d (Note [Checkpoint format]) through `engine` (so io.faults and the rate
+// limiter apply), then keeps the newest `keep` step directories (0: all). A step directory that
+// already exists is left as it is (the state at a step is deterministic). Errors name the file;
+// on error nothing but the temporary directory was touched, and it is removed.
+Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
+                                            const TrainConfig& cfg, const CheckpointMeta& meta,
+                                            const SlabReader& read, int64_t keep);
+// The same from a snapshot that training goes on behind (Note [Asynchronous checkpoints] in
+// model/state_snapshot.h): slabs are written as the gate makes them ready, in its order, and the
+// files come out bit-identical to a save at a standstill. Run it on a thread of its own. On
+// return the gate is finished either way (on failure cancelled), so training never waits on it.
+Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
+                                            const TrainConfig& cfg, const CheckpointMeta& meta,
+                                            const StateSnapshot& snapshot, int64_t keep);
+
+// Data buffers held at once while reading a checkpoint, and every read of its files' data (not
+// the few KB of JSON and safetensors headers): what tests bound to prove the memory bound.
+struct CheckpointReadStats {
+  ReadStats reads;
+  int64_t buffer_bytes = 0;  // the most bytes of data buffers held at once
+
+  // A reader now holds `bytes` of data buffers.
+  void note_buffers(int64_t bytes) { buffer_bytes = std::max(buffer_bytes, bytes); }
+};
+
+struct CheckpointReadOptions {
+  // Verifying (and the export's copy) reads files in chunks of this many bytes through one
+  // buffer.
+  int64_t chunk_bytes = int64_t{16} << 20;
+  CheckpointReadStats* stats = nullptr;  // filled when set
+};
+
+// The manifest, and every file's size and CRC32C, read in chunks. bad_format naming the file on a
+// mismatch, not_found naming it when missing.
+Status verify_checkpoint(const std::string& dir, const CheckpointReadOptions& options = {});
+
+// The manifest, and the size and CRC32C of the named files only (not_found naming one the
+// manifest does not list).
+Status verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& files,
+                               const CheckpointReadOptions& options = {});
+
+// The step-* directories of a checkpoint root with their step numbers, oldest first.
+std::vector<std::pair<int64_t, std::string>> checkpoint_step_dirs(const std::string& root);
+
+// trainer_state.json of a checkpoint directory, its fields checked (bad_format naming the file
+// and the field).
+Result<CheckpointMeta> read_trainer_state(const std::string& dir);
+
+// A checkpoint directory itself (it has manifest.json), or a root: its newest complete step-*.
+// not_found when there is none.
+Result<std::string> resolve_checkpoint(const std::string& path);
+
+// The format version its manifest declares (3: sharded, Note [Sharded checkpoints]).
+Result<int> checkpoint_version(const std::string& dir);
+
+// config.json of a checkpoint directory (bad_format naming the file).
+Result<TrainConfig> read_checkpoint_config(const std::string& dir);
+
+// Everything load_checkpoint does before the state moves: verifies `dir`, checks its model shape
+// against cfg.model and reads trainer_state.json into *meta; then the state's source, either
+// version (Note [Sharded checkpoints] in formats/checkpoint_shards.h for version 3).
+Result<std::unique_ptr<StateSource>> open_checkpoint_state(
+    const std::string& dir, const TrainConfig& cfg, CheckpointMeta* meta,
+    const CheckpointReadOptions& options = {});
+
+// Verifies `dir`, checks its model shape against cfg.model (invalid_argument naming the field and
+// both values), then hands every slab's master, m, v to `write`, and returns the metadata. Two
+// passes, host memory O(one tensor): Note [Checkpoint format].
+Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                                       const SlabWriter& write,
+                                       const CheckpointReadOptions& options = {});
+
+}  // namespace strata

@@ -1,0 +1,105 @@
+// The offloaded trainer's snapshots for checkpoints written behind training: Note [Asynchronous
+// checkpoints] in model/state_snapshot.h.
+#include <algorithm>
+#include <cstring>
+
+#include "train/offload_internal.h"
+#include "sched/slot_names.h"
+
+namespace strata {
+
+namespace names = slot_names;
+
+Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
+  if (snapshot_ && !snapshot_->finished()) {
+    return internal_error("a snapshot was begun while the last one is still being captured");
+  }
+  if (sharded()) {
+    return unavailable(
+        "the optimizer state is sharded over the ranks: every rank writes its shard of a "
+        "checkpoint at a standstill (Note [Sharded checkpoints])");
+  }
+  bool on_storage = false;
+  for (const auto& [name, memory] : memory_) {
+    if (memory->state_slabs.empty()) continue;
+    if (memory->tier == Tier::device) {
+      return unavailable("optimizer state '" + name +
+                         "' is on the device: its checkpoints are saved at a standstill");
+    }
+    on_storage = on_storage || memory->tier == Tier::storage;
+  }
+  if (on_storage && snapshot_stage_.bytes() == 0) {
+    const int64_t bytes = memory_.at(names::kOptimStage.at(0))->bytes;
+    STRATA_ASSIGN_OR_RETURN(snapshot_stage_, dev_.alloc_host(round_up(bytes, kIoAlign)));
+  }
+  // Preference: the order in which the next run first writes each slab's state (pending
+  // part-1 writes excepted: they make slabs ready), then the slabs it does not write.
+  const BoundPlan& next = plan_for(iteration_key(speculative_ && !policy_.speculate()));
+  std::vector<int64_t> order;
+  for (const Task& t : next.plan.tasks) {
+    for (const SlotUse& u : t.uses) {
+      if (!u.write) continue;
+      const SlotMemory& m = *next.slots[static_cast<size_t>(u.slot)];
+      if (pending_write(m)) continue;
+      for (int64_t slab : m.state_slabs) {
+        if (std::find(order.begin(), order.end(), slab) == order.end()) order.push_back(slab);
+      }
+    }
+  }
+  for (int64_t slab = 0; slab < static_cast<int64_t>(layout_.slabs.size()); ++slab) {
+    if (std::find(order.begin(), order.end(), slab) == order.end()) order.push_back(slab);
+  }
+  snapshot_ = std::make_shared<SnapshotGate>(std::move(order));
+  // The vertical schedule's part-1 updates of the step just done are still pending: those slabs
+  // are ready once the next run has written them (gated_actions counts the writes).
+  snapshot_pending_writes_ = pending_ != Pending::none;
+  if (snapshot_pending_writes_) {
+    for (int64_t l = 0; l < cfg_.model.n_layer; ++l) snapshot_->hold(layout_.block_slab(l));
+  }
+  float* stage = snapshot_stage_.bytes() > 0 ? snapshot_stage_.f32() : nullptr;
+  return StateSnapshot{snapshot_, [this, stage](int64_t slab, const SlabPieceFn& take) {
+                         return state_pieces(slab, stage, take);
+                       }};
+}
+
+std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
+  if (!snapshot_ || snapshot_->finished()) return bp.actions;
+  std::shared_ptr<SnapshotGate> gate = snapshot_;
+  std::vector<TaskAction> actions = bp.actions;
+  std::vector<int64_t> pending_writes(layout_.slabs.size(), 0);
+  for (size_t i = 0; i < bp.plan.tasks.size(); ++i) {
+    std::vector<int64_t> finishes, waits;  // slabs this task makes ready / must wait for
+    for (const SlotUse& u : bp.plan.tasks[i].uses) {
+      if (!u.write) continue;
+      const SlotMemory& m = *bp.slots[static_cast<size_t>(u.slot)];
+      const bool finishes_step = snapshot_pending_writes_ && pending_write(m);
+      for (int64_t slab : m.state_slabs) {
+        (finishes_step ? finishes : waits).push_back(slab);
+        if (finishes_step) pending_writes[static_cast<size_t>(slab)]++;
+      }
+    }
+    if (finishes.empty() && waits.empty()) continue;
+    actions[i] = [gate, action = bp.actions[i], finishes, waits] {
+      for (int64_t slab : waits) gate->wait_captured(slab);
+      Status st = action();
+      if (st.ok()) {
+        for (int64_t slab : finishes) gate->wrote(slab);
+      }
+      return st;
+    };
+  }
+  if (snapshot_pending_writes_) {
+    for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
+      const int64_t slab = layout_.block_slab(l);
+      snapshot_->expect_writes(slab, pending_writes[static_cast<size_t>(slab)]);
+    }
+    snapshot_pending_writes_ = false;  // only this run finishes the last step's updates
+  }
+  return actions;
+}
+
+bool OffloadTrainer::pending_write(const SlotMemory& m) const {
+  return (m.part == 1 && pending_ != Pending::none) || (m.part == 0 && pending_ == Pending::both);
+}
+
+}  // namespace strata
