@@ -131,8 +131,8 @@ int run(int argc, char** argv) {
           // supports() said yes above, so the Status cannot be unavailable, the only thing it
           // reports (Note [Optional device capabilities]); nothing to check in the timed loop.
           (void)dev.matmul_bf16(*stream, out.f32(), a.bf16(), b.bf16(),
-                                s.bias ? bias.f32() : nullptr, s.M, s.N, s.K, s.trans_a, s.trans_b,
-                                false);
+                                s.bias ? bias.f32() : nullptr, s.M, s.N, s.K,
+                                {.trans_a = s.trans_a, .trans_b = s.trans_b});
         },
         [&] { stream->synchronize(); }, 3, iters);
 

@@ -44,7 +44,7 @@ case $kind in
     # Note [TSan subset]: the binaries whose code starts threads of its own (the executor, the
     # storage engines and the store, the offloaded trainers and checkpoints on top of them), and
     # two of them again on cpu-discrete, whose device tasks are ordered by events (Note [Ordering
-    # by events] in src/train/offload_trainer.h): a missing wait is a race TSan reports.
+    # by events] in src/train/offload_actions.h): a missing wait is a race TSan reports.
     tests=(
       test_executor test_io_engine test_configured_engine test_rate_limited_engine
       test_fault_injector test_tensor_store test_store_sharing test_happens_before

@@ -142,7 +142,7 @@ TEST(CpuDevice, OpsThroughStreamsMatchDirectKernelCalls) {
   std::vector<float> out_dev(BT * C), att_dev(B * NH * T * T), mm_dev(BT * 3 * C);
   std::vector<float> ln_dev(BT * C), mean_dev(BT), rstd_dev(BT);
   dev->attention_forward(*s, out_dev.data(), att_dev.data(), qkv.data(), B, T, C, NH);
-  dev->matmul(*s, mm_dev.data(), x.data(), w.data(), bias.data(), BT, 3 * C, C, false, true, false);
+  dev->matmul(*s, mm_dev.data(), x.data(), w.data(), bias.data(), BT, 3 * C, C, {.trans_b = true});
   dev->layernorm_forward(*s, ln_dev.data(), mean_dev.data(), rstd_dev.data(), x.data(), ln_w.data(),
                          bias.data(), BT, C);
   s->synchronize();
@@ -347,7 +347,7 @@ TEST(CpuDiscreteDevice, OpsOnDeviceMemoryGiveTheCpuDevicesBits) {
            dout = must(dev.alloc(M * N * 4));
     dev.copy(*s, da.data(), a.data(), M * K * 4);
     dev.copy(*s, db.data(), b.data(), K * N * 4);
-    dev.matmul(*s, dout.f32(), da.f32(), db.f32(), nullptr, M, N, K, false, false, false);
+    dev.matmul(*s, dout.f32(), da.f32(), db.f32(), nullptr, M, N, K, {});
     std::vector<float> out(static_cast<size_t>(M * N));
     dev.copy(*s, out.data(), dout.data(), M * N * 4);
     s->synchronize();

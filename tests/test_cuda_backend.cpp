@@ -300,8 +300,8 @@ TEST_P(CudaGemmTest, F32MatchesCpu) {
   Twin a = twin(random_floats(M * K, 1)), b = twin(random_floats(K * N, 2));
   Twin bias = twin(random_floats(N, 3)), out = twin(random_floats(M * N, 4));
   both([&](Device& d, Stream& s, bool g) {
-    d.matmul(s, out.f32(g), a.f32(g), b.f32(g), with_bias ? bias.f32(g) : nullptr, M, N, K, ta, tb,
-             acc);
+    d.matmul(s, out.f32(g), a.f32(g), b.f32(g), with_bias ? bias.f32(g) : nullptr, M, N, K,
+             {.trans_a = ta, .trans_b = tb, .accumulate = acc});
   });
   EXPECT_LE(nmse(out, M * N), kF32Nmse);
 }
@@ -321,7 +321,8 @@ TEST_P(CudaGemmTest, Bf16MatchesCpuOnTheSameBf16Values) {
   Twin bias = twin(random_floats(N, 7)), out = twin(random_floats(M * N, 8));
   both([&](Device& d, Stream& s, bool g) {
     EXPECT_TRUE(d.matmul_bf16(s, out.f32(g), a.bf16(g), b.bf16(g),
-                              with_bias ? bias.f32(g) : nullptr, M, N, K, ta, tb, acc)
+                              with_bias ? bias.f32(g) : nullptr, M, N, K,
+                              {.trans_a = ta, .trans_b = tb, .accumulate = acc})
                     .ok())
         << d.name();
   });

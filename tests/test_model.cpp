@@ -15,8 +15,8 @@
 #include "model/block_arch.h"
 #include "model/init.h"
 #include "model/layout.h"
-#include "train/in_memory_trainer.h"
 #include "test_util.h"
+#include "train/in_memory_trainer.h"
 
 namespace strata {
 namespace {
@@ -200,15 +200,16 @@ TEST(Bf16Gemm, LinearIsTheF32GemmOfRoundedOperands) {
 
   std::vector<float> y(rows * out), y_want(rows * out), y_f32(rows * out);
   linear_forward(*dev, *s, y.data(), x.data(), w.data(), b.data(), rows, in, out, &gemm);
-  dev->matmul(*s, y_want.data(), xr.data(), wr.data(), b.data(), rows, out, in, false, true, false);
+  dev->matmul(*s, y_want.data(), xr.data(), wr.data(), b.data(), rows, out, in, {.trans_b = true});
   linear_forward(*dev, *s, y_f32.data(), x.data(), w.data(), b.data(), rows, in, out, nullptr);
   std::vector<float> dx(rows * in, 0.f), dw(out * in, 0.f), db(out, 0.f);
   std::vector<float> dx_want(dx), dw_want(dw), db_want(db), dx_f32(dx);
   linear_backward(*dev, *s, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), rows,
                   in, out, &gemm);
-  dev->matmul(*s, dx_want.data(), dyr.data(), wr.data(), nullptr, rows, in, out, false, false,
-              true);
-  dev->matmul(*s, dw_want.data(), dyr.data(), xr.data(), nullptr, out, in, rows, true, false, true);
+  dev->matmul(*s, dx_want.data(), dyr.data(), wr.data(), nullptr, rows, in, out,
+              {.accumulate = true});
+  dev->matmul(*s, dw_want.data(), dyr.data(), xr.data(), nullptr, out, in, rows,
+              {.trans_a = true, .accumulate = true});
   dev->bias_backward(*s, db_want.data(), dy.data(), rows, out);
   std::vector<float> dw_f32(out * in, 0.f), db_f32(out, 0.f);
   linear_backward(*dev, *s, dx_f32.data(), dw_f32.data(), db_f32.data(), dy.data(), x.data(),

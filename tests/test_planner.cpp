@@ -6,8 +6,8 @@
 
 #include "model/layout.h"
 #include "planner/planner.h"
-#include "train/offload_trainer.h"
 #include "sched/plan_checker.h"
+#include "train/offload_spec.h"
 
 namespace strata {
 namespace {

@@ -106,7 +106,7 @@ TEST_P(GenerateArch, GreedyTokensAreTheArgmaxOfTheWholeModelForward) {
     auto s = dev->create_stream("ref");
     gpt_forward(*dev, *s, acts, layout, params.data(), window.data(), targets.data());
     s->synchronize();
-    const float* last = acts.logits + (T - 1) * m.vocab_size;
+    const float* last = acts.head.logits + (T - 1) * m.vocab_size;
     const auto want = static_cast<int32_t>(std::max_element(last, last + m.vocab_size) - last);
     EXPECT_EQ((*out)[n], want) << "token " << n;
   }

@@ -13,11 +13,11 @@
 #include "planner/planner.h"
 #include "planner/profile.h"
 #include "planner/simulator.h"
-#include "train/offload_trainer.h"
 #include "sched/plan.h"
 #include "sched/plan_builder.h"
 #include "sched/plan_checker.h"
 #include "test_util.h"
+#include "train/offload_spec.h"
 
 namespace strata {
 namespace {

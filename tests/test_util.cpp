@@ -224,11 +224,10 @@ OptionalSlotRun run_bf16_matmul(Device& device, Stream& stream, bool call_defaul
   upload(device, stream, dout.value(), before.data(), M * N * 4);
   OptionalSlotRun run;
   const float* no_bias = nullptr;
-  run.status = call_default
-                   ? device.Device::matmul_bf16(stream, dout->f32(), da->bf16(), db->bf16(),
-                                                no_bias, M, N, K, false, false, false)
-                   : device.matmul_bf16(stream, dout->f32(), da->bf16(), db->bf16(), no_bias, M, N,
-                                        K, false, false, false);
+  run.status = call_default ? device.Device::matmul_bf16(stream, dout->f32(), da->bf16(),
+                                                         db->bf16(), no_bias, M, N, K, {})
+                            : device.matmul_bf16(stream, dout->f32(), da->bf16(), db->bf16(),
+                                                 no_bias, M, N, K, {});
   const std::vector<float> out = download<float>(device, stream, dout.value(), M * N);
   run.took_effect = true;
   for (float x : out) run.took_effect = run.took_effect && x == 2.0f;

@@ -86,8 +86,7 @@ Status Device::launch_host_func(Stream& s, std::function<void()> fn) {
 }
 
 Status Device::matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b,
-                           const float* bias, int64_t M, int64_t N, int64_t K, bool trans_a,
-                           bool trans_b, bool accumulate) {
+                           const float* bias, int64_t M, int64_t N, int64_t K, MatmulOpts o) {
   return unsupported(Capability::bf16_matmul);
 }
 

@@ -120,6 +120,13 @@ struct MemoryStats {
   int64_t host_peak = 0;
 };
 
+// How matmul reads its operands and writes its output (Device::matmul).
+struct MatmulOpts {
+  bool trans_a = false;     // a is stored (K, M)
+  bool trans_b = false;     // b is stored (N, K)
+  bool accumulate = false;  // out += op(a) @ op(b) instead of out =
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -167,15 +174,14 @@ class Device {
   // ---- ops (shapes row-major; see Note [Backward accumulates]) ---------------------------------
   // out (M,N) = op(a) @ op(b) [+ bias (N)] [+ out if accumulate]
   // a: (M,K), or (K,M) when trans_a.  b: (K,N), or (N,K) when trans_b.  bias may be null.
+  // Call sites name what they set: {.trans_b = true}, {.trans_a = true, .accumulate = true}.
   virtual void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias,
-                      int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
-                      bool accumulate) = 0;
+                      int64_t M, int64_t N, int64_t K, MatmulOpts o) = 0;
   // (optional, Capability::bf16_matmul) matmul with bf16 a and b: products and sums in f32, out
   // and bias f32. The CPU widens a and b to f32 and runs matmul; CUDA runs bf16 tensor-core
   // GEMMs. Enqueued on s like matmul; the Status says only whether the backend has it.
   virtual Status matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b,
-                             const float* bias, int64_t M, int64_t N, int64_t K, bool trans_a,
-                             bool trans_b, bool accumulate);
+                             const float* bias, int64_t M, int64_t N, int64_t K, MatmulOpts o);
   // dbias (N) += sum over rows of dout (M,N)
   virtual void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) = 0;
   // out (N,C), mean (N), rstd (N) <- inp (N,C), weight (C), bias (C); eps = 1e-5
@@ -311,9 +317,36 @@ std::unique_ptr<Device> create_cpu_device(const CpuDeviceOptions& options = {});
 // reached only by copies, and the trainers take the discrete path there: saved activations
 // through device buffers, AdamW on the device's stream, tasks ordered by events (Note [The
 // discrete CPU device] in cpu/cpu_device.cpp, Note [Ordering by events] in
-// train/offload_trainer.h). The one place that rule is written.
+// train/offload_actions.h). The one place that rule is written.
+inline bool shares_host_memory(DeviceKind kind) {
+  return kind == DeviceKind::cpu;
+}
 inline bool shares_host_memory(const Device& d) {
-  return d.kind() == DeviceKind::cpu;
+  return shares_host_memory(d.kind());
+}
+
+// What plans and workspaces need of a device, known from its kind alone, so the planner sizes a
+// CUDA run on a machine without a GPU as the trainer will run it. The one place the attention
+// footprints are written (the devices' attention_saved_floats / attention_scratch_floats return
+// these): the CPU keeps the softmax probabilities (B, NH, T, T) and its backward a matrix of the
+// same size; the fused CUDA kernels keep a log-sum-exp per query row (B, NH, T), and as much
+// scratch.
+struct DeviceTraits {
+  bool shares_host_memory = true;  // see shares_host_memory above
+  bool fused_attention = false;    // attention keeps per-row statistics, not (T, T) scores
+  int64_t attention_saved_floats(int64_t B, int64_t T, int64_t NH) const {
+    return fused_attention ? B * NH * T : B * NH * T * T;
+  }
+  int64_t attention_scratch_floats(int64_t B, int64_t T, int64_t NH) const {
+    return attention_saved_floats(B, T, NH);
+  }
+};
+inline DeviceTraits device_traits(DeviceKind kind) {
+  return {.shares_host_memory = shares_host_memory(kind),
+          .fused_attention = kind == DeviceKind::cuda};
+}
+inline DeviceTraits device_traits(const Device& d) {
+  return device_traits(d.kind());
 }
 
 // The CUDA device on GPU `ordinal`. device_budget_bytes caps the device memory Strata holds

@@ -7,7 +7,7 @@
 
 namespace strata {
 
-BlockDims block_dims(const Device& dev, const ModelConfig& m, int64_t B, int64_t T,
+BlockDims block_dims(const DeviceTraits& dev, const ModelConfig& m, int64_t B, int64_t T,
                      const float* rope) {
   BlockDims d;
   d.arch = m.arch;
@@ -125,30 +125,31 @@ void linear_forward(Device& dev, Stream& s, float* y, const float* x, const floa
                     const float* b, int64_t rows, int64_t in_features, int64_t out_features,
                     const BlockGemm* gemm) {
   if (gemm == nullptr) {
-    dev.matmul(s, y, x, W, b, rows, out_features, in_features, false, true, false);
+    dev.matmul(s, y, x, W, b, rows, out_features, in_features, {.trans_b = true});
     return;
   }
   bf16_t* xb = gemm->scratch;  // (rows, in_features)
   dev.convert_f32_to_bf16(s, xb, x, rows * in_features);
   check_bf16(dev.matmul_bf16(s, y, xb, bf16_weights(*gemm, W), b, rows, out_features, in_features,
-                             false, true, false));
+                             {.trans_b = true}));
 }
 
 void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db, const float* dy,
                      const float* x, const float* W, int64_t rows, int64_t in_features,
                      int64_t out_features, const BlockGemm* gemm) {
   if (gemm == nullptr) {
-    dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, false, false, true);
-    dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows, true, false, true);
+    dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, {.accumulate = true});
+    dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows,
+               {.trans_a = true, .accumulate = true});
   } else {
     bf16_t* dyb = gemm->scratch;                       // (rows, out_features)
     bf16_t* xb = gemm->scratch + rows * out_features;  // (rows, in_features)
     dev.convert_f32_to_bf16(s, dyb, dy, rows * out_features);
     dev.convert_f32_to_bf16(s, xb, x, rows * in_features);
     check_bf16(dev.matmul_bf16(s, dx, dyb, bf16_weights(*gemm, W), nullptr, rows, in_features,
-                               out_features, false, false, true));
-    check_bf16(dev.matmul_bf16(s, dW, dyb, xb, nullptr, out_features, in_features, rows, true,
-                               false, true));
+                               out_features, {.accumulate = true}));
+    check_bf16(dev.matmul_bf16(s, dW, dyb, xb, nullptr, out_features, in_features, rows,
+                               {.trans_a = true, .accumulate = true}));
   }
   if (db != nullptr) dev.bias_backward(s, db, dy, rows, out_features);
 }

@@ -50,8 +50,12 @@ inline int64_t block_fc_width(const BlockDims& d) {
 }
 
 // rope may be null where only sizes are needed (a Llama forward then must not run).
-BlockDims block_dims(const Device& dev, const ModelConfig& model, int64_t B, int64_t T,
+BlockDims block_dims(const DeviceTraits& dev, const ModelConfig& model, int64_t B, int64_t T,
                      const float* rope = nullptr);
+inline BlockDims block_dims(const Device& dev, const ModelConfig& model, int64_t B, int64_t T,
+                            const float* rope = nullptr) {
+  return block_dims(device_traits(dev), model, B, T, rope);
+}
 
 // Hands out consecutive float ranges of one buffer. With a null base it only counts, so one
 // function both sizes and lays out a set of activations (no second list to keep in step).

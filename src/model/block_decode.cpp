@@ -30,25 +30,25 @@ void block_decode(Device& dev, Stream& s, float* out, const DecodeScratch& g, co
   const NormSpec norm{d.arch, d.norm_eps};
   norm_forward(dev, s, norm, g.ln1, g.mean, g.rstd, x, w.ln1_w, w.ln1_b, 1, C);
   if (block_is_llama(d)) {
-    dev.matmul(s, g.qkv_pre, g.ln1, w.qkv_w, nullptr, 1, W, C, false, true, false);
+    dev.matmul(s, g.qkv_pre, g.ln1, w.qkv_w, nullptr, 1, W, C, {.trans_b = true});
     // Position pos's cos/sin: the table from its row pos, as a sequence of one at position 0.
     const float* rope_at = d.rope + pos * (hs / 2) * 2;
     dev.rope_forward(s, g.qkv, g.qkv_pre, rope_at, 1, 1, W, d.NH + d.NKV, hs);
   } else {
-    dev.matmul(s, g.qkv, g.ln1, w.qkv_w, w.qkv_b, 1, W, C, false, true, false);
+    dev.matmul(s, g.qkv, g.ln1, w.qkv_w, w.qkv_b, 1, W, C, {.trans_b = true});
   }
   dev.copy(s, kv_cache + pos * kv, g.qkv + C, kv * 4);
   dev.attention_decode(s, g.atty, g.scores, g.qkv, kv_cache, pos + 1, d.NH, d.NKV, hs);
-  dev.matmul(s, g.attproj, g.atty, w.proj_w, w.proj_b, 1, C, C, false, true, false);
+  dev.matmul(s, g.attproj, g.atty, w.proj_w, w.proj_b, 1, C, C, {.trans_b = true});
   dev.add(s, g.res2, x, g.attproj, C);
   norm_forward(dev, s, norm, g.ln2, g.mean, g.rstd, g.res2, w.ln2_w, w.ln2_b, 1, C);
-  dev.matmul(s, g.fch, g.ln2, w.fc_w, w.fc_b, 1, block_fc_width(d), C, false, true, false);
+  dev.matmul(s, g.fch, g.ln2, w.fc_w, w.fc_b, 1, block_fc_width(d), C, {.trans_b = true});
   if (block_is_llama(d)) {
     dev.swiglu_forward(s, g.fch_act, g.fch, 1, d.F);
   } else {
     dev.gelu_forward(s, g.fch_act, g.fch, d.F);
   }
-  dev.matmul(s, g.fcproj, g.fch_act, w.fcproj_w, w.fcproj_b, 1, C, d.F, false, true, false);
+  dev.matmul(s, g.fcproj, g.fch_act, w.fcproj_w, w.fcproj_b, 1, C, d.F, {.trans_b = true});
   dev.add(s, out, g.res2, g.fcproj, C);
 }
 

@@ -15,14 +15,14 @@ GptActs gpt_acts_carve(const Device& dev, FloatCarver& c, const ModelConfig& cfg
   a.dims = d;
   a.residual = c.take((L + 1) * BT * C);
   for (int64_t l = 0; l < L; l++) a.blocks.push_back(block_acts_carve(c, d));
-  a.lnf = c.take(BT * C);
-  a.lnf_mean = c.take(BT);
-  a.lnf_rstd = c.take(BT);
-  a.logits = c.take(BT * V);
-  a.probs = c.take(BT * V);
-  a.losses = c.take(BT);
-  a.dlogits = c.take(BT * V);
-  a.dlnf = c.take(BT * C);
+  a.head.lnf = c.take(BT * C);
+  a.head.lnf_mean = c.take(BT);
+  a.head.lnf_rstd = c.take(BT);
+  a.head.logits = c.take(BT * V);
+  a.head.probs = c.take(BT * V);
+  a.head.losses = c.take(BT);
+  a.head.dlogits = c.take(BT * V);
+  a.head.dlnf = c.take(BT * C);
   a.dres_a = c.take(BT * C);
   a.dres_b = c.take(BT * C);
   a.scratch = block_grad_scratch_carve(c, d);
@@ -45,7 +45,7 @@ int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, in
 void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout, float* params,
                  const int32_t* tokens, const int32_t* targets, const BlockGemm* gemm) {
   const ModelConfig& cfg = layout.config;
-  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
+  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd;
   const BlockDims& d = a.dims;
   const EmbedView emb = embed_view(layout, params);
   const FinalView fin = final_view(layout, params);
@@ -57,35 +57,23 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
     block_forward(dev, s, out, a.blocks[static_cast<size_t>(l)], inp, block_view(layout, params, l),
                   d, gemm);
   }
-  const float* x = a.residual + cfg.n_layer * BT * C;
-  norm_forward(dev, s, final_norm_spec(cfg), a.lnf, a.lnf_mean, a.lnf_rstd, x, fin.lnf_w, fin.lnf_b,
-               BT, C);
-  dev.matmul(s, a.logits, a.lnf, lm_head_of(emb, fin), nullptr, BT, V, C, false, true, false);
-  dev.softmax_cross_entropy_forward(s, a.losses, a.probs, a.logits, targets, BT, V);
+  lm_head_forward(dev, s, a.head, a.residual + cfg.n_layer * BT * C, emb, fin, targets, cfg, BT);
 }
 
 void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout,
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
                   float dloss, const BlockGemm* gemm) {
   const ModelConfig& cfg = layout.config;
-  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd, V = cfg.vocab_size;
+  const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd;
   const int64_t f = static_cast<int64_t>(sizeof(float));
   const BlockDims& d = a.dims;
   const EmbedView emb = embed_view(layout, params), gemb = embed_view(layout, grads);
   const FinalView fin = final_view(layout, params), gfin = final_view(layout, grads);
 
-  // Loss and LM head: logits = lnf @ head^T (the head tied to wte, or its own).
-  dev.fill_zero(s, a.dlogits, BT * V * f);
-  dev.softmax_cross_entropy_backward(s, a.dlogits, a.probs, targets, dloss, BT, V);
-  dev.matmul(s, lm_head_of(gemb, gfin), a.dlogits, a.lnf, nullptr, V, C, BT, true, false, true);
-  dev.matmul(s, a.dlnf, a.dlogits, lm_head_of(emb, fin), nullptr, BT, C, V, false, false, false);
-
   float* dout = a.dres_a;
   float* dinp = a.dres_b;
-  dev.fill_zero(s, dout, BT * C * f);
-  const float* x = a.residual + cfg.n_layer * BT * C;
-  norm_backward(dev, s, final_norm_spec(cfg), dout, gfin.lnf_w, gfin.lnf_b, a.dlnf, x, fin.lnf_w,
-                a.lnf_mean, a.lnf_rstd, BT, C);
+  lm_head_backward(dev, s, dout, gemb, gfin, a.head, a.residual + cfg.n_layer * BT * C, emb, fin,
+                   targets, dloss, cfg, BT);
 
   for (int64_t l = cfg.n_layer - 1; l >= 0; l--) {
     dev.fill_zero(s, dinp, BT * C * f);
@@ -95,10 +83,6 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
     std::swap(dout, dinp);
   }
   dev.embedding_backward(s, gemb.wte, gemb.wpe, dout, tokens, B, T, C);
-}
-
-NormSpec final_norm_spec(const ModelConfig& cfg) {
-  return NormSpec{cfg.arch, static_cast<float>(cfg.norm_eps)};
 }
 
 double block_matmul_params(const ModelConfig& cfg) {

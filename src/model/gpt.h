@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "model/block.h"
 #include "model/layout.h"
+#include "model/lm_head.h"
 #include "model/norm.h"
 
 namespace strata {
@@ -20,17 +21,10 @@ struct GptActs {
   BlockDims dims{};
   float* residual = nullptr;      // (L+1, B, T, C) input of block l at l; model output at L
   std::vector<BlockActs> blocks;  // L
-  float* lnf = nullptr;           // (B, T, C)
-  float* lnf_mean = nullptr;      // (B, T)   LayerNorm (GPT-2) only reads it
-  float* lnf_rstd = nullptr;      // (B, T)
-  float* logits = nullptr;        // (B, T, V)
-  float* probs = nullptr;         // (B, T, V)
-  float* losses = nullptr;        // (B, T)
+  HeadActs head;                  // N = B T rows: lnf (B, T, C), logits, probs (B, T, V), ...
   // backward scratch
-  float* dlogits = nullptr;  // (B, T, V)
-  float* dlnf = nullptr;     // (B, T, C)
-  float* dres_a = nullptr;   // (B, T, C)  ping-pong gradients of block boundaries
-  float* dres_b = nullptr;   // (B, T, C)
+  float* dres_a = nullptr;  // (B, T, C)  ping-pong gradients of block boundaries
+  float* dres_b = nullptr;  // (B, T, C)
   BlockGradScratch scratch;
 };
 
@@ -41,7 +35,7 @@ GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int6
 int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T);
 
 // tokens, targets (B, T) int32 on the device; params laid out by `layout`.
-// After it, acts.losses holds the per-position losses and acts.logits the logits.
+// After it, acts.head.losses holds the per-position losses and acts.head.logits the logits.
 // gemm: the blocks' GEMMs in bf16 (Note [bf16 GEMMs] in model/block.h; its f32_base is params),
 // or null for f32; the head's GEMM is f32 either way.
 void gpt_forward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
@@ -53,8 +47,6 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
                   float dloss, const BlockGemm* gemm = nullptr);
 
-// The model's final norm (LayerNorm or RMSNorm).
-NormSpec final_norm_spec(const ModelConfig& cfg);
 // Matmul weights of one block, for FLOP counts: q|k|v, the output projection and the MLP's.
 double block_matmul_params(const ModelConfig& cfg);
 

@@ -186,15 +186,14 @@ Status Sampler::logits(int64_t row, float* host_logits) {
   const int64_t C = model_.n_embd, V = model_.vocab_size;
   const EmbedView e = embed_slab_view(layout_, embed_.f32());
   const FinalView fin = final_slab_view(layout_, final_.f32());
-  float* mean = head_.f32();  // (1)
-  float* rstd = mean + 1;     // (1)
-  float* lnf = rstd + 1;      // (C) the row's
-  float* logits = lnf + C;    // (V)
+  HeadActs a;
+  a.lnf_mean = head_.f32();     // (1)
+  a.lnf_rstd = a.lnf_mean + 1;  // (1)
+  a.lnf = a.lnf_rstd + 1;       // (C) the row's
+  a.logits = a.lnf + C;         // (V)
   // The final norm is per position: only the row's is needed.
-  norm_forward(dev_, *s_, final_norm_spec(model_), lnf, mean, rstd, x_.f32() + row * C, fin.lnf_w,
-               fin.lnf_b, 1, C);
-  dev_.matmul(*s_, logits, lnf, lm_head_of(e, fin), nullptr, 1, V, C, false, true, false);
-  dev_.copy(*s_, host_logits, logits, V * 4);
+  lm_head_logits(dev_, *s_, a, x_.f32() + row * C, e, fin, model_, 1);
+  dev_.copy(*s_, host_logits, a.logits, V * 4);
   s_->synchronize();
   return Status();
 }

@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "core/config_bounds.h"
 #include "model/gpt.h"
-#include "train/offload_trainer.h"
+#include "train/offload_spec.h"
 
 namespace strata {
 
@@ -35,11 +35,10 @@ ModelConfig llama_shape(int64_t layers, int64_t embd, int64_t heads, int64_t kv_
   return m;
 }
 
-// offload_schedule_spec asks the device only for attention scratch sizes; the CPU device's
-// answer is the materialized-attention one.
-const Device& sizing_device() {
-  static const std::unique_ptr<Device> dev = create_cpu_device();
-  return *dev;
+// The device a profile describes, as plans see it: a GPU's fused attention (no T x T scores
+// kept) and its own memory, or the CPU backend sharing the host's (cmd_profile).
+DeviceTraits profile_device(const HardwareProfile& p) {
+  return {.shares_host_memory = p.shared_cores, .fused_attention = p.flash_attention};
 }
 
 }  // namespace
@@ -104,7 +103,7 @@ RunChoice choice_of(const TrainConfig& cfg) {
 
 ScheduleSpec planner_spec(const TrainConfig& cfg, const HardwareProfile& p) {
   const bool vertical = cfg.schedule == Schedule::vertical;
-  ScheduleSpec s = offload_schedule_spec(sizing_device(), cfg, vertical, true);
+  ScheduleSpec s = offload_schedule_spec(profile_device(p), cfg, vertical, true);
   const int64_t n = s.block_elems, BT = cfg.batch_size * cfg.seq_len, C = cfg.model.n_embd,
                 V = cfg.model.vocab_size;
   // offload_schedule_spec sizes what the CPU backend runs (everything f32); a profile may keep

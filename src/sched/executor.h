@@ -18,7 +18,7 @@
 //    waited), or the actions must order themselves past the return: the executor sees only the
 //    return and then starts the dependents, so their actions must wait for the unfinished work
 //    first (the offloaded trainer on a discrete device does, with one event per task: Note
-//    [Ordering by events] in offload_trainer.h).
+//    [Ordering by events] in train/offload_actions.h).
 //  - Failure: the first action to fail (a non-ok Status, or an exception, reported as internal)
 //    stops the run: tasks not yet started are skipped, tasks already running finish, then the
 //    call returns that Status with the task's description in front of its message. Nothing is

@@ -199,6 +199,17 @@ constexpr std::array<KindInfo, kTaskKindCount> kKinds = {{
      true},
 }};
 static_assert(static_cast<int>(TaskKind::grad_allreduce_device) + 1 == kTaskKindCount);
+// is_transfer (task_kind.h) says "the kinds up to acts_load": the table agrees.
+constexpr bool transfers_lead() {
+  for (int k = 0; k < kTaskKindCount; ++k) {
+    if ((kKinds[static_cast<size_t>(k)].moves != StateKind::none) !=
+        is_transfer(static_cast<TaskKind>(k))) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(transfers_lead(), "the transfer kinds must come first, ending with acts_load");
 
 const KindInfo& info(TaskKind k) {
   return kKinds[static_cast<size_t>(k)];
@@ -316,10 +327,6 @@ bool kind_label_names_group(TaskKind k) {
 
 Resource kind_resource(TaskKind k) {
   return info(k).resource;
-}
-
-bool is_transfer(TaskKind k) {
-  return info(k).moves != StateKind::none;
 }
 
 StateKind moved_state(TaskKind k) {

@@ -114,8 +114,12 @@ const char* kind_label(TaskKind k);
 bool kind_label_names_group(TaskKind k);
 // The resource queue tasks of this kind run on.
 Resource kind_resource(TaskKind k);
-// Whether the kind is a transfer ({src, dst}, moving `bytes`), and what it moves (none if not).
-bool is_transfer(TaskKind k);
+// Whether the kind is a transfer ({src, dst}, moving `bytes`): the kinds up to acts_load (a
+// constant, so the trainer's actions are checked complete at compile time: Note [One action per
+// kind] in train/offload_actions.h). And what it moves (none if not).
+constexpr bool is_transfer(TaskKind k) {
+  return k <= TaskKind::acts_load;
+}
 StateKind moved_state(TaskKind k);
 
 // The slot of the task's first use with `role`, or -1 when the task has none.

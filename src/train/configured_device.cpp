@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "core/log.h"
 #include "dist/peer_transport.h"
+#include "train/offload_spec.h"
 #include "train/trainer.h"
 
 namespace strata {
@@ -52,22 +53,6 @@ Result<std::unique_ptr<PeerTransport>> sum_on_host(bool asked, const std::string
 }
 
 }  // namespace
-
-bool wants_device_collectives(const TrainConfig& cfg, bool gpu) {
-  switch (cfg.collectives) {
-    case CollectivesPlace::device:
-      return true;
-    case CollectivesPlace::host:
-      return false;
-    case CollectivesPlace::automatic:
-      // Offloaded on the CPU devices: the host. There device memory is host memory, so nothing
-      // is saved, while a block's gradient holds its device slot until every rank has scattered
-      // its own (the backward that reuses the slot may wait); bench/collectives.sh measured no
-      // gain (docs/design.md §12).
-      return gpu || !is_offloaded(cfg.schedule);
-  }
-  return false;
-}
 
 Result<std::unique_ptr<PeerTransport>> create_configured_transport(const TrainConfig& cfg,
                                                                    Device& dev,

@@ -92,7 +92,7 @@ double InMemoryTrainer::forward_loss(const int32_t* inputs, const int32_t* targe
   dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
   gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tokens_.i32(), tokens_.i32() + BT,
               gemm_);
-  dev_.copy(*stream_, losses_host_.data(), acts_.losses, BT * 4);
+  dev_.copy(*stream_, losses_host_.data(), acts_.head.losses, BT * 4);
   stream_->synchronize();
   double sum = 0;  // fixed order: the same loss bits on every run
   for (int64_t i = 0; i < BT; i++) sum += losses_host_.f32()[i];
@@ -253,7 +253,7 @@ void InMemoryTrainer::read_grads(float* host) const {
 }
 
 void InMemoryTrainer::read_logits(float* host) const {
-  dev_.copy(*stream_, host, acts_.logits,
+  dev_.copy(*stream_, host, acts_.head.logits,
             cfg_.batch_size * cfg_.seq_len * cfg_.model.vocab_size * 4);
   stream_->synchronize();
 }

@@ -5,39 +5,41 @@
 #include <nlohmann/json.hpp>
 
 #include "core/format.h"
-#include "train/offload_internal.h"
+#include "train/offload_trainer.h"
 
 namespace strata {
 
 std::vector<std::string> OffloadTrainer::describe() const {
   const auto bytes = planned_bytes();
-  std::string line = std::string("schedule ") + enum_name(cfg_.schedule) + ": plan holds " +
+  std::string line = std::string("schedule ") + enum_name(shape_.cfg.schedule) + ": plan holds " +
                      format_bytes(bytes[static_cast<size_t>(Tier::device)]) + " device, " +
                      format_bytes(bytes[static_cast<size_t>(Tier::host)]) + " host, " +
                      format_bytes(bytes[static_cast<size_t>(Tier::storage)]) + " storage";
-  if (vertical_) {
+  if (shape_.vertical) {
     char alpha[64];
-    std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g", cfg_.optim.alpha_or_default());
+    std::snprintf(alpha, sizeof alpha, "; optimizer alpha %.3g",
+                  shape_.cfg.optim.alpha_or_default());
     line += alpha;
-    if (speculative_) {
+    if (shape_.speculative) {
       line += std::string(", part 0 speculative with clipping on (optim.speculation ") +
-              enum_name(cfg_.optim.speculation) + ")";
+              enum_name(shape_.cfg.optim.speculation) + ")";
     }
   }
   std::vector<std::string> lines = {line};
-  if (sharded()) {  // Note [Sharded optimizer state]
+  if (shape_.sharded()) {  // Note [Sharded optimizer state]
     const std::string n = std::to_string(world_.size());
     lines.push_back("state sharded over " + n + " ranks: each owns 1/" + n +
                     " of every block's masters, moments" +
-                    (grads_sharded() ? ", kept gradient" : "") +
+                    (shape_.grads_sharded() ? ", kept gradient" : "") +
                     " and working weights (a fetch gathers the block)");
     // Note [ZeRO-3 on the device]
     lines.push_back("block gradients reduce-scattered and params gathered by " +
-                    (device_sum_ ? device_sum_->describe() + ": each rank moves 1/" + n +
-                                       " of a block's gradient and params between host and device"
-                                 : world_.describe() + ", in host memory"));
+                    (actions_->device_sum() != nullptr
+                         ? actions_->device_sum()->describe() + ": each rank moves 1/" + n +
+                               " of a block's gradient and params between host and device"
+                         : world_.describe() + ", in host memory"));
   }
-  if (store_) lines.push_back("store: " + store_description());
+  if (!state_->store_files().empty()) lines.push_back("store: " + store_description());
   return lines;
 }
 
@@ -52,15 +54,15 @@ void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const
   line["acts_storage_write_bytes"] = t.of(StateKind::acts, Resource::storage_write);
   line["acts_forwarded_sets"] = last_->acts_forwarded;
   // Note [Speculative steps]: what the step's part 0 did.
-  if (speculative_) {
+  if (shape_.speculative) {
     static constexpr const char* kModes[] = {"plain", "speculated", "repaired", "waited"};
     line["speculation"] = kModes[static_cast<size_t>(last_mode_)];
     line["clip_rate"] = policy_.clip_rate();
   }
   // What the run holds: the plans' peak per tier (the budgets' fit) and the store's size.
-  line["planned_device_bytes"] = planned_bytes_[static_cast<size_t>(Tier::device)];
-  line["planned_host_bytes"] = planned_bytes_[static_cast<size_t>(Tier::host)];
-  line["store_bytes"] = store_ ? static_cast<int64_t>(store_->logical_bytes()) : int64_t{0};
+  line["planned_device_bytes"] = planned_bytes()[static_cast<size_t>(Tier::device)];
+  line["planned_host_bytes"] = planned_bytes()[static_cast<size_t>(Tier::host)];
+  line["store_bytes"] = state_->store_bytes();
   // The roofline: the busiest resource, compute and the CPU optimizer counted as one since they
   // share the cores.
   nlohmann::json busy = nlohmann::json::object();
@@ -68,7 +70,7 @@ void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const
   double roofline = 0;
   for (int r = 0; r < kResourceCount; ++r) {
     // A run of one rank has no net queue (Note [Data parallel ranks]).
-    if (static_cast<Resource>(r) == Resource::net && cfg_.ranks == 1) continue;
+    if (static_cast<Resource>(r) == Resource::net && shape_.cfg.ranks == 1) continue;
     busy[resource_name(static_cast<Resource>(r))] = b[static_cast<size_t>(r)];
     if (static_cast<Resource>(r) != Resource::cpu_optim) {
       roofline = std::max(roofline, b[static_cast<size_t>(r)]);
@@ -85,14 +87,6 @@ Result<nlohmann::json> OffloadTrainer::last_step_trace() const {
   if (last_ == nullptr)
     return Status(ErrorCode::internal, "no step has run yet, so there is no trace");
   return execution_trace_json(last_->plan, last_report_);
-}
-
-std::string OffloadTrainer::store_description() const {
-  if (!store_) return "";
-  std::string d;
-  for (const std::string& f : store_files()) d += (d.empty() ? "" : ", ") + f;
-  return d + " (" + format_bytes(static_cast<int64_t>(store_->logical_bytes())) + ", " +
-         (store_->options().direct ? "O_DIRECT" : "buffered") + ")";
 }
 
 }  // namespace strata

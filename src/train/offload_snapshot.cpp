@@ -1,10 +1,11 @@
-// The offloaded trainer's snapshots for checkpoints written behind training: Note [Asynchronous
-// checkpoints] in model/state_snapshot.h.
+// The offloaded trainer's state for checkpoints: snapshots written behind training (Note
+// [Asynchronous checkpoints] in model/state_snapshot.h), and slab pieces read and written at a
+// standstill (Note [Slab pieces]).
 #include <algorithm>
 #include <cstring>
 
-#include "train/offload_internal.h"
 #include "sched/slot_names.h"
+#include "train/offload_trainer.h"
 
 namespace strata {
 
@@ -14,13 +15,13 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   if (snapshot_ && !snapshot_->finished()) {
     return internal_error("a snapshot was begun while the last one is still being captured");
   }
-  if (sharded()) {
+  if (shape_.sharded()) {
     return unavailable(
         "the optimizer state is sharded over the ranks: every rank writes its shard of a "
         "checkpoint at a standstill (Note [Sharded checkpoints])");
   }
   bool on_storage = false;
-  for (const auto& [name, memory] : memory_) {
+  for (const auto& [name, memory] : state_->slots()) {
     if (memory->state_slabs.empty()) continue;
     if (memory->tier == Tier::device) {
       return unavailable("optimizer state '" + name +
@@ -29,12 +30,12 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
     on_storage = on_storage || memory->tier == Tier::storage;
   }
   if (on_storage && snapshot_stage_.bytes() == 0) {
-    const int64_t bytes = memory_.at(names::kOptimStage.at(0))->bytes;
+    const int64_t bytes = state_->slot(names::kOptimStage.at(0)).bytes;
     STRATA_ASSIGN_OR_RETURN(snapshot_stage_, dev_.alloc_host(round_up(bytes, kIoAlign)));
   }
   // Preference: the order in which the next run first writes each slab's state (pending
   // part-1 writes excepted: they make slabs ready), then the slabs it does not write.
-  const BoundPlan& next = plan_for(iteration_key(speculative_ && !policy_.speculate()));
+  const BoundPlan& next = plan_for(iteration_key(shape_.speculative && !policy_.speculate()));
   std::vector<int64_t> order;
   for (const Task& t : next.plan.tasks) {
     for (const SlotUse& u : t.uses) {
@@ -46,7 +47,7 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
       }
     }
   }
-  for (int64_t slab = 0; slab < static_cast<int64_t>(layout_.slabs.size()); ++slab) {
+  for (int64_t slab = 0; slab < static_cast<int64_t>(shape_.layout.slabs.size()); ++slab) {
     if (std::find(order.begin(), order.end(), slab) == order.end()) order.push_back(slab);
   }
   snapshot_ = std::make_shared<SnapshotGate>(std::move(order));
@@ -54,11 +55,12 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   // are ready once the next run has written them (gated_actions counts the writes).
   snapshot_pending_writes_ = pending_ != Pending::none;
   if (snapshot_pending_writes_) {
-    for (int64_t l = 0; l < cfg_.model.n_layer; ++l) snapshot_->hold(layout_.block_slab(l));
+    for (int64_t l = 0; l < shape_.cfg.model.n_layer; ++l)
+      snapshot_->hold(shape_.layout.block_slab(l));
   }
   float* stage = snapshot_stage_.bytes() > 0 ? snapshot_stage_.f32() : nullptr;
   return StateSnapshot{snapshot_, [this, stage](int64_t slab, const SlabPieceFn& take) {
-                         return state_pieces(slab, stage, take);
+                         return state_->state_pieces(slab, stage, take);
                        }};
 }
 
@@ -66,7 +68,7 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
   if (!snapshot_ || snapshot_->finished()) return bp.actions;
   std::shared_ptr<SnapshotGate> gate = snapshot_;
   std::vector<TaskAction> actions = bp.actions;
-  std::vector<int64_t> pending_writes(layout_.slabs.size(), 0);
+  std::vector<int64_t> pending_writes(shape_.layout.slabs.size(), 0);
   for (size_t i = 0; i < bp.plan.tasks.size(); ++i) {
     std::vector<int64_t> finishes, waits;  // slabs this task makes ready / must wait for
     for (const SlotUse& u : bp.plan.tasks[i].uses) {
@@ -89,8 +91,8 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
     };
   }
   if (snapshot_pending_writes_) {
-    for (int64_t l = 0; l < cfg_.model.n_layer; ++l) {
-      const int64_t slab = layout_.block_slab(l);
+    for (int64_t l = 0; l < shape_.cfg.model.n_layer; ++l) {
+      const int64_t slab = shape_.layout.block_slab(l);
       snapshot_->expect_writes(slab, pending_writes[static_cast<size_t>(slab)]);
     }
     snapshot_pending_writes_ = false;  // only this run finishes the last step's updates
@@ -100,6 +102,43 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
 
 bool OffloadTrainer::pending_write(const SlotMemory& m) const {
   return (m.part == 1 && pending_ != Pending::none) || (m.part == 0 && pending_ == Pending::both);
+}
+
+Status OffloadTrainer::read_params(float* host) {
+  STRATA_RETURN_IF_ERROR(finish());
+  return state_->read_params(host);
+}
+
+Status OffloadTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
+  STRATA_RETURN_IF_ERROR(finish());
+  return state_->state_pieces(slab, state_->optim_stage0(), take);
+}
+
+Status OffloadTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
+  pending_ = Pending::none;
+  return state_->write_slab_pieces(slab, fill);
+}
+
+Status OffloadTrainer::read_shard_pieces(int64_t slab, int rank, int ranks,
+                                         const SlabPieceFn& take) {
+  const ParamLayout& layout = shape_.layout;
+  const bool block = slab != layout.embed_slab() && slab != layout.final_slab();
+  if (!block) {  // replicated: this rank's ranks-th part, reading only the chunks that hold it
+    const Slab& s = layout.slabs.at(static_cast<size_t>(slab));
+    const Range share = shard_range(s.numel, ranks, rank);
+    STRATA_RETURN_IF_ERROR(finish());
+    return state_->state_pieces(slab, state_->optim_stage0(), clipped_to(share, take),
+                                OffloadState::Shards::every_rank, share);
+  }
+  if (!shape_.sharded()) return Trainer::read_shard_pieces(slab, rank, ranks, take);
+  if (rank != world_.rank() || ranks != world_.size()) {
+    return internal_error("the share of rank " + std::to_string(rank) + " of " +
+                          std::to_string(ranks) + " asked of rank " +
+                          std::to_string(world_.rank()) + " of " + std::to_string(world_.size()) +
+                          ": a rank reads only its own shard");
+  }
+  STRATA_RETURN_IF_ERROR(finish());
+  return state_->state_pieces(slab, state_->optim_stage0(), take, OffloadState::Shards::own_only);
 }
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 
 #include "core/config.h"
 #include "model/block.h"
+#include "model/lm_head.h"
 
 namespace strata {
 
@@ -14,14 +15,7 @@ struct OffloadWorkspace {
   BlockGradScratch scratch;  // block backward
   float* recompute_out;      // (B, T, C) output of a recomputed forward, discarded
   float* dinp;               // (B, T, C) gradient w.r.t. a block's input, before it replaces dout
-  float* lnf;                // (B, T, C)
-  float* lnf_mean;           // (B, T)
-  float* lnf_rstd;           // (B, T)
-  float* logits;             // (B, T, V)
-  float* probs;              // (B, T, V)
-  float* dlogits;            // (B, T, V)
-  float* dlnf;               // (B, T, C)
-  float* losses;             // (B, T)
+  HeadActs head;             // N = B T rows: lnf, dlnf (B, T, C), logits, probs, dlogits (B, T, V)
   // (block elems) f32: bf16 mode's working params of one block widened for its forward or
   // backward (Note [Precision modes] in train/trainer.h); null in f32 mode.
   float* params_f32;
@@ -39,14 +33,14 @@ inline OffloadWorkspace carve_offload_workspace(FloatCarver& c, const BlockDims&
   w.scratch = block_grad_scratch_carve(c, d);
   w.recompute_out = c.take(BT * C);
   w.dinp = c.take(BT * C);
-  w.lnf = c.take(BT * C);
-  w.lnf_mean = c.take(BT);
-  w.lnf_rstd = c.take(BT);
-  w.logits = c.take(BT * V);
-  w.probs = c.take(BT * V);
-  w.dlogits = c.take(BT * V);
-  w.dlnf = c.take(BT * C);
-  w.losses = c.take(BT);
+  w.head.lnf = c.take(BT * C);
+  w.head.lnf_mean = c.take(BT);
+  w.head.lnf_rstd = c.take(BT);
+  w.head.logits = c.take(BT * V);
+  w.head.probs = c.take(BT * V);
+  w.head.dlogits = c.take(BT * V);
+  w.head.dlnf = c.take(BT * C);
+  w.head.losses = c.take(BT);
   w.params_f32 = cfg.precision == Precision::bf16 ? c.take(block_elems) : nullptr;
   if (cfg.matmul == MatmulPrecision::bf16) {
     const int64_t elems = block_gemm_scratch_elems(d);  // two per float, rounded up

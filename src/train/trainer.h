@@ -77,9 +77,9 @@ class Trainer {
   // All working parameters, laid out as layout() (layout().total_elems floats), as f32 (bf16
   // mode: the rounded values, Note [Precision modes]); finish()es first.
   virtual Status read_params(float* host) = 0;
-  // Checkpoints (formats/checkpoint.h): one slab's master weights and AdamW moments, in pieces of the
-  // trainer's memory (Note [Slab pieces] in model/slab_piece.h). Reading finish()es first, so the
-  // state is the one at the step boundary, and hands each piece to `take`. Writing has `fill`
+  // Checkpoints (formats/checkpoint.h): one slab's master weights and AdamW moments, in pieces of
+  // the trainer's memory (Note [Slab pieces] in model/slab_piece.h). Reading finish()es first, so
+  // the state is the one at the step boundary, and hands each piece to `take`. Writing has `fill`
   // fill each piece, keeps it as the master and moments, and derives the slab's working weights
   // from the master.
   // With state_sharded(), reading is a collective: every rank calls it for the same slabs in the
@@ -166,12 +166,6 @@ Status check_matmul_precision(const Device& dev, const TrainConfig& cfg);
 // line naming why when it cannot run here (no GPU, built without CUDA).
 Result<std::unique_ptr<Device>> create_configured_device(const TrainConfig& cfg,
                                                          int local_rank = 0);
-
-// Whether cfg.collectives asks for the collectives in device memory on a GPU (`gpu`) or a CPU
-// device, before what the build and the machine allow: "device"; "auto" on a GPU, or for the
-// in-memory schedule (on a CPU device the offloaded schedules gain nothing there, measured).
-// The planner asks it too, for the run it predicts.
-bool wants_device_collectives(const TrainConfig& cfg, bool gpu);
 
 // What moves the ranks' gradients between their device memories (Note [Collectives on device
 // memory] in dist/device_collectives.h), for create_trainer: NCCL on CUDA, MPI on the CPU

@@ -103,13 +103,12 @@ class CpuDevice final : public Device {
   }
 
   void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias, int64_t M,
-              int64_t N, int64_t K, bool trans_a, bool trans_b, bool accumulate) override {
+              int64_t N, int64_t K, MatmulOpts o) override {
     require_device("matmul", {out, a, b, bias});
-    enqueue(s, [=] { cpu::matmul(out, a, b, bias, M, N, K, trans_a, trans_b, accumulate); });
+    enqueue(s, [=] { cpu::matmul(out, a, b, bias, M, N, K, o.trans_a, o.trans_b, o.accumulate); });
   }
   Status matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b, const float* bias,
-                     int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
-                     bool accumulate) override {
+                     int64_t M, int64_t N, int64_t K, MatmulOpts o) override {
     require_device("matmul_bf16", {out, a, b, bias});
     // Widening is exact, so this is the f32 matmul of the bf16 values: the reference the CUDA
     // tensor-core path is held to.
@@ -117,7 +116,7 @@ class CpuDevice final : public Device {
       std::vector<float> a32(static_cast<size_t>(M * K)), b32(static_cast<size_t>(K * N));
       cpu::convert_bf16_to_f32(a32.data(), a, M * K);
       cpu::convert_bf16_to_f32(b32.data(), b, K * N);
-      cpu::matmul(out, a32.data(), b32.data(), bias, M, N, K, trans_a, trans_b, accumulate);
+      cpu::matmul(out, a32.data(), b32.data(), bias, M, N, K, o.trans_a, o.trans_b, o.accumulate);
     });
     return Status::ok_status();
   }
@@ -159,10 +158,10 @@ class CpuDevice final : public Device {
     enqueue(s, [=] { cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH); });
   }
   int64_t attention_saved_floats(int64_t B, int64_t T, int64_t NH) const override {
-    return B * NH * T * T;  // softmax probabilities
+    return device_traits(*this).attention_saved_floats(B, T, NH);  // softmax probabilities
   }
   int64_t attention_scratch_floats(int64_t B, int64_t T, int64_t NH) const override {
-    return B * NH * T * T;
+    return device_traits(*this).attention_scratch_floats(B, T, NH);
   }
   void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs, const float* logits,
                                      const int32_t* targets, int64_t N, int64_t V) override {

@@ -171,15 +171,14 @@ class CudaDevice final : public Device {
 
   // ---- ops ------------------------------------------------------------------------------------
   void matmul(Stream& s, float* out, const float* a, const float* b, const float* bias, int64_t M,
-              int64_t N, int64_t K, bool trans_a, bool trans_b, bool accumulate) override {
+              int64_t N, int64_t K, MatmulOpts o) override {
     const cudaStream_t st = stream(s);  // first: makes the GPU current for gemm(s)'s creation
-    gemm(s).matmul(st, CUDA_R_32F, out, a, b, bias, M, N, K, trans_a, trans_b, accumulate);
+    gemm(s).matmul(st, CUDA_R_32F, out, a, b, bias, M, N, K, o.trans_a, o.trans_b, o.accumulate);
   }
   Status matmul_bf16(Stream& s, float* out, const bf16_t* a, const bf16_t* b, const float* bias,
-                     int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
-                     bool accumulate) override {
+                     int64_t M, int64_t N, int64_t K, MatmulOpts o) override {
     const cudaStream_t st = stream(s);
-    gemm(s).matmul(st, CUDA_R_16BF, out, a, b, bias, M, N, K, trans_a, trans_b, accumulate);
+    gemm(s).matmul(st, CUDA_R_16BF, out, a, b, bias, M, N, K, o.trans_a, o.trans_b, o.accumulate);
     return Status::ok_status();
   }
   void bias_backward(Stream& s, float* dbias, const float* dout, int64_t M, int64_t N) override {
@@ -213,10 +212,10 @@ class CudaDevice final : public Device {
     cuda_attention_backward(stream(s), dqkv, scratch, dout, qkv, att, B, T, C, NH);
   }
   int64_t attention_saved_floats(int64_t B, int64_t T, int64_t NH) const override {
-    return cuda_attention_saved_floats(B, T, NH);  // per-row log-sum-exp, (B,NH,T)
+    return device_traits(*this).attention_saved_floats(B, T, NH);  // per-row log-sum-exp
   }
   int64_t attention_scratch_floats(int64_t B, int64_t T, int64_t NH) const override {
-    return cuda_attention_scratch_floats(B, T, NH);
+    return device_traits(*this).attention_scratch_floats(B, T, NH);
   }
   void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs, const float* logits,
                                      const int32_t* targets, int64_t N, int64_t V) override {

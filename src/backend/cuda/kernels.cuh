@@ -96,12 +96,7 @@ void cuda_convert_bf16_to_f32(cudaStream_t stream,
 // ---- kernels_attention.cu -----------------------------------------------------------------------
 // Fused causal attention (flash-attention style, never materializes T x T). att holds the
 // per-row log-sum-exp of the scaled scores; scratch holds D_i = sum_j P_ij dP_ij.
-inline int64_t cuda_attention_saved_floats(int64_t B, int64_t T, int64_t NH) {
-  return B * NH * T;
-}
-inline int64_t cuda_attention_scratch_floats(int64_t B, int64_t T, int64_t NH) {
-  return B * NH * T;
-}
+// (Their sizes: DeviceTraits in backend/backend.h.)
 // Head sizes the fused kernels run (hs = C/NH): 1..128; internally padded to 16, 32, 64, 80,
 // 96 or 128 columns.
 bool cuda_attention_supports_head_size(int64_t hs);

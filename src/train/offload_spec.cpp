@@ -1,0 +1,160 @@
+#include "train/offload_spec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "io/io_engine.h"
+#include "model/block.h"
+#include "model/gpt.h"
+#include "sched/schedule_horizontal.h"
+#include "sched/schedule_vertical.h"
+#include "train/offload_shape.h"
+#include "train/offload_workspace.h"
+
+namespace strata {
+
+namespace {
+
+// Bytes a storage transfer of block state may start at and cut at: a direct-I/O block, or a
+// whole checksum chunk when checksums are on (Note [Extent checksums] in io/tensor_store.h).
+int64_t io_unit_bytes(const TrainConfig& cfg) {
+  const auto direct = static_cast<int64_t>(kDirectIoAlignment);
+  return cfg.io.checksums ? std::max<int64_t>(cfg.io.stripe_unit, direct) : direct;
+}
+
+}  // namespace
+
+int64_t embed_group_elems(const ParamLayout& layout) {
+  return layout.slabs[static_cast<size_t>(layout.embed_slab())].numel +
+         layout.slabs[static_cast<size_t>(layout.final_slab())].numel;
+}
+
+// Part 0 of each block's step (run in backward) holds (1 - alpha) of its elements, rounded to
+// whole I/O blocks of the working params (whole checksum chunks when checksums are on, since
+// parts are written separately): 1024 elements in f32, 2048 in bf16. Note [Optimizer split].
+int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
+  const double alpha = cfg.optim.alpha_or_default();
+  if (cfg.schedule != Schedule::vertical || alpha >= 1.0) return 0;
+  if (alpha <= 0.0) return n;
+  const int64_t width = cfg.precision == Precision::bf16 ? 2 : 4;  // bytes per working param
+  const int64_t align = io_unit_bytes(cfg) / width;
+  const auto a = static_cast<int64_t>(std::llround((1.0 - alpha) * n / align)) * align;
+  return std::clamp<int64_t>(a, 0, n);
+}
+
+ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& cfg,
+                                   bool pending_steps, bool iteration) {
+  const ParamLayout layout = make_param_layout(cfg.model);
+  const int64_t B = cfg.batch_size, T = cfg.seq_len, C = cfg.model.n_embd, V = cfg.model.vocab_size,
+                M = cfg.grad_accum, BT = B * T;
+  const int64_t n = layout.slabs[static_cast<size_t>(layout.block_slab(0))].numel;
+  const int64_t E = embed_group_elems(layout);
+  ScheduleSpec s;
+  s.blocks = static_cast<int32_t>(cfg.model.n_layer);
+  s.micro_batches = static_cast<int32_t>(M);
+  s.ranks = cfg.ranks;
+  s.shard_grads = cfg.ranks > 1 && cfg.schedule == Schedule::horizontal;
+  const bool bf16 = cfg.precision == Precision::bf16;  // Note [Precision modes]
+  s.block_param_bytes = n * (bf16 ? 2 : 4);
+  s.block_grad_bytes = n * 4;
+  s.block_optim_bytes = n * 12;
+  s.checkpoint_bytes = BT * C * 4;
+  s.embed_param_bytes = E * 4;
+  s.embed_optim_bytes = E * 12;
+  s.embed_elems = E;
+  s.embed_optim = cfg.offload.embed_optim_on_host ? Placement::host : Placement::storage;
+  s.tokens_bytes = M * 2 * BT * 4;
+  s.losses_bytes = M * BT * 4;
+  const BlockDims d = block_dims(dev, cfg.model, B, T);
+  FloatCarver counter(nullptr);
+  carve_offload_workspace(counter, d, cfg, n);
+  s.workspace_bytes = counter.used() * 4;
+  // Matmul FLOPs (2 per multiply-add) and the causal half of attention's two T x T products.
+  const double bt = static_cast<double>(BT), c = static_cast<double>(C);
+  s.block_fwd_flops =
+      2.0 * bt * block_matmul_params(cfg.model) + 2.0 * bt * static_cast<double>(T) * c;
+  s.block_bwd_flops = 2.0 * s.block_fwd_flops;
+  s.head_flops = 6.0 * bt * static_cast<double>(V) * c;
+  s.params_at = placement_by_fraction(s.blocks, cfg.offload.params_on_host);
+  s.optim_at = placement_by_fraction(s.blocks, cfg.offload.optim_on_host);
+  s.checkpoints_at = placement_by_fraction(s.blocks, cfg.offload.checkpoints_on_host);
+  s.grads_at = placement_by_fraction(s.blocks, cfg.offload.grads_on_host);
+  s.block_elems = n;
+  s.split_elems = split_elems_for(cfg, n);
+  s.grad_io_elems = io_unit_bytes(cfg) / 4;
+  s.acts_bytes = block_saved_floats(d) * 4;
+  s.compute_reads_host = dev.shares_host_memory;
+  if (cfg.schedule == Schedule::vertical && cfg.activations.policy != ActsMode::recompute) {
+    // "auto" starts from offloading everything; OffloadTrainer decides per block.
+    const ActPolicy offload =
+        cfg.activations.tier == ActsTier::host ? ActPolicy::host : ActPolicy::storage;
+    s.acts_at.assign(static_cast<size_t>(s.blocks),
+                     cfg.activations.policy == ActsMode::keep ? ActPolicy::keep : offload);
+  }
+  s.pending_steps = pending_steps;
+  s.iteration = iteration;
+  // With clipping on, part 0 speculates, or waits with speculation off (Note [Speculative
+  // steps]): the plans of a step whose norm does not clip.
+  if (s.split_elems > 0 && cfg.optim.grad_clip > 0) {
+    const bool wait = cfg.optim.speculation == Speculation::off;
+    s.defer_part0 = wait;
+    s.pending_part0 = wait && pending_steps;
+    s.speculative = !wait && iteration;
+  }
+  return s;
+}
+
+Plan make_offload_plan(const ScheduleSpec& spec, Schedule schedule) {
+  return schedule == Schedule::vertical ? make_vertical_plan(spec) : make_horizontal_plan(spec);
+}
+
+bool wants_device_collectives(const TrainConfig& cfg, bool gpu) {
+  switch (cfg.collectives) {
+    case CollectivesPlace::device:
+      return true;
+    case CollectivesPlace::host:
+      return false;
+    case CollectivesPlace::automatic:
+      // Offloaded on the CPU devices: the host. There device memory is host memory, so nothing
+      // is saved, while a block's gradient holds its device slot until every rank has scattered
+      // its own (the backward that reuses the slot may wait); bench/collectives.sh measured no
+      // gain (docs/design.md §12).
+      return gpu || !is_offloaded(cfg.schedule);
+  }
+  return false;
+}
+
+OffloadShape make_offload_shape(const Device& dev, const TrainConfig& cfg, int rank, int ranks) {
+  OffloadShape sh;
+  sh.cfg = cfg;
+  sh.layout = make_param_layout(cfg.model);
+  sh.dims = block_dims(dev, cfg.model, cfg.batch_size, cfg.seq_len);
+  sh.vertical = cfg.schedule == Schedule::vertical;
+  sh.bf16 = cfg.precision == Precision::bf16;
+  sh.block_elems = sh.layout.slabs[static_cast<size_t>(sh.layout.block_slab(0))].numel;
+  sh.split_elems = split_elems_for(cfg, sh.block_elems);
+  sh.embed_elems = embed_group_elems(sh.layout);
+  sh.embed_slab_elems = sh.layout.slabs[static_cast<size_t>(sh.layout.embed_slab())].numel;
+  sh.speculative = sh.vertical && sh.split_elems > 0 && cfg.optim.grad_clip > 0;
+  // Note [Optimizer stage size]: the plans' chunks, so the step tasks' `part` means the same here.
+  sh.shard_spec = offload_schedule_spec(dev, cfg, false, true);
+  sh.shard_spec.rank = rank;
+  sh.embed_chunk_elems = embed_chunk_elems_for(sh.shard_spec);
+  sh.rank = rank;
+  sh.ranks = ranks;
+  return sh;
+}
+
+std::pair<int64_t, int64_t> OffloadShape::embed_chunk_range(int32_t chunk) const {
+  if (chunk < 0) return {0, embed_elems};
+  const int64_t lo = chunk * embed_chunk_elems;
+  return {lo, std::min(embed_elems, lo + embed_chunk_elems)};
+}
+
+OffloadShape::ParamsPart OffloadShape::params_part(int32_t part) const {
+  const PartShard sh = owned_part(part);
+  const int64_t width = bf16 ? 2 : 4;  // Note [Precision modes]
+  return {sh.part_begin * width, sh.part_end - sh.part_begin, width};
+}
+
+}  // namespace strata
