@@ -88,7 +88,8 @@ struct SetupError {
 
 // ---- train_setup.cpp ----------------------------------------------------------------------------
 
-// The run of the flags, ready for step 1.
+// The run of the flags, ready for step 1. Every flag is checked before the run creates a file or
+// takes a lock, so bad input leaves nothing behind.
 std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run);
 // The model, data, ranks, device and trainer, logged.
 void log_run(const TrainRun& run);

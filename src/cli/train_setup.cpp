@@ -221,9 +221,25 @@ std::optional<SetupError> load_data(TrainRun& run) {
   return std::nullopt;
 }
 
-// The output flags, the metrics file, and the checkpoint directory: locked and claimed, made, and
-// its engine. With ranks, every rank writes its shard of each checkpoint and rank 0 publishes it
-// (Note [Sharded checkpoints]): rank 0 alone holds the directory and claims it.
+// The flags of what the run writes, checked before it writes anything (open_outputs): a bad one
+// leaves no metrics file and no checkpoint lock behind.
+std::optional<SetupError> check_output_flags(const ParsedArgs& a, TrainRun& run) {
+  auto ckpt = checkpoint_options(a);
+  if (!ckpt.ok()) return SetupError{ckpt.status().message()};
+  run.ckpt = *ckpt;
+  if (a.has("trace") && !is_offloaded(run.cfg.schedule)) {
+    return SetupError{
+        "--trace needs an offloaded schedule (train.schedule horizontal or vertical)"};
+  }
+  if (a.has("report") && !a.has("metrics")) {
+    return SetupError{"--report needs --metrics FILE: the report is drawn from the metrics"};
+  }
+  return std::nullopt;
+}
+
+// The metrics file, and the checkpoint directory: locked and claimed, made, and its engine. With
+// ranks, every rank writes its shard of each checkpoint and rank 0 publishes it (Note [Sharded
+// checkpoints]): rank 0 alone holds the directory and claims it.
 std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
   if (a.has("metrics") && writes_outputs(run)) {
     run.metrics_path = a.get("metrics");
@@ -231,9 +247,6 @@ std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
     if (!run.metrics)
       return SetupError{"cannot open metrics file " + run.metrics_path + " for writing"};
   }
-  auto ckpt = checkpoint_options(a);
-  if (!ckpt.ok()) return SetupError{ckpt.status().message()};
-  run.ckpt = *ckpt;
   run.lineage = {new_run_id()};
   if (run.ckpt.save_every > 0 && writes_outputs(run)) {
     auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
@@ -254,13 +267,6 @@ std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
     auto e = create_configured_engine(run.cfg.io, run.ckpt.dir);
     if (!e.ok()) return SetupError{e.status().message()};
     run.ckpt_engine = std::move(*e);
-  }
-  if (a.has("trace") && !is_offloaded(run.cfg.schedule)) {
-    return SetupError{
-        "--trace needs an offloaded schedule (train.schedule horizontal or vertical)"};
-  }
-  if (a.has("report") && !a.has("metrics")) {
-    return SetupError{"--report needs --metrics FILE: the report is drawn from the metrics"};
   }
   if (writes_outputs(run)) {
     run.trace_path = a.get("trace");
@@ -323,6 +329,7 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   AlphaChoice predicted;
   if (auto err = configure(a, run, predicted)) return err;
   if (auto err = load_data(run)) return err;
+  if (auto err = check_output_flags(a, run)) return err;
   if (auto err = open_outputs(a, run)) return err;
   if (auto err = set_up_trainer(run, predicted)) return err;
   run.quiet = a.has("quiet") || !writes_outputs(run);
