@@ -304,12 +304,7 @@ const std::vector<FlagSpec> kPlanFlags = {
     {"trace", true, false},           {"sweep", true, false},
     {"max-micro-batch", true, false}, {"ranks", true, false}};
 
-}  // namespace
-
-int cmd_plan(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, kPlanFlags, "plan");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = *parsed;
+int plan_main(const ParsedArgs& a) {
   auto cfg_or = plan_config_from_args(a);
   if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
   const TrainConfig cfg = *cfg_or;
@@ -345,6 +340,12 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (!written.ok()) return fail(written.message(), 1);
   }
   return 0;
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& args) {
+  return run_command(args, kPlanFlags, "plan", plan_main);
 }
 
 }  // namespace strata::cli

@@ -236,12 +236,7 @@ const std::vector<FlagSpec> kProfileFlags = {{"config", true, false}, {"set", tr
                                              {"model", true, false},  {"io-size", true, false},
                                              {"quiet", false, false}, {"rounds", true, false}};
 
-}  // namespace
-
-int cmd_profile(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, kProfileFlags, "profile");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = *parsed;
+int profile_main(const ParsedArgs& a) {
   if (!a.has("out")) return fail("strata profile: --out FILE is required", 2);
   auto base = profile_config(a);
   if (!base.ok()) return fail(base.status().message(), 2);
@@ -288,6 +283,12 @@ int cmd_profile(const std::vector<std::string>& args) {
   if (!written.ok()) return fail(written.message(), 1);
   if (!quiet) log_info("profile written to " + a.get("out"));
   return 0;
+}
+
+}  // namespace
+
+int cmd_profile(const std::vector<std::string>& args) {
+  return run_command(args, kProfileFlags, "profile", profile_main);
 }
 
 }  // namespace strata::cli

@@ -350,11 +350,8 @@ int train(const ParsedArgs& parsed, TrainRun& run) {
   return finish_run(run, progress, loss, t_start);
 }
 
-}  // namespace
-
-int cmd_train(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, kTrainFlags, "train");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
+// The ranks joined, then the run; a rank that fails ends them all.
+int train_main(const ParsedArgs& a) {
   TrainRun run;
   auto world = open_world();
   if (!world.ok()) return fail(world.status().message(), 2);
@@ -363,12 +360,18 @@ int cmd_train(const std::vector<std::string>& args) {
     set_log_rank(run.world->rank());
     if (run.world->rank() > 0) set_log_level(LogLevel::warn);  // rank 0 logs the run
   }
-  const int code = train(*parsed, run);
+  const int code = train(a, run);
   // A rank that fails leaves the others waiting in a collective: it ends them all, having said
   // why (its lines name the rank). Stops by signal are agreed (agreed_stop_signal): every rank
   // returns at the same boundary.
   if (code != 0 && code < 128 && run.world->size() > 1) run.world->abort_all(code);
   return code;
+}
+
+}  // namespace
+
+int cmd_train(const std::vector<std::string>& args) {
+  return run_command(args, kTrainFlags, "train", train_main);
 }
 
 }  // namespace strata::cli
