@@ -121,16 +121,11 @@ std::vector<int64_t> parse_list(const std::string& s, bool& ok) {
   return out;
 }
 
-// The config (embedded default, --config, --set), then --model PRESET's shape and sequence length.
 constexpr int64_t kMaxRanks = 4096;
 
+// The config (embedded default, --config, --set), then --model PRESET's shape and sequence length.
 Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
-  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_from_args(a));
-  if (a.has("model")) {
-    STRATA_ASSIGN_OR_RETURN(ModelPreset p, find_preset(a.get("model")));
-    cfg.model = p.model;
-    cfg.seq_len = p.seq_len;
-  }
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_and_preset(a));
   if (cfg.schedule == Schedule::in_memory) cfg.schedule = Schedule::vertical;
   // --ranks N: a run of N data-parallel ranks (docs/design.md §12), each as planned here (its
   // sequences, its storage and host from the profile) plus a gradient all-reduce per block over

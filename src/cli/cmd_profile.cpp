@@ -113,19 +113,14 @@ int64_t mem_total_bytes() {
 }
 
 // The model to measure: --model PRESET, the config's, or (bare) the benchmark model whose shapes
-// the accuracy benchmark runs.
+// the accuracy benchmark runs, as with --model bench-14m.
 Result<TrainConfig> profile_config(const ParsedArgs& a) {
-  STRATA_ASSIGN_OR_RETURN(TrainConfig base, load_config_from_args(a));
-  if (a.has("model")) {
-    STRATA_ASSIGN_OR_RETURN(ModelPreset p, find_preset(a.get("model")));
-    base.model = p.model;
-    base.seq_len = p.seq_len;
-  } else if (!a.has("config") && a.all("set").empty()) {
-    const ModelPreset p = *find_preset("bench-14m");
-    base.model = p.model;
-    base.seq_len = p.seq_len;
+  if (a.has("model") || a.has("config") || !a.all("set").empty()) {
+    return load_config_and_preset(a);
   }
-  return base;
+  ParsedArgs bench = a;
+  bench.values["model"] = {"bench-14m"};
+  return load_config_and_preset(bench);
 }
 
 // ---- Measuring ----------------------------------------------------------------------------------
