@@ -67,6 +67,7 @@ Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allo
   return static_cast<int64_t>(v);
 }
 
+// The checkpoint flags; one that is bad or lacks the flag it needs is refused naming it.
 Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
   CheckpointOptions o;
   if (a.has("save-every")) {
