@@ -1,8 +1,9 @@
-// The arithmetic of `strata profile` (planner/profile_measure.h) on made-up timings: outliers
-// rejected by Tukey's fences (Note [Robust timings]), speed-ups recorded only when the timings
-// tell them from 1, what ran beside each task of a run, the
-// shared-core paces and the storage cost fitted from contended tasks (Note [Shared cores]), and
-// how busy the machine was.
+// The arithmetic of `strata profile` (planner/profile_measure.h, planner/profile_pool.h) on
+// made-up timings: outliers rejected by Tukey's fences (Note [Robust timings]), speed-ups
+// recorded only when the timings tell them from 1, what ran beside each task of a run, the
+// shared-core paces and the storage cost fitted from contended tasks (Note [Shared cores]), how
+// busy the machine was, and how the timings of made-up runs are classified, pooled and turned
+// into a profile's figures.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "planner/profile_measure.h"
+#include "planner/profile_pool.h"
 #include "test_util.h"
 
 namespace strata {
@@ -116,6 +118,215 @@ TEST(ProfileMeasure, MachineLoadFromProcStat) {
   EXPECT_TRUE(now.ok);
   EXPECT_GT(now.busy_s, 0);
   EXPECT_GE(load_average(), 0);
+}
+
+// ---- Pooling the runs (planner/profile_pool.h) -------------------------------------------------
+
+Task timed_task(TaskKind kind, Resource r, int64_t bytes = 0, int32_t block = 0) {
+  Task t;
+  t.kind = kind;
+  t.resource = r;
+  t.bytes = bytes;
+  t.block = block;
+  return t;
+}
+
+// The schedule figures the made-up runs' rates divide by.
+ScheduleSpec made_up_spec() {
+  ScheduleSpec s;
+  s.block_fwd_flops = 1e9;
+  s.block_bwd_flops = 2e9;
+  s.head_flops = 5e8;
+  s.block_grad_bytes = 1000;
+  s.block_elems = 100;
+  s.block_optim_bytes = 1200;  // 12 bytes a parameter
+  return s;
+}
+
+// A made-up run of `tasks`, nothing reused, each of `steps` steps timing task i at seconds[i]
+// alone.
+ProfileRunTimings made_up_run(ProfileRunKind kind, int64_t B, const std::vector<Task>& tasks,
+                              const std::vector<double>& seconds, int steps) {
+  ProfileRunTimings r;
+  r.kind = kind;
+  r.B = B;
+  r.spec = made_up_spec();
+  for (const Task& t : tasks) r.plan.add_task(t);
+  r.reused.assign(tasks.size(), false);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<TaskSample> step;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      step.push_back({.task = static_cast<int32_t>(i), .seconds = seconds[i]});
+    }
+    r.steps.push_back(step);
+  }
+  return r;
+}
+
+TEST(ProfilePool, EachTaskKindHasItsClass) {
+  using enum TaskKind;
+  EXPECT_EQ(timing_class(timed_task(block_forward, Resource::compute)), TimingClass::fwd);
+  Task bwd = timed_task(block_backward, Resource::compute);
+  EXPECT_EQ(timing_class(bwd), TimingClass::bwd);
+  bwd.fused = true;  // no recompute in it: a class of its own
+  EXPECT_EQ(timing_class(bwd), TimingClass::fused_bwd);
+  EXPECT_EQ(timing_class(timed_task(head_loss, Resource::compute)), TimingClass::head);
+  EXPECT_EQ(timing_class(timed_task(embed_forward, Resource::compute)), TimingClass::embed);
+  EXPECT_EQ(timing_class(timed_task(embed_backward, Resource::compute)), TimingClass::embed);
+  EXPECT_EQ(timing_class(timed_task(grad_zero, Resource::compute)), TimingClass::zero);
+  // The embed group's gradient is too small to time.
+  EXPECT_EQ(timing_class(timed_task(grad_zero, Resource::compute, 0, -1)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(block_step, Resource::cpu_optim)), TimingClass::step);
+  EXPECT_EQ(timing_class(timed_task(embed_step, Resource::cpu_optim)), TimingClass::step);
+  EXPECT_EQ(timing_class(timed_task(grad_accumulate, Resource::cpu_optim)), TimingClass::reduce);
+  EXPECT_EQ(timing_class(timed_task(grad_sumsq, Resource::cpu_optim)), TimingClass::reduce);
+  // Transfers by their link, when they move anything; storage is measured apart.
+  EXPECT_EQ(timing_class(timed_task(params_fetch, Resource::h2d, 64)), TimingClass::h2d);
+  EXPECT_EQ(timing_class(timed_task(params_fetch, Resource::h2d, 0)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(grad_out, Resource::d2h, 64)), TimingClass::d2h);
+  EXPECT_EQ(timing_class(timed_task(params_read, Resource::storage_read, 64)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(grad_norm, Resource::cpu_optim)), std::nullopt);
+}
+
+TEST(ProfilePool, ATimingIsSecondsOrARate) {
+  ProfileRunTimings r;
+  r.spec = made_up_spec();
+  const int32_t grad = r.plan.add_slot("grad", Tier::device, 1000);
+  Task zero = timed_task(TaskKind::grad_zero, Resource::compute);
+  zero.uses = {slot_write(grad)};
+  const Task step = timed_task(TaskKind::block_step, Resource::cpu_optim, 1200);
+  const Task fetch = timed_task(TaskKind::params_fetch, Resource::h2d, 4000);
+  const Task fwd = timed_task(TaskKind::block_forward, Resource::compute);
+  EXPECT_NEAR(timing_value(TimingClass::fwd, r, fwd, 0.5, 64), 0.5, kEps);
+  EXPECT_NEAR(timing_value(TimingClass::embed, r, fwd, 0.5, 64), 0.5 / 64, kEps);  // per token
+  EXPECT_NEAR(timing_value(TimingClass::zero, r, zero, 0.5, 64), 2000, kEps);      // written bytes
+  // 1200 optimizer bytes are 100 parameters.
+  EXPECT_NEAR(timing_value(TimingClass::step, r, step, 0.5, 64), 200, kEps);
+  EXPECT_NEAR(timing_value(TimingClass::h2d, r, fetch, 0.5, 64), 8000, kEps);
+  // A rate's time is at least a nanosecond; a compute time is as timed.
+  EXPECT_NEAR(timing_value(TimingClass::h2d, r, fetch, 0, 64), 4000 / 1e-9, 1);
+  EXPECT_EQ(timing_value(TimingClass::fwd, r, fwd, 0, 64), 0);
+}
+
+TEST(ProfilePool, OnlyTasksThatRanAloneArePooled) {
+  // Compute beside the optimizer for at most 2% of its time, and beside no storage traffic.
+  EXPECT_TRUE(ran_alone(TimingClass::fwd, {.seconds = 1, .beside_optim_s = 0.02}));
+  EXPECT_FALSE(ran_alone(TimingClass::fwd, {.seconds = 1, .beside_optim_s = 0.03}));
+  EXPECT_FALSE(ran_alone(TimingClass::fwd, {.seconds = 1, .storage_bytes = 1}));
+  // The optimizer's tasks beside compute for at most 2% of their time.
+  EXPECT_TRUE(ran_alone(TimingClass::step, {.seconds = 1, .beside_compute_s = 0.02}));
+  EXPECT_FALSE(ran_alone(TimingClass::reduce, {.seconds = 1, .beside_compute_s = 0.5}));
+  EXPECT_TRUE(ran_alone(TimingClass::step, {.seconds = 1, .storage_bytes = 1e6}));
+}
+
+TEST(ProfilePool, HorizontalRunsGiveTheTablesRatesAndPaces) {
+  using enum TaskKind;
+  const double T = 32;  // tokens a sequence
+  ProfileRuns m;
+  m.rounds = 1;
+  for (int64_t B : kProfileMicroBatchSizes) {
+    const double b = static_cast<double>(B);
+    ProfileRunTimings r = made_up_run(
+        ProfileRunKind::horizontal, B,
+        {timed_task(block_forward, Resource::compute),
+         timed_task(block_backward, Resource::compute), timed_task(head_loss, Resource::compute),
+         timed_task(grad_zero, Resource::compute),
+         timed_task(block_step, Resource::cpu_optim, 1200),
+         timed_task(params_fetch, Resource::h2d, 1000000),
+         timed_task(grad_out, Resource::d2h, 2000000),
+         timed_task(grad_accumulate, Resource::cpu_optim, 4000000),
+         timed_task(embed_forward, Resource::compute)},
+        {0.1 * b, 0.3 * b, 0.05 * b, 1e-6, 1e-4, 1e-3, 1e-3, 1e-3, 1e-4 * b}, 4);
+    r.plan.tasks[3].uses = {slot_write(r.plan.add_slot("grad", Tier::device, 1000))};
+    if (B == 1) {
+      // A disturbed forward, rejected; a forward at pace 0.4 beside the optimizer for 0.1 s, and
+      // a step at pace 0.25 beside compute all along: not pooled, but the paces' samples.
+      r.steps.push_back({{.task = 0, .seconds = 1.0},
+                         {.task = 0, .seconds = 0.1 + 0.6 * 0.1, .beside_optim_s = 0.1},
+                         {.task = 4, .seconds = 4e-4, .beside_compute_s = 4e-4}});
+    }
+    m.runs.push_back(std::move(r));
+    m.round_of.push_back(0);
+  }
+  HardwareProfile prof;
+  fill_profile(m, T, prof);
+  EXPECT_NEAR(prof.memset_bytes_per_s, 1000 / 1e-6, 1e-3);
+  EXPECT_NEAR(prof.optim_params_per_s, 100 / 1e-4, 1e-6);
+  EXPECT_NEAR(prof.h2d_bytes_per_s, 1e9, 1e-3);
+  EXPECT_NEAR(prof.d2h_bytes_per_s, 2e9, 1e-3);
+  EXPECT_NEAR(prof.reduce_bytes_per_s, 4e9, 1e-3);
+  EXPECT_NEAR(prof.embed_s_per_token, 1e-4 / T, 1e-15);  // the same at every B
+  ASSERT_EQ(prof.block_fwd.size(), 3u);
+  ASSERT_EQ(prof.block_bwd.size(), 3u);
+  ASSERT_EQ(prof.head.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const double b = static_cast<double>(kProfileMicroBatchSizes[i]);
+    EXPECT_EQ(prof.block_fwd[i].first, b * T);
+    EXPECT_NEAR(prof.block_fwd[i].second, 1e9 / (0.1 * b), 1e-3);
+    // The backward less its recompute and its gradient's zeroing (1000 bytes at the memset rate).
+    EXPECT_NEAR(prof.block_bwd[i].second, 2e9 / (0.3 * b - 0.1 * b - 1e-6), 1e-3);
+    EXPECT_NEAR(prof.head[i].second, 5e8 / (0.05 * b), 1e-3);
+  }
+  EXPECT_TRUE(prof.block_fwd_reuse.empty());  // no vertical runs
+  EXPECT_NEAR(prof.compute_shared_speed, 0.4, 1e-9);
+  EXPECT_NEAR(prof.optim_shared_speed, 0.25, 1e-9);
+  EXPECT_EQ(prof.io_s_per_byte, 0);  // no run with its state on storage
+  EXPECT_EQ(prof.measurement.samples, 3 * 9 * 4);
+  EXPECT_EQ(prof.measurement.rejected, 1);
+  EXPECT_EQ(prof.measurement.round_spread, 0);
+}
+
+TEST(ProfilePool, VerticalRunsGiveTheReuseSpeedUpsAndTheStorageCost) {
+  using enum TaskKind;
+  ProfileRuns m;
+  m.rounds = 1;
+  const Task fwd = timed_task(block_forward, Resource::compute);
+  const Task bwd = timed_task(block_backward, Resource::compute);
+  // Each block's first micro-batch, then one with the weights just used.
+  ProfileRunTimings v =
+      made_up_run(ProfileRunKind::vertical, 1, {fwd, fwd, bwd, bwd}, {0.1, 0.08, 0.3, 0.25}, 3);
+  v.reused = {false, true, false, true};
+  // The same forward with its state on storage: 1e-9 s a byte of traffic beside it, once also
+  // beside the optimizer (taken off at the fallback pace 0.5). Its embedding task is not pooled.
+  ProfileRunTimings st =
+      made_up_run(ProfileRunKind::vertical_storage, 1,
+                  {fwd, timed_task(embed_forward, Resource::compute)}, {0.1, 5.0}, 2);
+  st.steps[0][0].seconds = 0.1 + 1e-9 * 1e7;
+  st.steps[0][0].storage_bytes = 1e7;
+  st.steps[1][0] = {.task = 0,
+                    .seconds = 0.1 + 0.5 * 0.05 + 1e-9 * 2e7,
+                    .beside_optim_s = 0.05,
+                    .storage_bytes = 2e7};
+  m.runs = {v, st};
+  m.round_of = {0, 0};
+  HardwareProfile prof;
+  fill_profile(m, 32, prof);
+  ASSERT_EQ(prof.block_fwd_reuse.size(), 1u);
+  EXPECT_EQ(prof.block_fwd_reuse[0].first, 32);
+  EXPECT_NEAR(prof.block_fwd_reuse[0].second, 0.1 / 0.08, 1e-9);
+  // The backward proper: less its recompute.
+  EXPECT_NEAR(prof.block_bwd_reuse[0].second, (0.3 - 0.1) / (0.25 - 0.08), 1e-9);
+  EXPECT_TRUE(prof.block_fwd.empty());  // no horizontal runs
+  EXPECT_NEAR(prof.io_s_per_byte, 1e-9, 1e-15);
+  EXPECT_EQ(prof.embed_s_per_token, 0);
+  EXPECT_EQ(prof.measurement.samples, 4 * 3);
+}
+
+TEST(ProfilePool, TheRoundSpreadComparesTheRounds) {
+  using enum TaskKind;
+  ProfileRuns m;
+  m.rounds = 2;
+  const std::vector<Task> tasks = {timed_task(block_forward, Resource::compute),
+                                   timed_task(block_backward, Resource::compute)};
+  m.runs = {made_up_run(ProfileRunKind::horizontal, 1, tasks, {0.1, 0.3}, 2),
+            made_up_run(ProfileRunKind::horizontal, 1, tasks, {0.12, 0.36}, 2)};
+  m.round_of = {0, 1};
+  HardwareProfile prof;
+  fill_profile(m, 32, prof);
+  EXPECT_NEAR(prof.measurement.round_spread, 0.2, 1e-9);  // the second round 20% slower
+  EXPECT_EQ(prof.measurement.samples, 8);
+  // Both rounds pooled: the mean forward 0.11 s.
+  EXPECT_NEAR(prof.block_fwd[0].second, 1e9 / 0.11, 1e-3);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "planner/planner.h"
+
 namespace strata::cli {
 
 std::string ParsedArgs::get(const std::string& flag, const std::string& fallback) const {
@@ -65,6 +67,16 @@ Result<TrainConfig> load_config_from_args(const ParsedArgs& a) {
   STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, parse_config(j));
   if (a.has("device")) {  // --device overrides the config's device
     STRATA_ASSIGN_OR_RETURN(cfg.device, parse_enum<DeviceKind>("--device", a.get("device")));
+  }
+  return cfg;
+}
+
+Result<TrainConfig> load_config_and_preset(const ParsedArgs& a) {
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_from_args(a));
+  if (a.has("model")) {
+    STRATA_ASSIGN_OR_RETURN(ModelPreset p, find_preset(a.get("model")));
+    cfg.model = p.model;
+    cfg.seq_len = p.seq_len;
   }
   return cfg;
 }

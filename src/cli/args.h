@@ -28,6 +28,9 @@ struct ParsedArgs {
 // The embedded default, then --config FILE, then each --set key=value in order, then --device
 // (for the commands that take it).
 Result<TrainConfig> load_config_from_args(const ParsedArgs& a);
+// load_config_from_args, then --model PRESET's shape and the sequence length it is trained at
+// (planner/planner.h's presets), for the commands that take it.
+Result<TrainConfig> load_config_and_preset(const ParsedArgs& a);
 
 // A size flag's value in bytes: "4096", "64K", "2G", "2GiB" (K, M, G, KiB, MiB, GiB: powers of
 // 1024) or "5GB" (KB, MB, GB: powers of 1000, as Hugging Face's max_shard_size). invalid_argument

@@ -91,12 +91,7 @@ const std::vector<FlagSpec> kBenchIoFlags = {
     {"pattern", true, false},   {"engine", true, false}, {"workers", true, false},
     {"buffered", false, false}, {"config", true, false}, {"set", true, true}};
 
-}  // namespace
-
-int cmd_bench_io(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, kBenchIoFlags, "bench-io");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = parsed.value();
+int bench_io_main(const ParsedArgs& a) {
   auto o = bench_options(a);
   if (!o.ok()) return fail(o.status().message(), 2);
   auto io = bench_io_config(a, *o);
@@ -113,6 +108,12 @@ int cmd_bench_io(const std::vector<std::string>& args) {
   if (!r.ok()) return fail(r.status().message(), 1);
   print_result(*engine.value(), *o, *r);
   return 0;
+}
+
+}  // namespace
+
+int cmd_bench_io(const std::vector<std::string>& args) {
+  return run_command(args, kBenchIoFlags, "bench-io", bench_io_main);
 }
 
 }  // namespace strata::cli

@@ -1,7 +1,7 @@
 // strata export: a checkpoint's weights as a Hugging Face GPT-2 model (model.safetensors with
 // HF names and layout, or shards and their index, plus HF's config.json beside them), for loading
-// in other tools. The work is formats/hf_export.h's (Note [Streaming export]); host memory is one copy
-// chunk whatever the model's size.
+// in other tools. The work is formats/hf_export.h's (Note [Streaming export]); host memory is one
+// copy chunk whatever the model's size.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -29,29 +29,26 @@ std::string written_text(const HfExportFiles& files) {
          files.index + " and " + files.config;
 }
 
-}  // namespace
+const std::vector<FlagSpec> kExportFlags = {
+    {"checkpoint", true, false}, {"out", true, false}, {"shard-size", true, false}};
 
-int cmd_export(const std::vector<std::string>& args) {
-  auto parsed = parse_args(
-      args, {{"checkpoint", true, false}, {"out", true, false}, {"shard-size", true, false}},
-      "export");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  if (!parsed->has("checkpoint") || !parsed->has("out")) {
+int export_main(const ParsedArgs& a) {
+  if (!a.has("checkpoint") || !a.has("out")) {
     return fail("strata export: --checkpoint DIR and --out FILE.safetensors are both required", 2);
   }
   int64_t shard_bytes = 0;  // one file
-  if (parsed->has("shard-size")) {
-    auto size = parse_byte_size("shard-size", parsed->get("shard-size"));
+  if (a.has("shard-size")) {
+    auto size = parse_byte_size("shard-size", a.get("shard-size"));
     if (!size.ok()) return fail(size.status().message(), 2);
     if (*size == 0) return fail("--shard-size must be positive", 2);
     shard_bytes = static_cast<int64_t>(*size);
   }
   // A run's checkpoint root stands for its newest complete step, as for resuming.
-  auto dir = resolve_checkpoint(parsed->get("checkpoint"));
+  auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);
 
   // A sharded checkpoint is gathered first, beside the output.
-  const std::filesystem::path out_path(parsed->get("out"));
+  const std::filesystem::path out_path(a.get("out"));
   std::string out_dir =
       out_path.has_filename() ? out_path.parent_path().string() : out_path.string();
   if (out_dir.empty()) out_dir = ".";
@@ -59,7 +56,7 @@ int cmd_export(const std::vector<std::string>& args) {
   if (!readable.ok()) return fail(readable.status().message(), exit_status(readable.status()));
   auto plan = plan_hf_export(readable->dir());
   if (!plan.ok()) return fail(plan.status().message(), 2);
-  auto files = write_hf_export(*plan, parsed->get("out"), shard_bytes);
+  auto files = write_hf_export(*plan, a.get("out"), shard_bytes);
   if (!files.ok()) return fail(files.status().message(), exit_status(files.status()));
   for (const std::string& path : files->removed) {
     log_info("removed " + path + " of an earlier export to the same place");
@@ -68,6 +65,12 @@ int cmd_export(const std::vector<std::string>& args) {
            std::to_string(plan->tensors.size()) + " tensors) of checkpoint " + *dir + " to " +
            written_text(*files));
   return 0;
+}
+
+}  // namespace
+
+int cmd_export(const std::vector<std::string>& args) {
+  return run_command(args, kExportFlags, "export", export_main);
 }
 
 }  // namespace strata::cli

@@ -13,21 +13,29 @@
 
 namespace strata::cli {
 
-int cmd_gather(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, {{"checkpoint", true, false}, {"out", true, false}}, "gather");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  if (!parsed->has("checkpoint") || !parsed->has("out")) {
+namespace {
+
+const std::vector<FlagSpec> kGatherFlags = {{"checkpoint", true, false}, {"out", true, false}};
+
+int gather_main(const ParsedArgs& a) {
+  if (!a.has("checkpoint") || !a.has("out")) {
     return fail("strata gather: --checkpoint DIR and --out ROOT are both required", 2);
   }
-  auto dir = resolve_checkpoint(parsed->get("checkpoint"));
+  auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);
-  auto saved = gather_into(*dir, parsed->get("out"));
+  auto saved = gather_into(*dir, a.get("out"));
   if (!saved.ok()) {
     return fail(saved.status().message(), saved.status().code() == ErrorCode::io_error ? 1 : 2);
   }
   log_info("gathered checkpoint " + *dir + " into " + saved->dir + " (" +
            format_bytes(saved->bytes) + ")");
   return 0;
+}
+
+}  // namespace
+
+int cmd_gather(const std::vector<std::string>& args) {
+  return run_command(args, kGatherFlags, "gather", gather_main);
 }
 
 }  // namespace strata::cli

@@ -121,16 +121,11 @@ std::vector<int64_t> parse_list(const std::string& s, bool& ok) {
   return out;
 }
 
-// The config (embedded default, --config, --set), then --model PRESET's shape and sequence length.
 constexpr int64_t kMaxRanks = 4096;
 
+// The config (embedded default, --config, --set), then --model PRESET's shape and sequence length.
 Result<TrainConfig> plan_config_from_args(const ParsedArgs& a) {
-  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_from_args(a));
-  if (a.has("model")) {
-    STRATA_ASSIGN_OR_RETURN(ModelPreset p, find_preset(a.get("model")));
-    cfg.model = p.model;
-    cfg.seq_len = p.seq_len;
-  }
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, load_config_and_preset(a));
   if (cfg.schedule == Schedule::in_memory) cfg.schedule = Schedule::vertical;
   // --ranks N: a run of N data-parallel ranks (docs/design.md §12), each as planned here (its
   // sequences, its storage and host from the profile) plus a gradient all-reduce per block over
@@ -304,12 +299,7 @@ const std::vector<FlagSpec> kPlanFlags = {
     {"trace", true, false},           {"sweep", true, false},
     {"max-micro-batch", true, false}, {"ranks", true, false}};
 
-}  // namespace
-
-int cmd_plan(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args, kPlanFlags, "plan");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = *parsed;
+int plan_main(const ParsedArgs& a) {
   auto cfg_or = plan_config_from_args(a);
   if (!cfg_or.ok()) return fail(cfg_or.status().message(), 2);
   const TrainConfig cfg = *cfg_or;
@@ -345,6 +335,12 @@ int cmd_plan(const std::vector<std::string>& args) {
     if (!written.ok()) return fail(written.message(), 1);
   }
   return 0;
+}
+
+}  // namespace
+
+int cmd_plan(const std::vector<std::string>& args) {
+  return run_command(args, kPlanFlags, "plan", plan_main);
 }
 
 }  // namespace strata::cli

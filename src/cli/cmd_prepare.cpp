@@ -10,20 +10,14 @@
 
 namespace strata::cli {
 
-int fail(const std::string& message, int code) {
-  log_error(message);
-  return code;
-}
+namespace {
 
-int cmd_prepare(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args,
-                           {{"in", true, false},
-                            {"out", true, false},
-                            {"tokenizer", true, false},
-                            {"special-tokens", false, false}},
-                           "prepare");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = *parsed;
+const std::vector<FlagSpec> kPrepareFlags = {{"in", true, false},
+                                             {"out", true, false},
+                                             {"tokenizer", true, false},
+                                             {"special-tokens", false, false}};
+
+int prepare_main(const ParsedArgs& a) {
   if (!a.has("in") || !a.has("out")) {
     return fail("strata prepare: --in TEXT and --out FILE.bin are both required", 2);
   }
@@ -52,6 +46,12 @@ int cmd_prepare(const std::vector<std::string>& args) {
                 static_cast<double>(stats->largest_piece) / 1e3);
   log_info("prepare: " + (*tok)->name() + ": " + a.get("in") + " -> " + a.get("out") + ": " + line);
   return 0;
+}
+
+}  // namespace
+
+int cmd_prepare(const std::vector<std::string>& args) {
+  return run_command(args, kPrepareFlags, "prepare", prepare_main);
 }
 
 }  // namespace strata::cli

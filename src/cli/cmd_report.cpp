@@ -26,6 +26,32 @@ Status write_run_report(const std::string& metrics_path, const std::string& trac
       out, report::render_report(metrics, has_trace ? &trace : nullptr, title), "report");
 }
 
+namespace {
+
+const std::vector<FlagSpec> kReportFlags = {
+    {"metrics", true, false}, {"trace", true, false}, {"out", true, false}};
+
+// `metrics`: the bare first argument, if any.
+int report_main(const ParsedArgs& a, std::string metrics) {
+  if (a.has("metrics")) {
+    if (!metrics.empty()) return fail("strata report: the metrics file is given twice", 2);
+    metrics = a.get("metrics");
+  }
+  if (metrics.empty() || !a.has("out")) {
+    return fail("strata report: METRICS.jsonl and --out FILE.html are both required", 2);
+  }
+  const std::string out = a.get("out");
+  Status st = write_run_report(metrics, a.get("trace"), out, "Strata run: " + metrics);
+  if (!st.ok()) {
+    return fail(st.message(),
+                st.code() == ErrorCode::io_error || st.code() == ErrorCode::no_space ? 1 : 2);
+  }
+  log_info("report written to " + out);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_report(const std::vector<std::string>& args) {
   // The metrics file may come first, bare: strata report run.jsonl --out report.html
   std::vector<std::string> flags = args;
@@ -34,24 +60,8 @@ int cmd_report(const std::vector<std::string>& args) {
     metrics = flags.front();
     flags.erase(flags.begin());
   }
-  auto parsed = parse_args(
-      flags, {{"metrics", true, false}, {"trace", true, false}, {"out", true, false}}, "report");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  if (parsed->has("metrics")) {
-    if (!metrics.empty()) return fail("strata report: the metrics file is given twice", 2);
-    metrics = parsed->get("metrics");
-  }
-  if (metrics.empty() || !parsed->has("out")) {
-    return fail("strata report: METRICS.jsonl and --out FILE.html are both required", 2);
-  }
-  const std::string out = parsed->get("out");
-  Status st = write_run_report(metrics, parsed->get("trace"), out, "Strata run: " + metrics);
-  if (!st.ok()) {
-    return fail(st.message(),
-                st.code() == ErrorCode::io_error || st.code() == ErrorCode::no_space ? 1 : 2);
-  }
-  log_info("report written to " + out);
-  return 0;
+  return run_command(flags, kReportFlags, "report",
+                     [&metrics](const ParsedArgs& a) { return report_main(a, metrics); });
 }
 
 }  // namespace strata::cli

@@ -146,24 +146,13 @@ Result<SampleOptions> sample_options(const ParsedArgs& a) {
   return o;
 }
 
-}  // namespace
+const std::vector<FlagSpec> kSampleFlags = {
+    {"checkpoint", true, false},     {"prompt", true, false},        {"prompt-tokens", true, false},
+    {"tokens", true, false},         {"temperature", true, false},   {"top-k", true, false},
+    {"seed", true, false},           {"print-tokens", false, false}, {"no-kv-cache", false, false},
+    {"resident-bytes", true, false}, {"tokenizer", true, false}};
 
-int cmd_sample(const std::vector<std::string>& args) {
-  auto parsed = parse_args(args,
-                           {{"checkpoint", true, false},
-                            {"prompt", true, false},
-                            {"prompt-tokens", true, false},
-                            {"tokens", true, false},
-                            {"temperature", true, false},
-                            {"top-k", true, false},
-                            {"seed", true, false},
-                            {"print-tokens", false, false},
-                            {"no-kv-cache", false, false},
-                            {"resident-bytes", true, false},
-                            {"tokenizer", true, false}},
-                           "sample");
-  if (!parsed.ok()) return fail(parsed.status().message(), 2);
-  const ParsedArgs& a = *parsed;
+int sample_main(const ParsedArgs& a) {
   if (!a.has("checkpoint")) return fail("strata sample: --checkpoint DIR is required", 2);
   if (a.has("prompt") && a.has("prompt-tokens")) {
     return fail("--prompt and --prompt-tokens are exclusive: give the text or its token ids", 2);
@@ -221,6 +210,12 @@ int cmd_sample(const std::vector<std::string>& args) {
   std::fwrite(text->data(), 1, text->size(), stdout);
   std::printf("\n");
   return 0;
+}
+
+}  // namespace
+
+int cmd_sample(const std::vector<std::string>& args) {
+  return run_command(args, kSampleFlags, "sample", sample_main);
 }
 
 }  // namespace strata::cli

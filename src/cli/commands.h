@@ -2,9 +2,11 @@
 // 2 for bad input (config, flags, files), 1 for failures while running.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "core/status.h"
 
 namespace strata::cli {
@@ -24,5 +26,10 @@ Status write_run_report(const std::string& metrics_path, const std::string& trac
 
 // Prints "strata: error: <message>" as one line and returns `code`.
 int fail(const std::string& message, int code);
+
+// `strata <command>`: `body` on its flags as parse_args reads them with `specs`, or a flag it
+// refuses as one line and exit status 2. Returns the exit status.
+int run_command(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs,
+                const std::string& command, const std::function<int(const ParsedArgs&)>& body);
 
 }  // namespace strata::cli

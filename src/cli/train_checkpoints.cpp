@@ -1,0 +1,146 @@
+// Where a run's state comes from (--resume, --init-from) and goes to (checkpoints, at a
+// standstill or behind training: Note [Asynchronous checkpoints]).
+#include <chrono>
+#include <cstdio>
+
+#include "cli/train_run.h"
+#include "core/format.h"
+#include "core/log.h"
+#include "formats/checkpoint.h"
+#include "formats/checkpoint_lineage.h"
+#include "formats/checkpoint_shards.h"
+#include "formats/hf_import.h"
+
+namespace strata::cli {
+
+namespace {
+
+// The checkpoint metadata at the boundary after `steps_done` steps.
+CheckpointMeta checkpoint_meta(const TrainRun& run, int64_t steps_done) {
+  CheckpointMeta meta;
+  meta.step = steps_done;
+  meta.adam_steps = run.trainer->adam_steps();
+  meta.data_position = run.loader->position();
+  meta.seed = run.cfg.seed;
+  meta.schedule = enum_name(run.cfg.schedule);
+  meta.run_id = run.lineage.back();
+  meta.lineage = run.lineage;
+  return meta;
+}
+
+void note_saved(const CheckpointSaveStats& saved, const CheckpointReport& r, Progress& progress) {
+  char line[320];
+  if (r.behind) {
+    std::snprintf(line, sizeof line,
+                  "checkpoint %s: %s in %.3f s behind training (training stalled %.3f s)",
+                  saved.dir.c_str(), format_bytes(saved.bytes).c_str(), r.write_s, r.stall_s);
+  } else {
+    std::snprintf(line, sizeof line, "checkpoint %s: %s in %.3f s (training stalled)",
+                  saved.dir.c_str(), format_bytes(saved.bytes).c_str(), saved.seconds);
+  }
+  progress.note(line);
+}
+
+}  // namespace
+
+Result<int64_t> resume(TrainRun& run) {
+  STRATA_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(run.ckpt.resume));
+  auto meta = load_checkpoint(dir, run.cfg, [&](int64_t slab, const SlabPieceFn& fill) {
+    return run.trainer->write_slab_pieces(slab, fill);
+  });
+  if (!meta.ok()) return meta.status();
+  Status pos = run.loader->set_position(meta->data_position);
+  if (!pos.ok()) return invalid_argument("checkpoint " + dir + ": " + pos.message());
+  run.trainer->set_progress(meta->step, meta->adam_steps);
+  log_info("resumed from " + dir + " at step " + std::to_string(meta->step));
+  // Note [Checkpoint lineage]: this run continues the checkpoint's line.
+  std::vector<std::string> lineage = meta->lineage;
+  lineage.push_back(run.lineage.back());
+  run.lineage = std::move(lineage);
+  if (run.ckpt.save_every > 0 && writes_outputs(run)) {
+    STRATA_ASSIGN_OR_RETURN(auto moved,
+                            claim_checkpoint_root(run.ckpt.dir, run.lineage, meta->step));
+    for (const std::string& m : moved) {
+      log_info("checkpoint of another line moved aside (Note [Checkpoint lineage]): " + m);
+    }
+  }
+  return meta->step;
+}
+
+Status init_from(TrainRun& run) {
+  const HfImportPlan& plan = *run.import;
+  STRATA_ASSIGN_OR_RETURN(
+      HfImportStats st,
+      import_hf_weights(plan, run.trainer->layout(), [&](int64_t slab, const SlabPieceFn& fill) {
+        return run.trainer->write_slab_pieces(slab, fill);
+      }));
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.2f s", st.seconds);
+  std::string line = "imported " + plan.dir + " (" + enum_name(plan.model.arch) +
+                     "): " + std::to_string(st.tensors) + " tensors, " +
+                     human_count(static_cast<double>(st.parameters)) + " parameters, " +
+                     plan.dtypes + ", " + format_bytes(st.bytes_read) + " read in " + seconds;
+  if (!plan.ignored.empty()) {
+    line += "; ignored " + std::to_string(plan.ignored.size()) + " tensors HF's loader ignores too";
+  }
+  log_info(line + "; the optimizer starts at step 0");
+  return Status();
+}
+
+Result<CheckpointReport> save_at_standstill(TrainRun& run, int64_t steps_done, Progress& progress) {
+  Communicator& world = *run.world;
+  if (world.size() > 1) {
+    const SlabReader share = [&](int64_t slab, const SlabPieceFn& take) {
+      return run.trainer->read_shard_pieces(slab, world.rank(), world.size(), take);
+    };
+    STRATA_ASSIGN_OR_RETURN(
+        auto saved,
+        save_sharded_checkpoint(*run.ckpt_engine, run.ckpt.dir, run.cfg,
+                                checkpoint_meta(run, steps_done), share, run.ckpt.keep, world));
+    const CheckpointReport r{steps_done, saved.seconds, saved.seconds, false};
+    if (writes_outputs(run)) note_saved(saved, r, progress);
+    return r;
+  }
+  STRATA_ASSIGN_OR_RETURN(
+      auto saved, save_checkpoint(
+                      *run.ckpt_engine, run.ckpt.dir, run.cfg, checkpoint_meta(run, steps_done),
+                      [&](int64_t slab, const SlabPieceFn& take) {
+                        return run.trainer->read_slab_pieces(slab, take);
+                      },
+                      run.ckpt.keep));
+  const CheckpointReport r{steps_done, saved.seconds, saved.seconds, false};
+  note_saved(saved, r, progress);
+  return r;
+}
+
+Result<bool> start_save_behind(TrainRun& run, int64_t steps_done) {
+  if (run.world->size() > 1) return false;  // every rank writes its share, at a standstill
+  const auto t0 = std::chrono::steady_clock::now();
+  auto snapshot = run.trainer->begin_snapshot();
+  if (!snapshot.ok()) {
+    if (snapshot.status().code() == ErrorCode::unavailable) return false;
+    return snapshot.status();
+  }
+  const double boundary_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.background.start(snapshot->gate, steps_done, boundary_s,
+                       [&run, meta = checkpoint_meta(run, steps_done), snap = *snapshot] {
+                         return save_checkpoint(*run.ckpt_engine, run.ckpt.dir, run.cfg, meta, snap,
+                                                run.ckpt.keep);
+                       });
+  return true;
+}
+
+Result<CheckpointReport> collect_save(TrainRun& run, Progress& progress) {
+  STRATA_ASSIGN_OR_RETURN(CollectedSave c, run.background.collect());
+  const CheckpointReport r{c.step, c.stall_s, c.stats.seconds, true};
+  note_saved(c.stats, r, progress);
+  return r;
+}
+
+bool checkpoint_due(const TrainRun& run, int64_t done) {
+  const int64_t every = run.ckpt.save_every;
+  return every > 0 && (done % every == 0 || done == run.cfg.steps);
+}
+
+}  // namespace strata::cli

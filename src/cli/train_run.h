@@ -1,0 +1,125 @@
+// `strata train`, split by concern: train_setup.cpp checks the flags and sets a run up (config,
+// data, output files, the checkpoint directory, the trainer); train_checkpoints.cpp is where a
+// run's state comes from (--resume, --init-from) and goes to (checkpoints); cmd_train.cpp runs
+// the steps. This header is what they share: the run, and the pieces one calls in another.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/args.h"
+#include "cli/background_save.h"
+#include "cli/progress.h"
+#include "core/config.h"
+#include "core/status.h"
+#include "data/dataloader.h"
+#include "data/token_file.h"
+#include "dist/communicator.h"
+#include "formats/checkpoint_lineage.h"
+#include "formats/hf_import.h"
+#include "io/io_engine.h"
+#include "train/trainer.h"
+
+namespace strata::cli {
+
+// The training tokens: either the generated corpus or a token file, kept alive here.
+struct TrainData {
+  std::vector<uint16_t> owned;    // embedded corpus
+  std::optional<TokenFile> file;  // mmapped token file
+  TokenView tokens;               // of either
+  int64_t size = 0;
+  std::string name;
+};
+
+// The checkpoint flags: --save-every N --checkpoint-dir DIR [--keep K] [--resume DIR].
+struct CheckpointOptions {
+  int64_t save_every = 0;  // 0: no checkpoints
+  std::string dir;
+  int64_t keep = 3;
+  std::string resume;
+  // Note [Asynchronous checkpoints]: checkpoints before the last step are written behind
+  // training; --save-sync writes every one at a standstill.
+  bool behind = true;
+};
+
+// A checkpoint finished at a step boundary, for the step's metrics line.
+struct CheckpointReport {
+  int64_t step = 0;     // the boundary it holds
+  double stall_s = 0;   // how long training stood still for it
+  double write_s = 0;   // the save's wall time
+  bool behind = false;  // written behind training (Note [Asynchronous checkpoints])
+};
+
+// Everything a run needs before step 1; a failure is a one-line message and an exit code.
+struct TrainRun {
+  // The ranks (Note [Data parallel ranks]); declared first, so it goes last, after the trainer.
+  std::unique_ptr<Communicator> world;
+  TrainConfig cfg;
+  TrainData data;
+  std::unique_ptr<DataLoader> loader;
+  TrainData val_data;                      // data.val, when set
+  std::unique_ptr<DataLoader> val_loader;  // its batches, from the start at every evaluation
+  std::optional<double> last_val_loss;     // for the summary line
+  std::ofstream metrics;
+  std::string metrics_path, trace_path, report_path;
+  CheckpointOptions ckpt;
+  std::optional<HfImportPlan> import;  // --init-from: the model's weights, checked
+  std::unique_ptr<IoEngine> ckpt_engine;
+  std::optional<CheckpointDirLock> ckpt_lock;  // held while training (Note [Checkpoint lineage])
+  std::vector<std::string> lineage;            // this run's: the runs it continues, then its id
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Trainer> trainer;
+  // A checkpoint being written behind training; declared after the trainer so that it is joined
+  // (abandoned if still running) before the trainer it reads from goes.
+  BackgroundSave background;
+  bool quiet = false;
+};
+
+// Exit code and message of a set-up failure.
+struct SetupError {
+  std::string message;
+  int code = 2;
+};
+
+// ---- train_setup.cpp ----------------------------------------------------------------------------
+
+// The run of the flags, ready for step 1. Every flag is checked before the run creates a file or
+// takes a lock, so bad input leaves nothing behind.
+std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run);
+// The model, data, ranks, device and trainer, logged.
+void log_run(const TrainRun& run);
+// Rank 0 alone writes metrics, traces and reports and publishes checkpoints.
+bool writes_outputs(const TrainRun& run);
+// A checkpoint that is missing, corrupt or of another model is bad input (2); an I/O failure 1.
+int exit_code_for_load(const Status& s);
+// A Hugging Face model that is missing, malformed or not one Strata trains is bad input (2);
+// a failed read, or a trainer that does not take it, 1.
+int exit_code_for_import(const Status& s);
+// "1.23M": a count for people.
+std::string human_count(double n);
+
+// ---- train_checkpoints.cpp ----------------------------------------------------------------------
+
+// --resume DIR: the trainer's state, the data position and the step counters from the
+// checkpoint. Returns the step to start from.
+Result<int64_t> resume(TrainRun& run);
+// --init-from DIR: the trainer's weights from the plan's files, AdamW's moments zero and the step
+// counters at 0, so training starts fresh from them (Note [Hugging Face import]).
+Status init_from(TrainRun& run);
+// A checkpoint is due after `done` steps: every --save-every steps, and after the last.
+bool checkpoint_due(const TrainRun& run, int64_t done);
+// The checkpoint after `steps_done` steps, at a standstill. With ranks, every rank writes its
+// share (Note [Sharded checkpoints]).
+Result<CheckpointReport> save_at_standstill(TrainRun& run, int64_t steps_done, Progress& progress);
+// The checkpoint after `steps_done` steps begun behind training; false when the trainer takes
+// no snapshots (the caller saves at a standstill).
+Result<bool> start_save_behind(TrainRun& run, int64_t steps_done);
+// The checkpoint being written behind training, waited for.
+Result<CheckpointReport> collect_save(TrainRun& run, Progress& progress);
+
+}  // namespace strata::cli

@@ -1,0 +1,361 @@
+// `strata train`'s set-up: the flags checked, the config (with --init-from, --auto, the ranks),
+// the data, the output files and the checkpoint directory, then the device and the trainer.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/train_run.h"
+#include "core/log.h"
+#include "data/byte_tokenizer.h"
+#include "data/synthetic_corpus.h"
+#include "formats/checkpoint.h"
+#include "io/configured_engine.h"
+#include "io/crc32c.h"
+#include "model/hf_config.h"
+#include "planner/planner.h"
+
+namespace strata::cli {
+
+namespace {
+
+// Size of the generated corpus behind the embedded default: enough that a minute of training
+// does not see the same text twice.
+constexpr int64_t kEmbeddedCorpusBytes = 4 << 20;
+
+// Size of the generated held-out text behind data.val "embedded" (another seed than the training
+// corpus, so no sentence of it was trained on by chance of the generator).
+constexpr int64_t kEmbeddedValBytes = 256 << 10;
+
+// The tokens of `source` (data.train or data.val): "embedded" generates `embedded_bytes` of text
+// from `seed`; anything else is a token file in data.format.
+Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,
+                                  int64_t embedded_bytes, uint64_t seed) {
+  TrainData d;
+  if (source == "embedded") {
+    if (cfg.model.vocab_size < 256) {
+      return invalid_argument("model.vocab_size " + std::to_string(cfg.model.vocab_size) +
+                              " is below 256, which the embedded byte-level corpus needs");
+    }
+    d.owned = byte_tokenize(synthetic_corpus(embedded_bytes, seed));
+    d.size = static_cast<int64_t>(d.owned.size());
+    d.tokens = TokenView(d.owned.data(), d.size);
+    d.name = "embedded corpus";
+    return d;
+  }
+  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(source, cfg.data_format));
+  STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
+  d.file.emplace(std::move(f));
+  d.tokens = d.file->view();
+  d.size = d.file->size();
+  d.name = source;
+  return d;
+}
+
+// A positive (or, with allow_zero, non-negative) integer flag.
+Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allow_zero) {
+  const std::string text = a.get(flag);
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < (allow_zero ? 0 : 1)) {
+    return invalid_argument("--" + flag + " must be " +
+                            (allow_zero ? "a non-negative" : "a positive") + " integer, got '" +
+                            text + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+// The checkpoint flags; one that is bad or lacks the flag it needs is refused naming it.
+Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
+  CheckpointOptions o;
+  if (a.has("save-every")) {
+    STRATA_ASSIGN_OR_RETURN(o.save_every, int_flag(a, "save-every", false));
+    if (!a.has("checkpoint-dir")) return invalid_argument("--save-every needs --checkpoint-dir");
+  } else if (a.has("checkpoint-dir") || a.has("keep")) {
+    return invalid_argument("--checkpoint-dir and --keep need --save-every N");
+  }
+  o.dir = a.get("checkpoint-dir");
+  if (a.has("keep")) {
+    STRATA_ASSIGN_OR_RETURN(o.keep, int_flag(a, "keep", true));
+  }
+  o.resume = a.get("resume");
+  if (a.has("save-sync") && o.save_every == 0) {
+    return invalid_argument("--save-sync needs --save-every N");
+  }
+  o.behind = !a.has("save-sync");
+  return o;
+}
+
+// A plan that does not fit, a bad placement, a full disk, a device that cannot run here: the
+// user's to fix (2); the rest 1.
+int exit_code_for(const Status& s) {
+  const ErrorCode c = s.code();
+  return c == ErrorCode::invalid_argument || c == ErrorCode::no_space || c == ErrorCode::unavailable
+             ? 2
+             : 1;
+}
+
+// --init-from DIR: the run's model is DIR/config.json's. The config's layers apply as without it
+// (the embedded default, --config, each --set, --device), except that the default's model
+// section is DIR's, so a model field the user leaves alone takes DIR's value. A model field the
+// user does set must agree with DIR's (compared as hf_canonical forms, so n_kv_head 0 and
+// n_kv_head = n_head are the same): otherwise one line naming the field and both values.
+Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& plan) {
+  TrainConfig imported;
+  imported.model = plan.model;
+  const nlohmann::json model = config_to_json(imported)["model"];
+  nlohmann::json j = default_config_json();
+  j["model"] = model;
+  if (a.has("config")) {
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(a.get("config")));
+    STRATA_RETURN_IF_ERROR(merge_config(j, file, a.get("config")));
+  }
+  for (const std::string& assignment : a.all("set")) {
+    STRATA_RETURN_IF_ERROR(apply_set(j, assignment));
+  }
+  auto disagrees = [&](const FieldDifference& d) {
+    return invalid_argument("--init-from " + plan.dir + ": the config sets " + d.key + " " + d.a +
+                            " but " + plan.config_path + " gives " + d.b +
+                            " (the model comes from --init-from; leave " + d.key + " unset)");
+  };
+  auto cfg = parse_config(j);
+  if (!cfg.ok()) {
+    // A model setting that made the model invalid (model.arch gpt2 over a Llama): named as the
+    // disagreement it is, when the config is valid without the user's model settings.
+    nlohmann::json without = j;
+    without["model"] = model;
+    if (!parse_config(without).ok()) return cfg.status();
+    for (const auto& [key, value] : j["model"].items()) {
+      if (value != model[key]) return disagrees({"model." + key, value.dump(), model[key].dump()});
+    }
+    return cfg.status();
+  }
+  if (auto d = model_difference(hf_canonical(cfg->model), plan.model)) return disagrees(*d);
+  cfg->model = plan.model;
+  if (a.has("device")) {  // --device overrides the config's device
+    STRATA_ASSIGN_OR_RETURN(cfg->device, parse_enum<DeviceKind>("--device", a.get("device")));
+  }
+  return cfg;
+}
+
+// Note [Data parallel ranks]: the config for this rank of the world. Each rank's io.dirs are its
+// own ("{rank}" replaced, so a single-process run reads it as 0); rank 0 alone writes metrics,
+// traces and reports and logs below warnings; every rank writes its shard of a checkpoint (Note
+// [Sharded checkpoints]). What does not work across ranks yet is refused with one line.
+std::optional<SetupError> join_world(const ParsedArgs& a, TrainRun& run) {
+  Communicator& w = *run.world;
+  run.cfg.ranks = w.size();
+  for (std::string& dir : run.cfg.io.dirs) dir = substitute_rank(dir, w.rank());
+  if (w.size() == 1) return std::nullopt;
+  if (a.has("auto")) {
+    return SetupError{"--auto plans one process; with " + std::to_string(w.size()) +
+                      " ranks set the schedule, batch and placement yourself"};
+  }
+  // Every rank must train the same model the same way, or the collectives would sum unlike
+  // things (or wait forever for a size another rank never sends). The io section is each
+  // rank's own (its directories, an injected fault).
+  nlohmann::json j = config_to_json(run.cfg);
+  j.erase("io");
+  const std::string text = j.dump();
+  const auto mine = static_cast<int64_t>(crc32c(text.data(), text.size()));
+  auto most = w.all_reduce_max(mine), least = w.all_reduce_max(-mine);
+  if (!most.ok()) return SetupError{most.status().message(), 1};
+  if (!least.ok()) return SetupError{least.status().message(), 1};
+  if (*most != mine || -*least != mine) {
+    return SetupError{
+        "the ranks were given different configs (only the io section may differ "
+        "between ranks): give every rank the same --config and --set"};
+  }
+  return std::nullopt;
+}
+
+// The run's config: the flags' layers (over --init-from's model), --auto's choice, optim.alpha
+// "auto" resolved (its simulated costs in `predicted`), then this rank's part of the world.
+std::optional<SetupError> configure(const ParsedArgs& a, TrainRun& run, AlphaChoice& predicted) {
+  Result<TrainConfig> cfg = TrainConfig{};
+  if (a.has("init-from")) {
+    if (a.has("resume")) {
+      return SetupError{
+          "--init-from and --resume cannot be combined: a resumed run's weights "
+          "and optimizer state come from its checkpoint"};
+    }
+    auto plan = plan_hf_import(a.get("init-from"));
+    if (!plan.ok()) return SetupError{plan.status().message(), exit_code_for_import(plan.status())};
+    run.import = std::move(*plan);
+    cfg = config_over_import(a, *run.import);
+  } else {
+    cfg = load_config_from_args(a);
+  }
+  if (!cfg.ok()) return SetupError{cfg.status().message()};
+  // --auto: the planner chooses schedule, B x M, placement and alpha (planner/planner.h). Else
+  // optim.alpha "auto" is simulated with --profile, when given.
+  if (a.has("auto")) {
+    cfg = auto_configure(*cfg, a.get("profile"));
+    if (!cfg.ok()) return SetupError{cfg.status().message()};
+  }
+  cfg = resolve_auto_alpha(*cfg, a.get("profile"), &predicted);
+  if (!cfg.ok()) return SetupError{cfg.status().message()};
+  run.cfg = *cfg;
+  return join_world(a, run);
+}
+
+// data.train's tokens and data.val's, with their loaders.
+std::optional<SetupError> load_data(TrainRun& run) {
+  const TrainConfig& c = run.cfg;
+  auto data = load_token_data(c, c.data_train, kEmbeddedCorpusBytes, 20240520);
+  if (!data.ok()) return SetupError{data.status().message()};
+  run.data = std::move(*data);
+  auto loader = DataLoader::create(run.data.tokens, c.batch_size, c.seq_len, run.data.name);
+  if (!loader.ok()) return SetupError{loader.status().message()};
+  run.loader = std::make_unique<DataLoader>(std::move(*loader));
+  if (!c.data_val.empty()) {
+    auto val = load_token_data(c, c.data_val, kEmbeddedValBytes, 20240521);
+    if (!val.ok()) return SetupError{"data.val: " + val.status().message()};
+    run.val_data = std::move(*val);
+    auto val_loader = DataLoader::create(run.val_data.tokens, c.batch_size, c.seq_len,
+                                         "validation " + run.val_data.name);
+    if (!val_loader.ok()) return SetupError{val_loader.status().message()};
+    run.val_loader = std::make_unique<DataLoader>(std::move(*val_loader));
+  }
+  return std::nullopt;
+}
+
+// The flags of what the run writes, checked before it writes anything (open_outputs): a bad one
+// leaves no metrics file and no checkpoint lock behind.
+std::optional<SetupError> check_output_flags(const ParsedArgs& a, TrainRun& run) {
+  auto ckpt = checkpoint_options(a);
+  if (!ckpt.ok()) return SetupError{ckpt.status().message()};
+  run.ckpt = *ckpt;
+  if (a.has("trace") && !is_offloaded(run.cfg.schedule)) {
+    return SetupError{
+        "--trace needs an offloaded schedule (train.schedule horizontal or vertical)"};
+  }
+  if (a.has("report") && !a.has("metrics")) {
+    return SetupError{"--report needs --metrics FILE: the report is drawn from the metrics"};
+  }
+  return std::nullopt;
+}
+
+// The metrics file, and the checkpoint directory: locked and claimed, made, and its engine. With
+// ranks, every rank writes its shard of each checkpoint and rank 0 publishes it (Note [Sharded
+// checkpoints]): rank 0 alone holds the directory and claims it.
+std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
+  if (a.has("metrics") && writes_outputs(run)) {
+    run.metrics_path = a.get("metrics");
+    run.metrics.open(run.metrics_path, std::ios::out | std::ios::trunc);
+    if (!run.metrics)
+      return SetupError{"cannot open metrics file " + run.metrics_path + " for writing"};
+  }
+  run.lineage = {new_run_id()};
+  if (run.ckpt.save_every > 0 && writes_outputs(run)) {
+    auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
+    if (!lock.ok()) return SetupError{lock.status().message(), exit_code_for(lock.status())};
+    run.ckpt_lock.emplace(std::move(*lock));
+    if (run.ckpt.resume.empty()) {  // a resumed run claims the directory once it knows its step
+      auto claimed = claim_checkpoint_root(run.ckpt.dir, run.lineage, -1);
+      if (!claimed.ok()) return SetupError{claimed.status().message()};
+    }
+  }
+  if (run.ckpt.save_every > 0) {
+    // Another rank may get here before rank 0 made the directory.
+    std::error_code ec;
+    std::filesystem::create_directories(run.ckpt.dir, ec);
+    if (ec) {
+      return SetupError{"cannot create checkpoint directory " + run.ckpt.dir + ": " + ec.message()};
+    }
+    auto e = create_configured_engine(run.cfg.io, run.ckpt.dir);
+    if (!e.ok()) return SetupError{e.status().message()};
+    run.ckpt_engine = std::move(*e);
+  }
+  if (writes_outputs(run)) {
+    run.trace_path = a.get("trace");
+    run.report_path = a.get("report");
+  }
+  return std::nullopt;
+}
+
+// The device, the ranks' transport and the trainer, with alpha "auto"'s simulated costs.
+std::optional<SetupError> set_up_trainer(TrainRun& run, const AlphaChoice& predicted) {
+  const TrainConfig& c = run.cfg;
+  auto device = create_configured_device(c, run.world->local_rank());
+  if (!device.ok()) return SetupError{device.status().message(), exit_code_for(device.status())};
+  run.device = std::move(*device);
+  auto transport = create_configured_transport(c, *run.device, *run.world);
+  if (!transport.ok()) {
+    return SetupError{transport.status().message(), exit_code_for(transport.status())};
+  }
+  auto trainer = create_trainer(*run.device, c, *run.world, std::move(*transport));
+  if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
+  run.trainer = std::move(*trainer);
+  if (predicted.wait_iter_s > 0) {
+    run.trainer->set_speculation_costs(predicted.iter_s, predicted.wait_iter_s, predicted.repair_s,
+                                       "simulated");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+int exit_code_for_load(const Status& s) {
+  return s.code() == ErrorCode::io_error ? 1 : 2;
+}
+
+int exit_code_for_import(const Status& s) {
+  const ErrorCode c = s.code();
+  return c == ErrorCode::not_found || c == ErrorCode::bad_format || c == ErrorCode::invalid_argument
+             ? 2
+             : 1;
+}
+
+bool writes_outputs(const TrainRun& run) {
+  return run.world->rank() == 0;
+}
+
+std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
+  AlphaChoice predicted;
+  if (auto err = configure(a, run, predicted)) return err;
+  if (auto err = load_data(run)) return err;
+  if (auto err = check_output_flags(a, run)) return err;
+  if (auto err = open_outputs(a, run)) return err;
+  if (auto err = set_up_trainer(run, predicted)) return err;
+  run.quiet = a.has("quiet") || !writes_outputs(run);
+  return std::nullopt;
+}
+
+void log_run(const TrainRun& run) {
+  const ModelConfig& m = run.cfg.model;
+  const Trainer& t = *run.trainer;
+  log_info("model: " + std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) +
+           " heads, " + std::to_string(m.n_embd) + " channels, vocab " +
+           std::to_string(m.vocab_size) + ": " +
+           human_count(static_cast<double>(t.layout().parameter_count)) + " parameters");
+  log_info("data: " + run.data.name + ", " + human_count(static_cast<double>(run.data.size)) +
+           " tokens; batch " + std::to_string(run.cfg.batch_size) + " x " +
+           std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +
+           " micro-batches = " + std::to_string(t.tokens_per_step()) + " tokens/step");
+  if (run.cfg.ranks > 1) {
+    log_info("ranks: " + run.world->describe() + "; each trains " +
+             std::to_string(run.cfg.grad_accum) + " of the step's " +
+             std::to_string(run.cfg.grad_accum * run.cfg.ranks) + " micro-batches, " +
+             std::to_string(t.tokens_per_step() * run.cfg.ranks) + " tokens/step in all");
+  }
+  log_info(std::string("device: ") + run.device->name());
+  for (const std::string& line : t.describe()) log_info(line);
+}
+
+}  // namespace strata::cli
