@@ -1,22 +1,16 @@
 // Which run a checkpoint directory belongs to.
 //
 // Note [Checkpoint lineage]
-// Every run draws a run id (16 hex digits) and writes it into each checkpoint's
-// trainer_state.json with its lineage: the ids of the runs it continues, oldest first, its own
-// last. A checkpoint root holds one line of training at a time:
-//  - a run holds ROOT/.lock (flock) while it trains: a second run on ROOT is refused, naming the
-//    holder's pid, instead of both writing and pruning the same directories;
-//  - a fresh run (no --resume) refuses a ROOT that already holds another run's step directories:
-//    continue that run with --resume ROOT, or choose another --checkpoint-dir;
-//  - a run resumed from step s keeps the step directories of its own lineage at steps <= s and
-//    moves every other one (the old run's steps after s, which it is about to redo differently,
-//    or another run's) into ROOT/superseded-<their run id>/, saying so; nothing is deleted.
-// So every ROOT/step-* is on the line now training, a save never meets another run's directory
-// (an existing step-N is this line's own, the same state), --keep prunes only this line's older
-// steps, and --resume ROOT (its newest step) continues the newest line. A checkpoint without a
-// run id (written before run ids) counts as of the lineage when its step is <= s. Temporary
-// directories .tmp-step-N-<pid> are removed only when process <pid> is gone or a zombie (a
-// crash's leftovers), never while a live save writes them.
+// Every run draws a run id (16 hex digits) and writes it, with its lineage (the ids of the runs it
+// continues, oldest first, its own last), into each checkpoint's trainer_state.json. A checkpoint
+// root holds one line of training at a time:
+//  - a run holds ROOT/.lock (flock) while it trains: a second run on ROOT is refused, naming it;
+//  - a fresh run (no --resume) refuses a ROOT that holds another run's step directories;
+//  - a run resumed from step s keeps the steps <= s of its lineage (or without a run id, older
+//    checkpoints) and moves every other one to ROOT/superseded-<its run id>/; nothing is deleted.
+// So every ROOT/step-* is on the line now training: a save never meets another run's directory,
+// --keep prunes only this line, and --resume ROOT continues the newest line. A .tmp-step-N-<pid>
+// is removed only when <pid> is gone or a zombie (a crash's leftovers), never under a live save.
 #pragma once
 
 #include <cstdint>

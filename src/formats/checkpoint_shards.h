@@ -1,32 +1,17 @@
 // Checkpoints of a sharded state, written by every rank at once (docs/design.md §8, §12).
 //
 // Note [Sharded checkpoints]
-// With N > 1 ranks the optimizer state is sharded (Note [Sharded optimizer state] in
-// sched/schedule_spec.h), and a checkpoint is written by every rank at once, each its own share,
-// so no state crosses the network and the write scales with the ranks. A version 3 checkpoint
-// directory holds:
-//   rank-RRRRR.state   one per rank: its share as extents back to back. An extent is `count`
-//                      elements of slab `slab` from element `begin` (Strata's slab layout,
-//                      padding included): count f32 master weights, then count of AdamW's m,
-//                      then count of v, from byte `offset`.
-//   config.json, trainer_state.json   as in Note [Checkpoint format] (formats/checkpoint.h)
-//   manifest.json      version 3: "files" lists every file above with its size and CRC32C, as
-//                      in version 2, and "shards" = {"ranks": N, "files": [{"rank": r, "name":
-//                      "rank-RRRRR.state", "extents": [[slab, begin, count, offset], ...]}]}.
-// A rank's share (Trainer::read_shard_pieces) is its shard of each block part's state, and of a
-// replicated slab (the embed group; every slab of the in-memory trainer) its N-th: the shares of
-// the ranks tile every slab exactly once, which the reader checks before it uses a byte.
-// Publishing is Note [Checkpoint format]'s, with one temporary directory for all ranks: rank 0
-// removes stale ones and makes it (named after its pid), broadcasts that (or that the step is
-// saved already); every rank writes and fsyncs its file there; each rank's description (file,
-// size, CRC32C, extents; or its error) goes to rank 0, which writes the JSON files and publishes;
-// its verdict goes back, so every rank returns the same outcome. A rank that failed fails the
-// save on every rank; nothing is published and the temporary directory is removed.
-// Reading: any number of ranks resumes it (resharded by construction: a piece is filled from
-// whichever extents cover it), after pass 1 verified every file. Every rank reads the files, so
-// the checkpoint directory must be one all ranks see (one machine, or a shared file system).
-// Tools that read Hugging Face files take the gathered form: `strata gather` writes the version
-// 2 checkpoint of the same state (gather_checkpoint).
+// With N > 1 ranks each rank writes its own share at once (Trainer::read_shard_pieces: its shard of
+// each block part, Note [Sharded optimizer state]; of a replicated slab, its N-th), so no state
+// crosses the network. The shares tile every slab exactly once; the reader checks that first.
+// A version 3 step directory: config.json, trainer_state.json (Note [Checkpoint format]); per rank
+// rank-RRRRR.state, extents back to back (an extent: `count` elements of slab `slab` from element
+// `begin`, padding included, as count f32 masters, count m, count v from byte `offset`); and
+// manifest.json: version 2's "files" and "shards" = {"ranks": N, "files": [{"rank", "name",
+// "extents": [[slab, begin, count, offset], ...]}]}. Publishing (save_sharded_checkpoint's steps):
+// one temporary directory for all ranks; rank 0 publishes, and one failed rank fails every rank.
+// Any number of ranks resumes it (a piece is filled from the extents covering it); every rank
+// reads the files, so all must see the directory. `strata gather` writes it as version 2.
 #pragma once
 
 #include <cstdint>

@@ -2,21 +2,16 @@
 // in model/slab_piece.h; Note [Checkpoint format] in formats/checkpoint.h).
 //
 // Note [Checkpoint tensor streams]
-// A checkpoint holds three streams of the same tensors, each in Hugging Face's names and layout
-// and in layout order: the master weights (model.safetensors, "<name>"), AdamW's first moment
-// (exp_avg.safetensors, "exp_avg.<name>") and its second (exp_avg_sq.safetensors,
-// "exp_avg_sq.<name>"). One file per stream, because a piece brings all three at once and each
-// file is written front to back (its CRC32C grows with it): with the moments interleaved in one
-// file, a tensor's exp_avg_sq could not be written before its whole exp_avg was, and so a piece
-// smaller than a tensor (the embedding on storage) would need the tensor buffered.
-// A tensor HF lays out as Strata does is appended straight from the piece, or read straight
-// into it, by element range. A Conv1D weight (HF holds it transposed) is converted whole through
-// one scratch; when piece boundaries cut it, its stream gathers it (save) or keeps it converted
-// (load) in a buffer of one tensor until the pieces covering it are done. So the host memory of
-// either direction is one tensor of scratch plus, only when a piece cuts a Conv1D weight, one
-// tensor per stream; never a slab.
-// Version 1 checkpoints kept both moments in one optimizer.safetensors; StateFileReader reads
-// them too (tensors are found by name).
+// A checkpoint holds three streams of the same tensors, in HF names and layout and in layout
+// order, one file each: the masters (model.safetensors, "<name>"), AdamW's m (exp_avg.safetensors,
+// "exp_avg.<name>") and v (exp_avg_sq.safetensors, "exp_avg_sq.<name>"). One file per stream, as a
+// piece brings all three and each file is written front to back (its CRC32C grows with it): with
+// the moments interleaved, a piece smaller than a tensor would need the tensor buffered.
+// A tensor HF lays out as Strata does is appended from, or read into, the piece by element range.
+// A Conv1D weight (HF holds it transposed) is converted whole through one scratch; when piece
+// boundaries cut it, its stream gathers it (save) or keeps it converted (load) in one tensor's
+// buffer. Host memory: one tensor of scratch, plus one per stream while a piece cuts a Conv1D.
+// Version 1 kept both moments in optimizer.safetensors; StateFileReader reads it (tensors by name).
 #pragma once
 
 #include <array>

@@ -1,27 +1,17 @@
 // A checkpoint's weights as a Hugging Face GPT-2 model: `strata export` (docs/design.md §8).
 //
 // Note [Streaming export]
-// The checkpoint's model.safetensors already holds the weights under HF names and in HF layout
-// (Note [Checkpoint format]), so an export is a copy of byte ranges, never the model in memory:
-//   1. plan_hf_export verifies model.safetensors against the manifest (size and CRC32C, read in
-//      chunks), reads its header and checks it against the checkpoint's config: every HF tensor
-//      present, F32, of HF's shape, and nothing else.
-//   2. write_hf_export copies each tensor from the checkpoint file into the output in chunks of
-//      CheckpointReadOptions::chunk_bytes through one buffer, so host memory is one chunk
-//      whatever the model's size.
-// Where it goes: `out` is FILE.safetensors, or a directory (one that exists, or a path ending in
-// '/'), which stands for DIR/model.safetensors. With FILE = DIR/BASE.safetensors:
-//   - unsharded (the weights fit in shard_bytes, or shard_bytes is 0): DIR/BASE.safetensors;
-//   - sharded: DIR/BASE-00001-of-0000N.safetensors ... and DIR/BASE.safetensors.index.json,
-//     Hugging Face's layout: {"metadata": {"total_size": bytes of all tensors' data},
-//     "weight_map": {tensor name: shard file name}}. Shards hold whole tensors in layout order,
-//     filled up to shard_bytes of tensor data; a tensor larger than shard_bytes has a shard of
-//     its own. (HF's loaders look for BASE = "model".)
-// In both cases HF's config.json goes to DIR/config.json. Every file is written to a temporary
-// name, fsynced and renamed (the index after all its shards, config.json last), so a crash never
-// leaves a truncated file under a final name. Files of the other layout under the same names (a
-// stale BASE.safetensors beside a new index, which loaders would prefer, or an old index and its
-// shards beside a new single file) are removed once the new export is complete.
+// The checkpoint's model.safetensors already holds the weights in HF names and layout (Note
+// [Checkpoint format]), so an export copies byte ranges and never holds the model:
+//   1. plan_hf_export verifies the file against the manifest (size, CRC32C) and its header against
+//      the config: every HF tensor present, F32, of HF's shape, and nothing else.
+//   2. write_hf_export copies each tensor through one buffer of CheckpointReadOptions::chunk_bytes.
+// `out` is DIR/BASE.safetensors, or a directory (existing, or ending in '/') for BASE "model", the
+// name HF's loaders look for. Sharded (data over shard_bytes > 0): BASE-00001-of-0000N.safetensors
+// ..., whole tensors in layout order up to shard_bytes each (a larger one alone), and HF's index
+// BASE.safetensors.index.json. config.json goes to DIR. Each file is fsynced under a temporary
+// name, then renamed (the index after its shards, config.json last); files of the other layout
+// under those names, which loaders could prefer, are removed once the export is complete.
 #pragma once
 
 #include <cstdint>

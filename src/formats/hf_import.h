@@ -2,34 +2,17 @@
 // DIR` (docs/design.md §8).
 //
 // Note [Hugging Face import]
-// DIR is what save_pretrained writes (and `strata export`): config.json, and the weights in
-// DIR/model.safetensors or in shards listed by DIR/model.safetensors.index.json ({"weight_map":
-// {tensor: shard file}}; when both exist the single file is read, as HF's loader does).
-//   1. plan_hf_import reads config.json (model/hf_config.h: the model, or one line naming the
-//      field Strata cannot train) and only the safetensors headers, and checks everything before
-//      any weight is read or any trainer state changes:
-//        - every shard the index names exists (not_found naming the index and the file), every
-//          tensor is where the index says, and no shard holds a tensor the index does not list;
-//        - every tensor of Strata's layout for that model is present under its HF name
-//          (model/hf_names.h) with HF's shape and a float dtype: F32, BF16 or F16 (widened
-//          exactly, formats/safetensors_f32.h);
-//        - nothing else is there but what HF's own loader ignores: GPT-2's attention mask
-//          buffers h.{l}.attn.bias and h.{l}.attn.masked_bias, Llama's rotary buffers
-//          model.layers.{l}.self_attn.rotary_emb.inv_freq, and in a tied model an
-//          lm_head.weight of the embedding's shape (HF ties it to the embedding on load, so its
-//          values are not read). GPT-2 names may carry GPT2LMHeadModel's "transformer." prefix;
-//          a tensor present under both spellings is refused;
-//        - every tensor's data lies inside its file (read_safetensors_header: a truncated shard
-//          is one line naming the file, the tensor and the sizes).
-//      Errors are bad_format or not_found, one line naming the file and the tensor or field.
-//   2. import_hf_weights hands every slab to the trainer's slab writer (Trainer::
-//      write_slab_pieces), which has it fill the slab piece by piece (Note [Slab pieces]): the
-//      master weights from the files, widened to f32 and laid out by from_hf_layout (padding
-//      zero), and AdamW's moments zero, so the optimizer starts fresh. Reads go through one
-//      buffer of at most chunk_bytes (F32 data is read straight into the piece), and a GPT-2
-//      Conv1D weight, the only tensor HF transposes, through one tensor of scratch, plus one more
-//      kept while piece boundaries cut it. So host memory beside the trainer's own is one chunk
-//      and at most two tensors: never a slab, never the model.
+// DIR is what save_pretrained writes: config.json, and DIR/model.safetensors or shards listed in
+// DIR/model.safetensors.index.json ({"weight_map": {tensor: shard}}; with both, the single file).
+//   1. plan_hf_import reads config.json (model/hf_config.h) and only the safetensors headers, and
+//      checks all before a weight is read or trainer state changes: each indexed shard exists and
+//      holds exactly its indexed tensors; each tensor of Strata's layout is there under its HF name
+//      (model/hf_names.h), of HF's shape, F32, BF16 or F16; nothing else but what HF's loader
+//      ignores (GPT-2's attn.bias/masked_bias, Llama's rotary inv_freq, a tied model's lm_head of
+//      wte's shape; GPT-2's "transformer." prefix, never both spellings); all data inside its file.
+//   2. import_hf_weights fills each slab via Trainer::write_slab_pieces (Note [Slab pieces]):
+//      masters widened exactly (Note [Widening to f32]), padding and moments zero. Host memory
+//      beside the trainer's is one chunk_bytes buffer and at most two tensors (Conv1D scratch).
 #pragma once
 
 #include <cstdint>
@@ -64,6 +47,7 @@ struct HfImportPlan {
 };
 
 // Checks DIR (Note [Hugging Face import]) and says where each tensor lies; reads no weights.
+// Errors are bad_format or not_found, one line naming the file and the tensor or field.
 Result<HfImportPlan> plan_hf_import(const std::string& dir);
 
 struct HfImportOptions {

@@ -2,17 +2,14 @@
 // other tools (Hugging Face checkpoints are F32, BF16 or F16; `strata train --init-from`).
 //
 // Note [Widening to f32]
-// Every BF16 and F16 value is exactly an f32 value, so widening is exact and never rounds:
+// Every BF16 and F16 value is exactly an f32 value, so widening never rounds:
 //   BF16: the upper 16 bits of an f32 (core/dtype.h's bf16_to_f32).
-//   F16 (IEEE binary16: 1 sign, 5 exponent bits biased by 15, 10 mantissa bits):
-//     exponent 1..30    normal: (-1)^s * 2^(e-15) * 1.m; rebias the exponent by 127 - 15 = 112
-//                       and shift the mantissa up by 23 - 10 = 13 bits;
-//     exponent 0        zero or subnormal: (-1)^s * m * 2^-24, which is an f32 normal number
-//                       (the smallest, 2^-24, is far above f32's subnormals) computed exactly
-//                       as float(m) * 2^-24 (m < 2^10 and a power-of-two scale are exact);
-//     exponent 31       m = 0: infinity; otherwise NaN with its sign and payload kept in the
-//                       f32 mantissa's top bits (a signalling NaN stays signalling: its quiet
-//                       bit, the mantissa's top bit, moves with it).
+//   F16 (1 sign, 5 exponent bits biased by 15, 10 mantissa bits), by exponent e:
+//     1..30  normal: rebias the exponent by 127 - 15 = 112, shift the mantissa up 13 bits;
+//     0      zero or subnormal, (-1)^s * m * 2^-24: an f32 normal, computed exactly as
+//            float(m) * 2^-24 (m < 2^10 and a power-of-two scale are exact);
+//     31     m = 0: infinity; else NaN, sign and payload kept in the f32 mantissa's top bits
+//            (a signalling NaN stays signalling: its quiet bit moves with it).
 // The host is little-endian (formats/safetensors.h), so elements are read as native integers.
 #pragma once
 
