@@ -8,19 +8,16 @@
 //
 // Note [Llama blocks]
 // A Llama block reuses the GPT-2 block's structure and buffers by role (BlockView, BlockActs):
-//  - q|k|v is one matmul with the packed (C + 2 Ckv, C) matrix (model/layout.h), rotary
-//    embeddings are applied to its q and k heads (rope_forward, HF's rotate-half convention,
-//    a cos/sin table from model/rope.h), and grouped-query attention runs on the multi-head
-//    attention op after repeat_kv_forward gives every query head its key/value head. The
-//    backward runs the same chain in reverse: attention_backward, repeat_kv_backward (sums the
-//    repeats in a fixed order), rope_backward, the matmul's.
-//  - gate|up is one matmul with the packed (2F, C) matrix; swiglu_forward makes the hidden
-//    (B, T, F).
-//  - norms are RMSNorm (model/norm.h, model.norm_eps), no biases anywhere.
+//  - q|k|v is one matmul with the packed (C + 2 Ckv, C) matrix (model/layout.h); rope_forward
+//    rotates its q and k heads (HF's rotate-half, model/rope.h's table); repeat_kv_forward gives
+//    every query head its key/value head for the multi-head attention op. The backward runs the
+//    chain in reverse (repeat_kv_backward sums the repeats in a fixed order).
+//  - gate|up is one matmul with the packed (2F, C) matrix; swiglu_forward makes the (B, T, F)
+//    hidden. Norms are RMSNorm (model/norm.h, model.norm_eps); no biases anywhere.
 // The saved set (Note [Saved activations]) holds the rotated q|k|v, not the repeated one: the
-// backward repeats it again into scratch, which keeps a GQA block's saved bytes at its own
-// width. The forward-only tensors (the matmul's q|k|v before rotation, the repeated q|k|v) follow
-// the saved set as attproj and fcproj do.
+// backward repeats it again into scratch, so a GQA block saves only its own width. The
+// forward-only tensors (q|k|v before rotation, the repeated q|k|v) follow the saved set, as
+// attproj and fcproj do.
 #pragma once
 
 #include <cstdint>

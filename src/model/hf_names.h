@@ -5,22 +5,14 @@
 // set where the layout is made (model/layout.cpp), beside each tensor.
 //
 // Note [Hugging Face GPT-2 layout]
-// HF's GPT-2 uses Conv1D for its four matrices per block, stored (in_features, out_features):
-// the transpose of Strata's (out_features, in_features) Linear layout. Embeddings, biases and
-// LayerNorm parameters are stored as they are. The mapping:
-//   wte.weight (V, C)                   wte.weight (V, C)
-//   wpe.weight (ctx, C)                 wpe.weight (ctx, C)
-//   blk.{l}.ln1.{weight,bias}           h.{l}.ln_1.{weight,bias}
-//   blk.{l}.attn_qkv.weight (3C, C)     h.{l}.attn.c_attn.weight (C, 3C)    transposed
-//   blk.{l}.attn_qkv.bias               h.{l}.attn.c_attn.bias
-//   blk.{l}.attn_proj.weight (C, C)     h.{l}.attn.c_proj.weight (C, C)     transposed
-//   blk.{l}.attn_proj.bias              h.{l}.attn.c_proj.bias
-//   blk.{l}.ln2.{weight,bias}           h.{l}.ln_2.{weight,bias}
-//   blk.{l}.mlp_fc.weight (4C, C)       h.{l}.mlp.c_fc.weight (C, 4C)       transposed
-//   blk.{l}.mlp_fc.bias                 h.{l}.mlp.c_fc.bias
-//   blk.{l}.mlp_proj.weight (C, 4C)     h.{l}.mlp.c_proj.weight (4C, C)     transposed
-//   blk.{l}.mlp_proj.bias               h.{l}.mlp.c_proj.bias
-//   lnf.{weight,bias}                   ln_f.{weight,bias}
+// HF's GPT-2 holds its four matrices per block as Conv1D weights, (in_features, out_features): the
+// transpose of Strata's (out_features, in_features) Linear layout. Embeddings, biases and LayerNorm
+// parameters are stored as they are. model/layout.cpp names each tensor (blk.{l}.ln1.weight is
+// h.{l}.ln_1.weight, lnf.bias is ln_f.bias, ...) and marks the four Conv1D weights transposed:
+//   blk.{l}.attn_qkv.weight (3C, C)  <->  h.{l}.attn.c_attn.weight (C, 3C)
+//   blk.{l}.attn_proj.weight (C, C)  <->  h.{l}.attn.c_proj.weight (C, C)
+//   blk.{l}.mlp_fc.weight (4C, C)    <->  h.{l}.mlp.c_fc.weight (C, 4C)
+//   blk.{l}.mlp_proj.weight (C, 4C)  <->  h.{l}.mlp.c_proj.weight (4C, C)
 // The q|k|v column blocks of c_attn are Strata's row blocks of attn_qkv, so the transpose is the
 // whole conversion. Transposing is a permutation: converting and back gives the same bits.
 #pragma once

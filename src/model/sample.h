@@ -1,23 +1,17 @@
 // Text generation from a trained model whose weights arrive slab by slab (`strata sample`).
 //
 // Note [Sampling]
-// The prompt's window (its last model.context_length tokens) runs once as one (1, T) sequence
-// through every block (the prefill), and each block's keys and values for every position go to
-// a key/value cache on the device, (L, context_length, 2 NKV hs) floats. Each new token then runs
-// alone, at the next position, through every block (block_decode): its query attends to the
-// cached keys and values (Device::attention_decode) and its own k|v join the cache, so a token
-// costs O(T) attention instead of recomputing the window. Once the sequence outgrows the context
-// the window slides, every position moves, and each token runs the prefill again (as a model
-// with learned or rotary positions must). The head runs for one row: the final norm of that
-// position and the LM head (tied or not). Blocks whose weights together fit
-// SampleOptions::resident_bytes are read once and kept. Otherwise they are fetched one block at
-// a time for every token, so memory is the embedding and final slabs (kept: the head reads
-// them), one block's weights, one window's activations and the cache, never the model: a model
-// larger than memory samples, at the price of reading every block per token. The next token is
-// picked from the logits by pick_token: at temperature 0 the greedy argmax (the lowest index among
-// equal maxima); otherwise the top_k largest logits (all when 0; ties to the lower index), divided
-// by the temperature, softmaxed in double, and one uniform draw from the seeded Rng, so a seed
-// fixes the text on every machine.
+// The prompt's window (its last context_length tokens) runs once as one (1, T) sequence through
+// every block (the prefill), filling a device key/value cache of (L, context_length, 2 NKV hs)
+// floats. Each new token then runs alone at the next position (block_decode): its query attends to
+// the cache (Device::attention_decode) and its k|v join it, O(T) per token. Once the sequence
+// outgrows the context the window slides, every position moves, and each token runs the prefill
+// again. The head runs for one row. Blocks that fit SampleOptions::resident_bytes are read once
+// and kept; the others are fetched one at a time per token, so memory is the embed and final
+// slabs, one block, one window's activations and the cache: never the model.
+// pick_token: at temperature 0 the greedy argmax (the lowest index among ties); otherwise the top_k
+// largest logits (all when 0; ties to the lower index) over the temperature, softmaxed in double,
+// and one uniform draw from the seeded Rng, so a seed fixes the text on every machine.
 #pragma once
 
 #include <cstdint>

@@ -2,31 +2,17 @@
 // goes on.
 //
 // Note [Asynchronous checkpoints]
-// A checkpoint holds the state after step s: every slab's master weights and AdamW moments once
-// step s's updates are applied. Writing it (read from the store, convert, write, fsync) takes
-// about as long as copying the state, and training need not stand still for it: at the boundary
-// the trainer hands out a StateSnapshot and goes on with step s+1, while a checkpoint thread
-// captures the slabs one at a time and writes them. No copy of the state is made; two rules,
-// enforced by a SnapshotGate, keep what is captured exactly the state after step s:
-//  - ready: a slab may be captured once step s's updates of it are all in place. The vertical
-//    schedule leaves the part-1 steps of step s pending until the next run's forward (Note
-//    [Optimizer split] in sched/schedule_spec.h); those slabs become ready when the next run's
-//    task that writes their state (the step when the state is on host, the store write after it
-//    when on storage) finishes. Every other slab is ready at once.
-//  - captured: a task of step s+1 that writes a slab's state waits until the snapshot has
-//    captured that slab. Such waits, the boundary itself, and the wait for a save still running
-//    at the next checkpoint's boundary (back-pressure) are the checkpoint's stall, reported per
-//    checkpoint; the rest of the save is hidden behind training.
-// The checkpoint thread takes the ready slabs in the order the next step overwrites them (the
-// gate's preference order), waiting when none is ready. It cannot deadlock: every task that makes
-// a slab ready is a pending step of step s, which never waits on the gate and happens before
-// every write of step s+1 in the plan (the pending step of a block precedes its forward, the
-// block's own step follows its backward).
-// A save that fails cancels the gate (nothing waits on it again) and publishes nothing; a step
-// that fails abandons it, so the save fails with the step's error and publishes nothing either.
-// The files are written at offsets known in advance, slab by slab in capture order, and each
-// file's CRC32C is combined from its slabs' in file order (crc32c_combine), so capture order
-// never shows in the checkpoint: it is bit-identical to one written at a standstill.
+// A checkpoint holds the state after step s. At that boundary the trainer hands out a StateSnapshot
+// and goes on with step s+1 while a checkpoint thread captures the slabs one at a time and writes
+// them; no copy of the state is made. A SnapshotGate keeps what is captured exactly step s's:
+//  - ready: a slab is captured once step s's updates of it are in place. Vertical's pending part-1
+//    slabs (Note [Optimizer split]) are ready when the next run's task writing their state (the
+//    step on host, the store write after it on storage) finishes; every other slab at once.
+//  - captured: a task of step s+1 that writes a slab's state waits until that slab is captured.
+// The thread takes ready slabs in the order step s+1 overwrites them; why it cannot deadlock, and
+// what the reported stall counts, is in docs/design.md §8. A failed save cancels the gate and a
+// failed step abandons it: nothing is published. Files are written at offsets known in advance,
+// CRC32Cs combined in file order: the bytes are a standstill checkpoint's, whatever the order.
 #pragma once
 
 #include <condition_variable>
