@@ -2,15 +2,6 @@
 // SSD: on a 2-core CPU box the compute:I/O ratio of a GPU server is only reproduced if storage is
 // slowed by the same factor as compute (docs/design.md §4).
 //
-// Note [Token bucket with a waiting head]
-// Each direction has a bucket that fills at `rate` bytes/s. While no request of that direction is
-// waiting, the bucket holds at most `burst` bytes (a small burst, so an idle period does not buy
-// a long stretch of full speed). The oldest waiting request (the head) is forwarded once the
-// bucket holds its whole length, and the bucket is drained by that length; while a head waits the
-// bucket may exceed `burst`, so requests larger than the burst are delayed by their own size
-// (4 MiB at 16 MiB/s waits ~0.25 s) instead of never fitting. Over any long stretch a direction
-// moves at most rate x time + burst bytes.
-//
 // Contract:
 //   - OWNERSHIP. Owns the inner engine. Requests keep the interface's rules: the buffer and file
 //     must stay valid until the ticket is consumed.
@@ -26,6 +17,15 @@
 //     called from any number of threads.
 //   - SHUTDOWN. The destructor forwards whatever is still queued without pacing and waits for
 //     everything in flight, so no transfer outlives the engine.
+//
+// Note [Token bucket with a waiting head]
+// Each direction has a bucket that fills at `rate` bytes/s. While no request of that direction is
+// waiting, the bucket holds at most `burst` bytes (a small burst, so an idle period does not buy
+// a long stretch of full speed). The oldest waiting request (the head) is forwarded once the
+// bucket holds its whole length, and the bucket is drained by that length; while a head waits the
+// bucket may exceed `burst`, so requests larger than the burst are delayed by their own size
+// (4 MiB at 16 MiB/s waits ~0.25 s) instead of never fitting. Over any long stretch a direction
+// moves at most rate x time + burst bytes.
 #pragma once
 
 #include <chrono>

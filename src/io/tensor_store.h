@@ -2,6 +2,17 @@
 // laid out once, at creation, over one preallocated file per storage directory, and moved by
 // asynchronous reads and writes through an IoEngine. docs/design.md §3-§4.
 //
+// Contract:
+//   - OWNERSHIP. The store owns its files; the engine is borrowed and must outlive the store. A
+//     transfer's buffer must stay valid (and, for writes, unchanged) until its batch is waited.
+//   - THREAD SAFETY. The layout is fixed at creation. write/read/wait may be called from any
+//     number of threads on different batches; the checksum table is guarded by a mutex. Two
+//     transfers of overlapping ranges in flight at once have no defined order (as on a disk).
+//   - BATCHES. write/read return an IoBatch (the engine tickets of the pieces). Every batch must
+//     be waited once with TensorStore::wait, before the store is destroyed; a batch destroyed
+//     while pending is waited then (its error logged), so no transfer outlives its batch.
+//   - Sizes and offsets are uint64_t bytes.
+//
 // Note [Store layout]
 // Extents are placed in the order given, each at the next stripe_unit-aligned logical offset, so
 // an extent never shares a stripe with another. The logical address space is striped RAID-0 over
@@ -23,17 +34,6 @@
 // succeeds (a failed write forgets the chunks it touched). A read verifies, after its data has
 // landed, every chunk it covers whole that has a CRC; chunks never written, or covered only in
 // part, are not checked. save_checksums/load_checksums persist the table for checkpoints.
-//
-// Contract:
-//   - OWNERSHIP. The store owns its files; the engine is borrowed and must outlive the store. A
-//     transfer's buffer must stay valid (and, for writes, unchanged) until its batch is waited.
-//   - THREAD SAFETY. The layout is fixed at creation. write/read/wait may be called from any
-//     number of threads on different batches; the checksum table is guarded by a mutex. Two
-//     transfers of overlapping ranges in flight at once have no defined order (as on a disk).
-//   - BATCHES. write/read return an IoBatch (the engine tickets of the pieces). Every batch must
-//     be waited once with TensorStore::wait, before the store is destroyed; a batch destroyed
-//     while pending is waited then (its error logged), so no transfer outlives its batch.
-//   - Sizes and offsets are uint64_t bytes.
 #pragma once
 
 #include <cstdint>

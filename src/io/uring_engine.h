@@ -24,22 +24,17 @@
 //   the io_uring engine].
 //
 // Note [A failed submission breaks the io_uring engine]
-// io_uring_enter can fail on a ring that worked so far (ENOMEM, or EBADF/ENXIO when the ring is
-// torn down under us); EINTR, EAGAIN and EBUSY are only retried. A failed call took none of the
-// SQEs offered, and retrying could fail forever, so the ring never submits again:
-//   - each block the kernel never took, and each block still queued on the ring, fails at once
-//     with io_error "<op> <path> at offset ... [io_uring]: io_uring submission failed on ring R:
-//     <strerror> (errno N)"; the kernel never saw those buffers;
-//   - blocks the kernel already holds are not failed early, since it may still be reading or
-//     filling their buffers: the ring keeps reaping them without submitting, and each finishes
-//     with its own result (one that needs resubmitting fails with the submission error). Only
-//     if waiting for completions fails too are they failed, as nothing can finish them then (the
-//     kernel cancels them when the ring is closed, right after);
-//   - the engine is broken (BlockEngine::mark_broken): every later submit and register_buffers
-//     is refused at once with io_error "... io_uring engine is broken, no new requests are
-//     accepted: <the first failure>".
-// Every ticket already issued still finishes, so no waiter hangs. Other rings finish what they
-// hold. Tests reach this path through IoFaultHook::on_uring_submit.
+// io_uring_enter can fail on a ring that worked so far (ENOMEM; EBADF/ENXIO when the ring is torn
+// down under us); EINTR, EAGAIN and EBUSY are only retried. A failed call took none of the SQEs
+// offered and retrying could fail forever, so the ring never submits again:
+//   - each block the kernel never took, and each still queued on the ring, fails at once with
+//     io_error "<op> <path> at offset ... [io_uring]: io_uring submission failed on ring R: ...";
+//   - blocks the kernel holds are not failed early (it may still use their buffers): the ring
+//     reaps them without submitting, each with its own result (one needing resubmission fails with
+//     the submission error); only if waiting fails too are they failed (closing cancels them);
+//   - the engine is broken (BlockEngine::mark_broken): every later submit and register_buffers is
+//     refused at once, naming the first failure; other rings finish what they hold.
+// Every issued ticket finishes, so no waiter hangs. Tests: IoFaultHook::on_uring_submit.
 #pragma once
 
 #include <atomic>
