@@ -14,22 +14,17 @@
 // timing. It needs no other locks or events.
 //
 // Note [Happens-before in plans]
-// A task A happens before a task B (A -> B) when B cannot start until A has finished. Exactly two
-// things create that ordering, and the relation is their transitive closure:
+// A task A happens before B (A -> B) when B cannot start until A has finished. Exactly two things
+// create that ordering, and the relation is their transitive closure:
 //   1. deps: B lists A in B.deps;
-//   2. queue order: A and B run on the same resource and A comes first in `tasks`. Each resource
-//      is one in-order queue (a CUDA stream, one I/O submission queue, the optimizer worker
-//      pool seen as one queue), so a task starts only after its queue predecessor has finished.
-// Nothing else orders tasks: not their index across resources, not their kind, not timing. A
-// plan is correct when, for every slot, any two uses of which at least one writes are ordered
-// (no race), and every read is preceded by a write (or the slot is `initialized`). Two reads
-// may overlap. A task that reads and writes the same slot (accumulate into a gradient buffer)
-// lists it twice; its own uses never conflict with each other.
-// Deps may point forward in `tasks` (to a later index) as long as the whole relation stays
-// acyclic; deps that contradict queue order (A before B in a queue, A depends on B) are a
-// cycle. A plan runs once, start to finish; data that outlives it (parameters on storage,
-// optimizer state) sits in `initialized` slots, and the executor runs successive plans with a
-// full barrier between them.
+//   2. queue order: A and B are on the same resource, A first in `tasks`. Each resource is one
+//      in-order queue (a CUDA stream, an I/O submission queue, the optimizer pool seen as one).
+// Nothing else orders tasks: not their index across resources, not their kind, not timing. A plan
+// is correct when any two uses of a slot, one a write, are ordered, and every read follows a write
+// (or the slot is `initialized`). A task that reads and writes a slot lists it twice; its own uses
+// never conflict. Deps may point forward while the relation stays acyclic (a dep against queue
+// order is a cycle). A plan runs once, start to finish; data that outlives it sits in
+// `initialized` slots, and the executor runs successive plans with a full barrier between them.
 #pragma once
 
 #include <array>

@@ -11,28 +11,18 @@
 namespace strata {
 
 // Note [Checking races with vector clocks]
-// Every task sits on one of kResourceCount queues, and each queue is totally ordered by
-// happens-before (queue order). So "which tasks happen before B" is fully described by one
-// number per queue: the position of the last task on that queue that happens before B (or is B).
-// If task A at position p on queue q happens before B, so do all of q's tasks before p. That
-// vector is B's clock (as in race detectors, with queues for threads):
-//   clock[B][q] = max over B's predecessors P (deps and queue predecessor: the direct edges of
-//                 happens_before.h) of clock[P][q],
-//   clock[B][queue of B] = position of B,
-// computed once in a topological order. Then A happens before B (or A == B) exactly when
-// pos(A) <= clock[B][queue of A]: an O(1) query, O(tasks * kResourceCount) memory, no n^2 bitset.
-//
-// Races are then checked in one walk over a topological order T, keeping per slot its last
-// write W (in T) and the reads since W. At a read R we require W -> R; at a write X we require
-// W -> X and R -> X for every read R since W. That suffices: take two conflicting uses a, b of
-// a slot with a before b in T, and let the writes of the slot in T be W1, W2, ... If a and b
-// fall between the same two writes, one of them is that epoch's write Wi (two reads do not
-// conflict) and it is a, so a -> b was checked directly. Otherwise a is Wi or a read after Wi,
-// and a -> W(i+1) was checked; W(i+1) -> W(i+2) -> ... -> Wj were checked; and b is Wj or a
-// read after it, with Wj -> b checked. By transitivity a -> b. Conversely every checked pair
-// conflicts, so a correct plan passes. Each use is looked at a constant number of times (reads
-// once more at the next write), so the walk is linear. An `initialized` slot starts with a
-// virtual write that happens before everything.
+// Each queue is totally ordered, so the tasks that happen before B are described by one number
+// per queue: the position of the last task there that happens before B (or is B). That vector is
+// B's clock (as in race detectors, queues for threads), computed once in a topological order:
+//   clock[B][q] = max of clock[P][q] over B's direct predecessors P (happens_before.h's edges),
+//   clock[B][queue of B] = position of B.
+// Then A -> B (or A == B) exactly when pos(A) <= clock[B][queue of A]: an O(1) query in
+// O(tasks * kResourceCount) memory, no n^2 bitset.
+// Races: one walk over a topological order T, keeping per slot its last write W and the reads
+// since W. A read R needs W -> R; a write X needs W -> X and R -> X for each read R since W. That
+// orders every conflicting pair, and only those are checked, so exactly the correct plans pass
+// (why: docs/design.md §5.3). Each use is looked at a constant number of times: linear. An
+// `initialized` slot starts with a virtual write that happens before everything.
 
 namespace {
 

@@ -28,33 +28,18 @@ enum class Placement : uint8_t { device, host, storage };
 // and parts write their range of it.
 
 // Note [Sharded optimizer state]
-// With N > 1 ranks (Note [Data parallel ranks] in dist/communicator.h) the offloaded schedules
-// shard every block's optimizer state: of each optimizer part [p0, p1) (Note [Optimizer split];
-// the whole block when the block steps in one part) rank r owns shard_range(p1 - p0, N, r), and
-// the part's state slot holds master, m and v of that shard only, laid out (3, S) with S the
-// largest shard's length (rank 0's), so every rank runs the same plans (part_shard). Per block:
-//  - its gradient, once complete on a rank, is reduce-scattered (grad_reduce_scatter): each
-//    part's shard summed over the ranks in rank order, on its owner (Note [Deterministic
-//    all-reduce]: the same sums as an all-reduce, half the traffic);
-//  - its sum of squares covers the rank's shards, and one norm_allreduce sums the blocks' sums
-//    over the ranks before the global norm, so every rank clips and skips alike, exactly;
-//  - a part's AdamW steps the rank's shard and writes that range of the working params, and
-//    param_allgather copies every rank's range to all before anything reads or stores them.
-// The horizontal schedule also shards the kept gradient (`shard_grads`), as ZeRO-Infinity does:
-// it sums a block's gradient on host once per micro-batch, so each micro-batch's gradient is
-// reduce-scattered as it reaches the host and only the rank's shard is added to the block's sum
-// (on host or storage), which is 1/N of the block. The vertical schedule sums micro-batches on
-// the device and moves each block's gradient once per step, so it reduce-scatters it once, when
-// it is complete, in a whole-block host buffer; what it keeps of it on storage for later plans
-// is the rank's shard (Note [Sharded kept gradient]).
-// The working params are sharded too (Note [Sharded working params]): each rank's store holds
-// its shard and a fetch gathers the block. Replicated on every rank: the vertical schedule's
-// gradient buffers in host memory, and the embed group (small: its gradient all-reduced, its
-// step run by every rank). A rank so holds 1/N of the working params, masters, moments and kept
-// gradients. Reading a slab's state outside plans (checkpoints, sampling) is therefore a
-// collective: every rank's shard is broadcast in rank order (OffloadTrainer::read_slab_pieces);
-// a resume loads each rank's shard from the whole checkpoint, so a checkpoint resumes on any
-// number of ranks.
+// With N > 1 ranks (Note [Data parallel ranks]) the offloaded schedules shard every block's
+// optimizer state: of each optimizer part [p0, p1) (Note [Optimizer split]; the whole block when
+// it steps in one part) rank r owns shard_range(p1 - p0, N, r), and the part's state slot holds
+// master, m and v of that shard only, laid out (3, S), S the largest shard's length (rank 0's),
+// so every rank runs the same plans (part_shard). Per block the gradient is reduce-scattered to
+// the owners (each shard summed in rank order, Note [Deterministic all-reduce]; where:
+// block_grad_scatter); the sum of squares covers the rank's shards and one norm_allreduce sums
+// them, so every rank clips and skips alike; a part's AdamW steps the shard and writes that range
+// of the working params (Note [Sharded working params]; the kept gradient: Note [Sharded kept
+// gradient]). Replicated: vertical's host gradient buffers, the embed group (its gradient
+// all-reduced, its step run by every rank). Reading a slab's state outside plans is a collective
+// (OffloadTrainer::read_slab_pieces: shards broadcast in rank order); resumes take any N.
 struct PartShard {
   int64_t part_begin = 0, part_end = 0;  // the part, within the block
   int64_t begin = 0, end = 0;            // this rank's shard of it, within the block
@@ -65,29 +50,18 @@ struct PartShard {
 PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank);
 
 // Note [Speculative steps]
-// With clipping on and alpha < 1 (`speculative`), part 0 of each block steps in backward as if
-// the clip factor were 1 and the gradient finite, which is what the exact step does whenever the
-// norm does not clip (clip_scale is then exactly 1, and AdamW's g * 1 is g). Validation comes
-// with the norm, at the end of the iteration:
-//  - state: the speculative step reads "optim.store.blkL.p0" and writes its result to
-//    "optim.spec.blkL.p0" (on host, or through the optimizer stage to its own extent), so the
-//    state before the step survives until the norm is known;
-//  - gradient: the block's whole gradient is kept (its store on host, or written whole to
-//    storage) until the next iteration's backward replaces it;
-//  - valid (finite and not clipped): the trainer swaps the memory behind the two names, so
-//    "optim.store" names the new state. Nothing is copied or redone;
-//  - not valid: the repair plan (`repair`) runs at once, before the step ends: per block it reads
-//    the state before the step and the kept gradient, steps part 0 with the true clip factor (or,
-//    for a non-finite norm, skips: the state is copied unchanged and the working params are
-//    rewritten from the master), writes "optim.spec" and the params; then the same swap.
-// So every step boundary holds exactly the exact step's state: checkpoints, evaluation and
-// finish() never see a speculative value, and results are bit-identical to alpha = 1's. Part 1
-// always waits for the norm, as before. Between plans a name still means one piece of memory;
-// only the swap, between runs, changes which.
-// The cost: part 0's state once more (host memory, or storage), part 0's gradient range written to
-// storage when gradients live there, and a repair pass over part 0 of every block when a step
-// clips. Whether a step speculates or waits (`defer_part0`) is chosen per step by the trainer
-// (train/speculation_policy.h), since waiting is cheaper where the norm clips often.
+// With clipping on and alpha < 1 (`speculative`), part 0 of each block steps in backward as if the
+// clip factor were 1 and the gradient finite: the exact step whenever the norm does not clip
+// (clip_scale is then exactly 1, and g * 1 is g). Until the norm is known it can be undone:
+//  - it reads "optim.store.blkL.p0" and writes "optim.spec.blkL.p0" (on host, or through the
+//    optimizer stage to its own extent); the block's whole gradient is kept (on host, or written
+//    whole to storage) until the next backward replaces it;
+//  - valid (finite, not clipped): the trainer swaps the memory behind the two names, copying none;
+//  - else the repair plan (`repair`) runs at once: part 0 again from the kept state and gradient
+//    with the true factor (non-finite: skipped, state copied, params rewritten from the master),
+//    into "optim.spec" and the params; then the same swap.
+// So every step boundary holds the exact step's state, bit-identical to alpha = 1's; a name is one
+// piece of memory while a plan runs. Its cost, and waiting instead: docs/design.md §5.7.
 
 // What a block's backward reads (docs/design.md §6): its forward, recomputed from its checkpoint,
 // or the saved set (Note [Saved activations] in model/block.h) kept on the device or offloaded.
@@ -241,25 +215,18 @@ inline int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
 }
 
 // Note [Sharded working params]
-// With N > 1 ranks each rank's params store of a block (on storage or in host memory) holds only
-// that rank's shard of each optimizer part (Note [Shard ranges in a store]): ZeRO-3's sharded
-// weights, so a rank holds 1/N of the working params as of the masters and moments. The plans:
-//  - on storage, a step writes the rank's shard of the new params into a host stage and only
-//    its ranges go to the store; the stage is gathered (param_allgather) only when the same plan
-//    fetches it (a vertical pending step just before the block's forward). A fetch reads the
-//    rank's ranges into a host stage and a param_allgather per part brings the other ranks'
-//    shards;
-//  - in host memory, a step writes its shard straight into the store's packed ranges
-//    (OffloadTrainer::params_at), and a fetch gathers the block from every rank's store into a
-//    host stage in one param_gather;
-//  - either way the stage is then copied to the device: the block's weights are gathered once
-//    per pass, for all its micro-batches (vertical), or once per use (horizontal, as
-//    ZeRO-Infinity does). The collectives run on the net queue, overlapping like any transfer.
-//    With the collectives in device memory the gathers run there instead, after only this
-//    rank's ranges are copied over (Note [ZeRO-3 on the device]).
-// Outside plans (initial state, a resume, evaluation, read_params) the same ranges are written,
-// and a read gathers the same way, so those are collectives that every rank runs together. The
-// embed group's params stay whole on every rank's device (small, and used by every micro-batch).
+// With N > 1 ranks each rank's params store of a block (storage or host memory) holds only its
+// shard of each optimizer part (Note [Shard ranges in a store]): ZeRO-3's sharded weights.
+//  - On storage, a step writes the rank's shard of the new params into a host stage and only its
+//    ranges go to the store; the stage is gathered (param_allgather) only when the same plan
+//    fetches it (a vertical pending step). A fetch reads the rank's ranges into a host stage and a
+//    param_allgather per part brings the other ranks' shards.
+//  - In host memory, a step writes its shard straight into the store's packed ranges
+//    (OffloadTrainer::params_at); a fetch gathers the block from every rank's store (param_gather).
+//  - The stage then goes to the device, gathered once per pass (vertical) or per use (horizontal);
+//    with device collectives the gathers run there instead (Note [ZeRO-3 on the device]).
+// Outside plans (initial state, resume, evaluation, read_params) the same ranges are written, and
+// reads gather: collectives all ranks run together. The embed group stays whole on every device.
 inline bool params_sharded(const ScheduleSpec& s) {
   return s.ranks > 1;
 }
@@ -268,24 +235,19 @@ inline bool params_sharded(const ScheduleSpec& s) {
 std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part = -1);
 
 // Note [ZeRO-3 on the device]
-// Where the collectives run in device memory (ScheduleSpec::device_collectives) with N > 1
-// ranks, a block's state crosses between host and device as this rank's shards only, as in
-// ZeRO-3:
+// Where the collectives run in device memory (ScheduleSpec::device_collectives) with N > 1 ranks,
+// a block's state crosses between host and device as this rank's shards only, as in ZeRO-3:
 //  - its gradient is reduce-scattered in its device slot (grad_reduce_scatter_device) and only
-//    this rank's ranges of it leave the device (host_device_ranges), each into its place in the
-//    host slot; the rest of that slot is not written and nothing reads it (the sums of squares,
-//    the steps and the kept gradient read this rank's shards: Note [Sharded kept gradient]);
-//  - its working params reach the device as this rank's ranges (host_device_ranges: from a
-//    host stage in the block's layout, or straight from a host store of packed ranges), and one
-//    param_allgather_device per optimizer part brings the other ranks' shards into the device
-//    slot; the host gathers nothing (params_gather);
-//  - the embed group's gradient is all-reduced in its device slot (grad_allreduce_device) before
-//    it leaves the device.
+//    this rank's ranges leave the device (host_device_ranges), each to its place in the host slot;
+//    the rest of that slot is never written or read (the sums of squares, the steps and the kept
+//    gradient read this rank's shards: Note [Sharded kept gradient]);
+//  - its working params reach the device as this rank's ranges (from a host stage in the block's
+//    layout, or a host store's packed ranges); a param_allgather_device per part adds the rest;
+//  - the embed group's gradient is all-reduced in its device slot (grad_allreduce_device).
 // A rank so moves 1/N of each block's gradient and params over PCIe (plus at most two I/O units
-// per part: the ranges are a store's, Note [Shard ranges in a store], whose extra elements the
-// gather overwrites and no step reads), and its cores do no collective work but the norm's. The
-// bits are the host path's: the same rank-order sums, and gathers copy.
-//
+// per part, Note [Shard ranges in a store]) and its cores do no collective work but the norm's.
+// The bits are the host path's: the same rank-order sums, and gathers copy.
+
 // Where a block's working params are gathered from the ranks' shards (Note [Sharded working
 // params]): nowhere (one rank), on the host into a stage before the copy to the device, or on
 // the device after this rank's ranges are copied there.
