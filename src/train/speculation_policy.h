@@ -11,20 +11,17 @@
 namespace strata {
 
 // Note [Choosing to speculate]
-// A speculative step (Note [Speculative steps] in schedule_spec.h) costs spec_s when the norm
-// does not clip, and spec_s + repair_s when it does; a waiting step costs wait_s either way. With
-// p the fraction of recent steps whose norm clipped (or was non-finite: both need the repair),
-// speculating pays while spec_s + p * repair_s <= wait_s. p is counted over the last `window`
-// steps whatever they did, since a waiting step learns from its norm whether it would have
-// clipped. The costs come from the planner's simulation of the run's own plans when a profile
-// was given (set_costs), and from the run's own measured times as they arrive (each the median
-// of its last few measurements, taken only from steady steps: a step that switches between the
-// two does both kinds of part-0 work once); until all three are known, the rule is
-// p <= kDefaultRate. Once the costs are known a choice is changed only for a gain above
-// kSwitchMargin of a step: near the break-even, noise in the measurements would otherwise flip
-// it back and forth, and each switch costs a step that does both. The first step speculates
-// unless the predicted costs say waiting is cheaper even when nothing clips. "on" and "off"
-// (optim.speculation) force the choice; whichever is made, the result is bit-identical.
+// A speculative step (Note [Speculative steps]) costs spec_s when the norm does not clip and
+// spec_s + repair_s when it does; a waiting step costs wait_s either way. With p the share of the
+// last `window` steps whose norm clipped or was non-finite (a waiting step learns that too),
+// speculating pays while spec_s + p * repair_s <= wait_s. The costs come from the planner's
+// simulation of the run's plans (set_costs, with a profile) and from the run's measured times
+// (each the median of its last few, from steady steps only: a switching step does both kinds of
+// part-0 work); until all three are known the rule is p <= kDefaultRate. Then a choice changes
+// only for a gain above kSwitchMargin of a step, so measurement noise cannot flip it back and
+// forth (each switch costs a step doing both). The first step speculates unless the predicted
+// costs say waiting is cheaper even when nothing clips. optim.speculation "on" and "off" force
+// the choice; whichever is made, the result is bit-identical.
 class SpeculationPolicy {
  public:
   static constexpr double kDefaultRate = 0.25;

@@ -21,26 +21,18 @@
 namespace strata {
 
 // Note [Precision modes]
-// train.precision chooses the element type of the *working weights*, the copy the forward and
-// backward read; everything else is f32 in both modes: the master weights and AdamW's m and v
-// (the optimizer state), the gradients, activations and all compute and accumulation.
-//  - f32 (the default): the working weights are the master weights, bit for bit, and in the
-//    in-memory trainer one buffer.
-//  - bf16: the working weights are the master rounded to bf16 (f32_to_bf16, round to nearest
-//    even). AdamW steps the f32 master and writes the bf16 copy in the same sweep
-//    (adamw_step's param_bf16); the initial working weights are the rounded initial master.
-//    The offloaded trainer stores and moves each block's working weights as bf16 (params slots
-//    of 2 bytes per element on host, storage and the device) and widens them into an f32
-//    scratch of its compute workspace before a block's forward or backward; the embed group
-//    (wte, wpe, final LayerNorm) is small and stays on the device as f32 holding bf16-rounded
-//    values. The in-memory trainer keeps f32 working weights holding the rounded values. Either
-//    way the arithmetic is the same: compute sees bf16_to_f32(f32_to_bf16(master)).
-// train.matmul bf16 (needs precision bf16) also rounds the other operand of each block weight
-// GEMM to bf16, keeping f32 sums: Note [bf16 GEMMs] in model/block.h.
-// What the Trainer interface exposes: read_params gives the working weights (what the model
-// computes with: the rounded values in bf16 mode); read_slab_pieces / write_slab_pieces, and so
-// checkpoints, carry the f32 master (Note [Checkpoint format] in formats/checkpoint.h), and writing
-// a slab re-derives its working weights from the master.
+// train.precision chooses the element type of the *working weights*, the copy forward and backward
+// read; masters, m, v, gradients, activations and all arithmetic are f32 in both modes.
+//  - f32 (default): the working weights are the master, bit for bit (in-memory: one buffer).
+//  - bf16: the working weights, initial ones included, are the master rounded to nearest even
+//    (f32_to_bf16); AdamW steps the f32 master and writes the bf16 copy in the same sweep
+//    (adamw_step's param_bf16). The offloaded trainer stores and moves a block's as bf16 and
+//    widens them into an f32 scratch of its workspace before compute; the embed group and the
+//    in-memory trainer keep f32 holding the rounded values. Compute sees
+//    bf16_to_f32(f32_to_bf16(master)) in every trainer.
+// train.matmul bf16 (needs precision bf16): Note [bf16 GEMMs] in model/block.h. read_params gives
+// the working weights; slab pieces, and so checkpoints, carry the f32 master, and writing a slab
+// re-derives its working weights from the master.
 
 struct StepStats {
   int64_t step = 0;      // 0-based index of the optimizer step just taken
