@@ -1,20 +1,16 @@
 // Ranks of a data-parallel run and the collectives they share (docs/design.md §12).
 //
 // Note [Data parallel ranks]
-// `mpirun -np N strata train ...` starts N processes, the ranks; a plain `strata train` is one
-// rank of a world of one. Each rank has its own store (on its own io.dirs) and trains on its own
-// micro-batches: of the N x M micro-batches a step takes from the data stream, rank r takes
-// r*M .. r*M+M-1, so the stream, and the data position a checkpoint records, are the same
-// whatever N is. Each rank's micro-batch losses are scaled by 1/(N*M*B*T), so the gradients
-// summed over the ranks are the global mean at once (one rounding fewer than averaging after the
-// sum). A gradient complete on a rank (a block's, after its last micro-batch; the embed group's)
-// is summed over the ranks by a task on the plan's `net` queue, overlapping compute and storage
-// like any other transfer: the offloaded schedules shard the blocks' optimizer state, so a
-// block's gradient is reduce-scattered to the owners of its shards (Note [Sharded optimizer
-// state] in sched/schedule_spec.h); the embed group's, replicated, and the in-memory trainer's
-// are all-reduced. Every rank then computes the same global norm, clip factor and skip, and takes
-// the same step on what it holds. Rank 0 logs, writes metrics and traces; every rank writes its
-// shard of a checkpoint (Note [Sharded checkpoints] in formats/checkpoint_shards.h).
+// `mpirun -np N strata train ...` starts N ranks; a plain `strata train` is a world of one. Each
+// rank has its own store (its own io.dirs) and trains its own micro-batches: of the N x M a step
+// takes from the data stream, rank r takes r*M .. r*M+M-1, so the stream, and the data position a
+// checkpoint records, do not depend on N. Losses are scaled by 1/(N*M*B*T), so the gradients
+// summed over the ranks are the global mean at once (one rounding fewer than averaging after).
+// A gradient complete on a rank is summed over the ranks by a task on the `net` queue, overlapping
+// like any transfer: a block's is reduce-scattered to its shards' owners (Note [Sharded optimizer
+// state]); the embed group's and the in-memory trainer's are all-reduced. Every rank then computes
+// the same norm, clip factor and skip, and takes the same step on what it holds. Rank 0 logs,
+// writes metrics and traces; every rank writes its checkpoint shard (Note [Sharded checkpoints]).
 //
 // Note [Deterministic all-reduce]
 // all_reduce_sum gives every rank the same bits, whatever the timing and whatever the transport:
