@@ -4,7 +4,7 @@
 // Every run draws a run id (16 hex digits) and writes it, with its lineage (the ids of the runs it
 // continues, oldest first, its own last), into each checkpoint's trainer_state.json. A checkpoint
 // root holds one line of training at a time:
-//  - a run holds ROOT/.lock (flock) while it trains: a second run on ROOT is refused, naming it;
+//  - a training run holds ROOT/.lock (flock): a second run on ROOT is refused, naming the holder;
 //  - a fresh run (no --resume) refuses a ROOT that holds another run's step directories;
 //  - a run resumed from step s keeps the steps <= s of its lineage (or without a run id, older
 //    checkpoints) and moves every other one to ROOT/superseded-<its run id>/; nothing is deleted.

@@ -10,9 +10,9 @@
 // 4 * n_embd, untied, other attention scaling; Llama: biases, hidden_act not silu, head_dim not
 // hidden_size / heads, rope scaling but llama3's). Fields that change nothing Strata computes
 // (dropout, token ids, torch_dtype, ...) are ignored; the result passes parse_config's checks.
-// Canonical form (hf_canonical): the one spelling HF's config reads back as; GPT-2 with Llama's
-// fields at default, Llama with n_kv_head, ffn_hidden spelled out and rope numbers default when
-// unscaled. So model_config_from_hf(hf_config_json_for(m)) == hf_canonical(m).
+// hf_canonical is the form read from HF, one spelling per model: GPT-2 with Llama's fields at
+// default; Llama with n_kv_head and ffn_hidden spelled out, rope numbers default when unscaled.
+// So model_config_from_hf(hf_config_json_for(m)) == hf_canonical(m), m itself when canonical.
 #pragma once
 
 #include <nlohmann/json.hpp>

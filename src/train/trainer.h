@@ -26,8 +26,8 @@ namespace strata {
 //  - f32 (default): the working weights are the master, bit for bit (in-memory: one buffer).
 //  - bf16: the working weights, initial ones included, are the master rounded to nearest even
 //    (f32_to_bf16); AdamW steps the f32 master and writes the bf16 copy in the same sweep
-//    (adamw_step's param_bf16). The offloaded trainer stores and moves a block's as bf16 and
-//    widens them into an f32 scratch of its workspace before compute; the embed group and the
+//    (adamw_step's param_bf16). The offloaded trainer stores and moves blocks' working weights
+//    as bf16, widened into an f32 scratch of its workspace for compute; the embed group and the
 //    in-memory trainer keep f32 holding the rounded values. Compute sees
 //    bf16_to_f32(f32_to_bf16(master)) in every trainer.
 // train.matmul bf16 (needs precision bf16): Note [bf16 GEMMs] in model/block.h. read_params gives
