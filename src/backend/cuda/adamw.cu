@@ -1,11 +1,12 @@
-// AdamW on the GPU, bit-identical to adamw_step_ref (optim/adamw.h, Note [AdamW operation order]).
+// AdamW on the GPU, bit-identical to adamw_step_ref (backend/cpu/kernels_adamw.h,
+// Note [AdamW operation order]).
 //
 // Every rounded operation of the Note is one IEEE intrinsic with round-to-nearest (__fmul_rn,
 // __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn), which nvcc never contracts into an FMA or
 // replaces with an approximation, whatever the flags. The file is also compiled with -fmad=false
 // (CMakeLists.txt), so a plain operator added here later cannot be fused either. Denormals are
-// kept (no -ftz), as on the CPU. The per-call constants come from detail::adamw_constants, the
-// same host function the CPU versions use.
+// kept (no -ftz), as on the CPU. The per-call constants come from detail::adamw_constants
+// (backend/adamw_hyper.h), the same host function the CPU versions use.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"

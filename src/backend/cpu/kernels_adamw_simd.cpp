@@ -1,10 +1,10 @@
 // AdamW on AVX2 and AVX-512, chosen at run time, threaded with OpenMP.
 //
-// Each kernel performs the operations of Note [AdamW operation order] (adamw.h) lane by lane, in
-// the same order as detail::adamw_span_scalar: mul, add, sqrt and div are correctly rounded IEEE
-// operations in both, and no FMA is used, so every lane equals the scalar result bit for bit.
-// The bf16 copy reproduces f32_to_bf16 (core/dtype.h) with integer ops. Tails go through the
-// scalar code itself.
+// Each kernel performs the operations of Note [AdamW operation order] (kernels_adamw.h) lane by
+// lane, in the same order as detail::adamw_span_scalar: mul, add, sqrt and div are correctly
+// rounded IEEE operations in both, and no FMA is used, so every lane equals the scalar result bit
+// for bit. The bf16 copy reproduces f32_to_bf16 (core/dtype.h) with integer ops. Tails go through
+// the scalar code itself.
 //
 // The kernels are compiled with target attributes rather than relying on the build's -march, so
 // the AVX-512 path exists even in an x86-64-v3 build and is only entered when the CPU has it.
@@ -12,17 +12,20 @@
 
 #include <algorithm>
 
+#include "backend/cpu/kernels_adamw.h"
 #include "core/check.h"
 #include "core/math_util.h"
-#include "optim/adamw.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define STRATA_ADAMW_X86 1
 // GCC 12's AVX-512 intrinsics start from self-initialized "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into a target("avx512f") function.
+// -Wmaybe-uninitialized reports once they are inlined into a target("avx512f") function. Popped
+// at the end of the file, so that the files a unity build compiles after this one keep it.
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STRATA_ADAMW_POP_DIAGNOSTIC 1
 #endif
 #endif
 
@@ -213,3 +216,8 @@ void adamw_step(float* param, float* m, float* v, bf16_t* param_bf16, const floa
 }
 
 }  // namespace strata
+
+#if STRATA_ADAMW_POP_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#undef STRATA_ADAMW_POP_DIAGNOSTIC
+#endif
