@@ -19,14 +19,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;  // grid-stride beyond this: enough to fill any GPU
 
-// core/dtype.h f32_to_bf16, bit for bit: round to nearest even, NaN stays a quiet NaN.
-__device__ inline bf16_t f32_to_bf16_device(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((u >> 16) | 0x40u);
-  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<bf16_t>((u + rounding_bias) >> 16);
-}
-
 __global__ void adamw_kernel(float* param,        // (n)
                              float* m,            // (n)
                              float* v,            // (n)
@@ -60,7 +52,7 @@ __global__ void adamw_kernel(float* param,        // (n)
     m[i] = m_new;
     v[i] = v_new;
     param[i] = p_new;
-    if (param_bf16 != nullptr) param_bf16[i] = f32_to_bf16_device(p_new);
+    if (param_bf16 != nullptr) param_bf16[i] = f32_to_bf16(p_new);  // core/dtype.h
   }
 }
 
