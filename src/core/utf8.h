@@ -1,9 +1,11 @@
 // UTF-8 decoding that never fails, by RFC 3629's rules: the one decoder behind the tokenizers
-// (data/) and the checks on text that comes into a message or a JSON file (core/format.h).
+// (data/) and the checks on text that comes into a message or a JSON file (core/format.h); and
+// the encoder.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace strata {
@@ -23,5 +25,8 @@ Utf8Char decode_utf8(std::string_view text, size_t i);
 
 // The start of the character that ends just before text[i] (i > 0), by decode_utf8's rules.
 size_t prev_char_start(std::string_view text, size_t i);
+
+// Appends code point cp (at most U+10FFFF) in UTF-8: 1 to 4 bytes.
+void append_utf8(uint32_t cp, std::string* out);
 
 }  // namespace strata
