@@ -116,7 +116,7 @@ int run(int argc, char** argv) {
 
   // The reference side: its own handle, stream and workspace, the size our streams use.
   cublasLtHandle_t lt = nullptr;
-  STRATA_CUBLAS_CHECK(cublasLtCreate(&lt));
+  STRATA_CUDA_CHECK(cublasLtCreate(&lt));
   cudaStream_t raw = nullptr;
   STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
   const int64_t ws_bytes = cuda_backend::GemmContext::kWorkspaceBytes;

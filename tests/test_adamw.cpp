@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels_adamw.h"
 #include "core/dtype.h"
-#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "test_util.h"
 

@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels_adamw.h"
 #include "core/dtype.h"
 #include "dist/communicator.h"
 #include "dist/device_collectives.h"
 #include "dist/peer_transport.h"
-#include "optim/adamw.h"
 #include "test_util.h"
 
 namespace strata {

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "backend/cpu/kernels_adamw.h"
 #include "core/dtype.h"
 #include "core/rng.h"
-#include "optim/adamw.h"
 
 namespace strata::test {
 

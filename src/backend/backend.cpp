@@ -28,46 +28,43 @@ void Buffer::reset() {
   bytes_ = 0;
 }
 
-const char* capability_name(Capability c) {
-  switch (c) {
-    case Capability::host_registration:
-      return "host_registration";
-    case Capability::host_callbacks:
-      return "host_callbacks";
-    case Capability::bf16_matmul:
-      return "bf16_matmul";
-    case Capability::device_adamw:
-      return "device_adamw";
-  }
-  return "unknown capability";
-}
-
 namespace {
 
-// The slots behind each capability, for the message a caller reads when one is missing.
-const char* capability_slots(Capability c) {
+// A capability's name (the enumerator's own) and the slots behind it, for the message a caller
+// reads when one is missing.
+struct CapabilityText {
+  const char* name;
+  const char* slots;
+};
+
+CapabilityText capability_text(Capability c) {
   switch (c) {
     case Capability::host_registration:
-      return "register_host_memory, unregister_host_memory";
+      return {"host_registration", "register_host_memory, unregister_host_memory"};
     case Capability::host_callbacks:
-      return "launch_host_func";
+      return {"host_callbacks", "launch_host_func"};
     case Capability::bf16_matmul:
-      return "matmul_bf16";
+      return {"bf16_matmul", "matmul_bf16"};
     case Capability::device_adamw:
-      return "adamw_step";
+      return {"device_adamw", "adamw_step"};
   }
-  return "?";
+  return {"unknown capability", "?"};
 }
 
 }  // namespace
+
+const char* capability_name(Capability c) {
+  return capability_text(c).name;
+}
 
 bool Device::supports(Capability c) const {
   return false;
 }
 
 Status Device::unsupported(Capability c) const {
-  return unavailable("the " + name() + " device does not support " + capability_name(c) + " (" +
-                     capability_slots(c) + ")");
+  const CapabilityText text = capability_text(c);
+  return unavailable("the " + name() + " device does not support " + text.name + " (" + text.slots +
+                     ")");
 }
 
 // The defaults: a backend that lacks an optional slot does nothing and says so, the same way for

@@ -37,6 +37,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/adamw_hyper.h"
 #include "core/config_enums.h"
 #include "core/dtype.h"
 #include "core/status.h"
@@ -44,7 +45,6 @@
 namespace strata {
 
 class Device;
-struct AdamWHyper;  // optim/adamw.h
 
 // DeviceKind (cpu, cuda) is in core/config_enums.h: the config names devices too.
 // The optional slots of Device, one value per slot (or pair of slots), named for what they do;
@@ -295,11 +295,11 @@ class Device {
 
   // ---- optimizer ------------------------------------------------------------------------------
   // (optional, Capability::device_adamw) AdamW on device-resident state, bit-identical to
-  // adamw_step_ref (optim/adamw.h, Note [AdamW operation order]): param, m, v (n) updated in
-  // place, grad (n) read, param_bf16 (n) written when not null. Enqueued on s like any op; the
+  // adamw_step_ref (cpu/kernels_adamw.h, Note [AdamW operation order]): param, m, v (n) updated
+  // in place, grad (n) read, param_bf16 (n) written when not null. Enqueued on s like any op; the
   // Status says only whether the backend has it. The CPU device lacks it: there the host
-  // adamw_step (optim/adamw.h) already is this computation, without a stream. The discrete CPU
-  // device has it (that host code on its stream).
+  // adamw_step (cpu/kernels_adamw.h) already is this computation, without a stream. The discrete
+  // CPU device has it (that host code on its stream).
   virtual Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                             const float* grad, int64_t n, const AdamWHyper& h);
 };

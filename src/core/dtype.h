@@ -1,8 +1,16 @@
-// Element types and the f32 <-> bf16 conversions every backend must reproduce bit for bit.
+// Element types and the f32 <-> bf16 conversions every backend must reproduce bit for bit. The
+// conversions are host and device functions under nvcc, so the CUDA kernels call these very
+// functions.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
 
 namespace strata {
 
@@ -18,7 +26,7 @@ inline const char* dtype_name(DType t) {
 using bf16_t = uint16_t;  // the upper 16 bits of an IEEE f32
 
 // Round to nearest, ties to even; NaN stays a (quiet) NaN.
-inline bf16_t f32_to_bf16(float f) {
+STRATA_HOST_DEVICE inline bf16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((u >> 16) | 0x40u);
@@ -26,7 +34,7 @@ inline bf16_t f32_to_bf16(float f) {
   return static_cast<bf16_t>((u + rounding_bias) >> 16);
 }
 
-inline float bf16_to_f32(bf16_t h) {
+STRATA_HOST_DEVICE inline float bf16_to_f32(bf16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &u, 4);
@@ -34,7 +42,7 @@ inline float bf16_to_f32(bf16_t h) {
 }
 
 // f rounded to the nearest bf16, as f32: what a bf16 working weight widens back to.
-inline float bf16_round(float f) {
+STRATA_HOST_DEVICE inline float bf16_round(float f) {
   return bf16_to_f32(f32_to_bf16(f));
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "core/utf8.h"
+
 namespace strata {
 
 std::string format_bytes(int64_t bytes) {
@@ -20,33 +22,10 @@ std::string format_bytes(int64_t bytes) {
 
 namespace {
 
-// The length of the well-formed UTF-8 sequence that starts at s[i], or 0 when none does. The
-// allowed range of the second byte rules out overlong forms, surrogates (U+D800..U+DFFF) and code
-// points above U+10FFFF; later bytes are 0x80..0xBF.
+// The length of the well-formed UTF-8 sequence that starts at s[i], or 0 when none does.
 size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) return 1;
-  size_t len = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (len > s.size() - i) return 0;
-  for (size_t k = 1; k < len; k++) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
-  }
-  return len;
+  const Utf8Char c = decode_utf8(s, i);
+  return c.cp == kInvalidCodePoint ? 0 : c.len;
 }
 
 }  // namespace

@@ -39,27 +39,19 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) {
-  return {ErrorCode::invalid_argument, std::move(m)};
-}
-inline Status not_found(std::string m) {
-  return {ErrorCode::not_found, std::move(m)};
-}
-inline Status bad_format(std::string m) {
-  return {ErrorCode::bad_format, std::move(m)};
-}
-inline Status io_error(std::string m) {
-  return {ErrorCode::io_error, std::move(m)};
-}
-inline Status out_of_memory(std::string m) {
-  return {ErrorCode::out_of_memory, std::move(m)};
-}
-inline Status unavailable(std::string m) {
-  return {ErrorCode::unavailable, std::move(m)};
-}
-inline Status internal_error(std::string m) {
-  return {ErrorCode::internal, std::move(m)};
-}
+// The factories: invalid_argument("...") is Status(ErrorCode::invalid_argument, "..."), and so on
+// for every code but ok (Status()) and no_space (errno_error below).
+template <ErrorCode kCode>
+struct StatusFactory {
+  Status operator()(std::string message) const { return {kCode, std::move(message)}; }
+};
+inline constexpr StatusFactory<ErrorCode::invalid_argument> invalid_argument{};
+inline constexpr StatusFactory<ErrorCode::not_found> not_found{};
+inline constexpr StatusFactory<ErrorCode::bad_format> bad_format{};
+inline constexpr StatusFactory<ErrorCode::io_error> io_error{};
+inline constexpr StatusFactory<ErrorCode::out_of_memory> out_of_memory{};
+inline constexpr StatusFactory<ErrorCode::unavailable> unavailable{};
+inline constexpr StatusFactory<ErrorCode::internal> internal_error{};
 
 // "Bad file descriptor (errno 9)"; thread safe.
 std::string errno_text(int err);

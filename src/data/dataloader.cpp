@@ -25,13 +25,7 @@ Result<DataLoader> DataLoader::create(TokenView tokens, int64_t B, int64_t T,
                             std::to_string(T) + " (needs " + std::to_string(need) +
                             "); lower train.batch_size or train.seq_len");
   }
-  DataLoader d;
-  d.tokens_ = tokens;
-  d.n_ = n;
-  d.B_ = B;
-  d.T_ = T;
-  d.source_ = source_name;
-  return d;
+  return DataLoader(tokens, B, T, source_name);
 }
 
 void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {

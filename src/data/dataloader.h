@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "data/token_file.h"
@@ -40,7 +41,8 @@ class DataLoader {
   int64_t seq_len() const { return T_; }
 
  private:
-  DataLoader() = default;
+  DataLoader(TokenView tokens, int64_t B, int64_t T, std::string source)
+      : tokens_(tokens), n_(tokens.size()), B_(B), T_(T), source_(std::move(source)) {}
 
   TokenView tokens_;  // (n_)
   int64_t n_ = 0;

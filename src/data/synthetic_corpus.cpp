@@ -3,25 +3,20 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "core/rng.h"
 
 namespace strata {
 
 namespace {
 
-// splitmix64: tiny, fast, and the same sequence everywhere.
-class Rng {
+// The draws the corpus makes, from core/rng.h's splitmix64 (the same sequence everywhere).
+class CorpusRng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  explicit CorpusRng(uint64_t seed) : rng_(seed) {}
   // Uniform in [0, n) by multiply-shift of the top 32 bits; n is small here, so the bias is far
   // below anything a model could notice.
   int64_t below(int64_t n) {
-    return static_cast<int64_t>(((next() >> 32) * static_cast<uint64_t>(n)) >> 32);
+    return static_cast<int64_t>(((rng_.next_u64() >> 32) * static_cast<uint64_t>(n)) >> 32);
   }
   bool chance(int percent) { return below(100) < percent; }
   template <size_t N>
@@ -30,7 +25,7 @@ class Rng {
   }
 
  private:
-  uint64_t state_;
+  Rng rng_;
 };
 
 // Word lists. Small on purpose: a few hundred steps should be enough to learn the spelling and
@@ -157,7 +152,7 @@ class Writer {
     *out_ += s;
   }
 
-  Rng rng_;
+  CorpusRng rng_;
   std::string* out_;
   std::string hero_;
 };

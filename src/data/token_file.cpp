@@ -71,6 +71,73 @@ int32_t read_i32(const void* base, int64_t index) {
   return v;
 }
 
+// A whole file mapped read-only.
+struct FileMapping {
+  void* data;
+  int64_t bytes;
+};
+
+// Maps the file at `path` (called `what` in messages): not_found when it does not exist,
+// invalid_argument when it is not a regular file, bad_format when it is empty.
+Result<FileMapping> map_file(const std::string& path, const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return not_found(what + " does not exist");
+    return io_error("cannot open " + what + ": " + errno_text(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return io_error("cannot stat " + what + ": " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument(what + " is not a regular file");
+  }
+  const int64_t bytes = static_cast<int64_t>(st.st_size);
+  if (bytes == 0) {
+    ::close(fd);
+    return bad_format(what + " is empty");
+  }
+  void* map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_err = errno;
+  ::close(fd);  // the mapping keeps the file open; a read-only close has nothing to lose
+  if (map == MAP_FAILED) return io_error("cannot mmap " + what + ": " + errno_text(map_err));
+  return FileMapping{map, bytes};
+}
+
+// The tokens of an llm.c .bin file mapped at map (bytes long): the 1024-byte header (magic,
+// version, token count), then the uint16 (version 1) or uint32 (version 2) tokens.
+Result<TokenView> llmc_tokens(const void* map, int64_t bytes, const std::string& what) {
+  if (bytes < kLlmcHeaderBytes) {
+    return bad_format(what + ": " + std::to_string(bytes) +
+                      " bytes is too short for the 1024-byte llm.c header");
+  }
+  int32_t magic = read_i32(map, 0);
+  int32_t version = read_i32(map, 1);
+  int64_t n = read_i32(map, 2);
+  if (magic != kLlmcMagic) {
+    return bad_format(what + ": magic " + std::to_string(magic) + " is not " +
+                      std::to_string(kLlmcMagic) + " (llm.c .bin)");
+  }
+  if (version != kLlmcVersion && version != kLlmcVersionU32) {
+    return bad_format(what + ": llm.c version " + std::to_string(version) +
+                      " is not supported (1: uint16 tokens, 2: uint32 tokens)");
+  }
+  const int64_t width = version == kLlmcVersion ? 2 : 4;
+  if (n < 0 || kLlmcHeaderBytes + width * n != bytes) {
+    return bad_format(what + ": header says " + std::to_string(n) + " tokens (" +
+                      std::to_string(kLlmcHeaderBytes + width * n) + " bytes) but file has " +
+                      std::to_string(bytes) + " bytes");
+  }
+  if (n == 0) return bad_format(what + " holds no tokens");
+  const char* payload = static_cast<const char*>(map) + kLlmcHeaderBytes;
+  if (width == 2) return TokenView(reinterpret_cast<const uint16_t*>(payload), n);
+  return TokenView(reinterpret_cast<const uint32_t*>(payload), n);
+}
+
 }  // namespace
 
 TokenFile::TokenFile(TokenFile&& other) noexcept {
@@ -117,41 +184,16 @@ void TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
 
 Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
   const std::string what = "data file " + path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return not_found(what + " does not exist");
-    return io_error("cannot open " + what + ": " + errno_text(err));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return io_error("cannot stat " + what + ": " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument(what + " is not a regular file");
-  }
-  const int64_t bytes = static_cast<int64_t>(st.st_size);
-  if (bytes == 0) {
-    ::close(fd);
-    return bad_format(what + " is empty");
-  }
-  void* map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_err = errno;
-  ::close(fd);  // the mapping keeps the file open; a read-only close has nothing to lose
-  if (map == MAP_FAILED) return io_error("cannot mmap " + what + ": " + errno_text(map_err));
-
+  STRATA_ASSIGN_OR_RETURN(const FileMapping m, map_file(path, what));
   TokenFile f;  // from here on its destructor unmaps on every error path
   f.path_ = path;
-  f.map_ = map;
-  f.map_bytes_ = bytes;
+  f.map_ = m.data;
+  f.map_bytes_ = m.bytes;
 
   if (format == TokenFormat::auto_detect) {
-    if (bytes < 4 || read_i32(map, 0) != kLlmcMagic) {
+    if (m.bytes < 4 || read_i32(m.data, 0) != kLlmcMagic) {
       return bad_format(what + " does not start with llm.c's magic " + std::to_string(kLlmcMagic) +
-                        " (" + first_bytes_text(map, bytes) +
+                        " (" + first_bytes_text(m.data, m.bytes) +
                         "); data.format auto reads only llm.c .bin files, set data.format=raw_u16 "
                         "for headerless uint16 tokens");
     }
@@ -160,42 +202,14 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
   f.format_ = format;
 
   if (format == TokenFormat::raw_u16) {
-    if (bytes % 2 != 0) {
-      return bad_format(what + ": " + std::to_string(bytes) +
+    if (m.bytes % 2 != 0) {
+      return bad_format(what + ": " + std::to_string(m.bytes) +
                         " bytes is an odd size for raw uint16 tokens");
     }
-    f.view_ = TokenView(static_cast<const uint16_t*>(map), bytes / 2);
+    f.view_ = TokenView(static_cast<const uint16_t*>(m.data), m.bytes / 2);
     return f;
   }
-
-  if (bytes < kLlmcHeaderBytes) {
-    return bad_format(what + ": " + std::to_string(bytes) +
-                      " bytes is too short for the 1024-byte llm.c header");
-  }
-  int32_t magic = read_i32(map, 0);
-  int32_t version = read_i32(map, 1);
-  int64_t n = read_i32(map, 2);
-  if (magic != kLlmcMagic) {
-    return bad_format(what + ": magic " + std::to_string(magic) + " is not " +
-                      std::to_string(kLlmcMagic) + " (llm.c .bin)");
-  }
-  if (version != kLlmcVersion && version != kLlmcVersionU32) {
-    return bad_format(what + ": llm.c version " + std::to_string(version) +
-                      " is not supported (1: uint16 tokens, 2: uint32 tokens)");
-  }
-  const int64_t width = version == kLlmcVersion ? 2 : 4;
-  if (n < 0 || kLlmcHeaderBytes + width * n != bytes) {
-    return bad_format(what + ": header says " + std::to_string(n) + " tokens (" +
-                      std::to_string(kLlmcHeaderBytes + width * n) + " bytes) but file has " +
-                      std::to_string(bytes) + " bytes");
-  }
-  if (n == 0) return bad_format(what + " holds no tokens");
-  const char* payload = static_cast<const char*>(map) + kLlmcHeaderBytes;
-  if (width == 2) {
-    f.view_ = TokenView(reinterpret_cast<const uint16_t*>(payload), n);
-  } else {
-    f.view_ = TokenView(reinterpret_cast<const uint32_t*>(payload), n);
-  }
+  STRATA_ASSIGN_OR_RETURN(f.view_, llmc_tokens(m.data, m.bytes, what));
   return f;
 }
 

@@ -158,71 +158,107 @@ Result<CheckpointSaveStats> save_sharded_checkpoint(IoEngine& engine, const std:
 
 // ---- reading ------------------------------------------------------------------------------------
 
+namespace {
+
+// bad_format for a field of the manifest's shards: "<where><field> <what>".
+Status bad_field(const std::string& where, const std::string& field, const std::string& what) {
+  return bad_format(where + field + " " + what);
+}
+
+// Rank r's entry of the shards: its file, opened, and the extents in it.
+struct RankShard {
+  ReadOnlyFile file;
+  std::vector<ShardExtent> extents;
+};
+
+// Entry `f` (.files[r]) checked: it names rank r's file, which the manifest lists (`verified`);
+// every extent is a range of a slab of the layout that lies inside the file.
+Result<RankShard> open_rank_shard(const std::string& dir, const std::string& where,
+                                  const nlohmann::json& f, int r, const ParamLayout& layout,
+                                  const std::vector<std::string>& verified, ReadStats* stats) {
+  const std::string field = ".files[" + std::to_string(r) + "]";
+  // The name is the one rank r writes, never a path from the file.
+  const auto rank = f.find("rank"), name = f.find("name");
+  const bool named = f.is_object() && rank != f.end() && rank->is_number_integer() &&
+                     rank->get<int64_t>() == r && name != f.end() && name->is_string() &&
+                     name->get<std::string>() == rank_shard_file_name(r);
+  if (!named) {
+    return bad_field(where, field,
+                     "is not rank " + std::to_string(r) + "'s " + rank_shard_file_name(r));
+  }
+  if (std::find(verified.begin(), verified.end(), rank_shard_file_name(r)) == verified.end()) {
+    return bad_format("checkpoint " + dir + ": its manifest does not list " +
+                      rank_shard_file_name(r));
+  }
+  STRATA_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::open(dir + "/" + rank_shard_file_name(r),
+                                                                "checkpoint file"));
+  if (stats != nullptr) file.count_reads_in(stats);
+  const auto extents = f.find("extents");
+  if (extents == f.end() || !extents->is_array()) {
+    return bad_field(where, field + ".extents", "is not a list");
+  }
+  const auto n_slabs = static_cast<int64_t>(layout.slabs.size());
+  RankShard shard{std::move(file), {}};
+  for (size_t i = 0; i < extents->size(); ++i) {
+    const nlohmann::json& e = (*extents)[i];
+    const std::string ef = field + ".extents[" + std::to_string(i) + "]";
+    const bool four = e.is_array() && e.size() == 4 &&
+                      std::all_of(e.begin(), e.end(), [](const nlohmann::json& v) {
+                        return v.is_number_integer() && v.get<int64_t>() >= 0;
+                      });
+    if (!four) {
+      return bad_field(where, ef, "is not [slab, begin, count, offset] (non-negative integers)");
+    }
+    const ShardExtent x{e[0].get<int64_t>(), e[1].get<int64_t>(), e[2].get<int64_t>(),
+                        e[3].get<int64_t>()};
+    if (x.slab >= n_slabs) {
+      return bad_field(where, ef,
+                       "names slab " + std::to_string(x.slab) + " of " + std::to_string(n_slabs));
+    }
+    const int64_t numel = layout.slabs[static_cast<size_t>(x.slab)].numel;
+    if (x.count == 0 || x.begin > numel || x.count > numel - x.begin) {
+      return bad_field(where, ef,
+                       "is not a range of slab " + std::to_string(x.slab) + "'s " +
+                           std::to_string(numel) + " elements");
+    }
+    const ReadOnlyFile& in = shard.file;
+    if (x.offset > in.size() || 12 * x.count > in.size() - x.offset) {
+      return bad_field(
+          where, ef,
+          "lies past the end of " + in.path() + " (" + std::to_string(in.size()) + " bytes)");
+    }
+    shard.extents.push_back(x);
+  }
+  return shard;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ShardedStateReader>> ShardedStateReader::open(
     const std::string& dir, const ParamLayout& layout, const nlohmann::json& shards,
     const std::vector<std::string>& verified, ReadStats* stats) {
   const std::string where = "checkpoint manifest " + dir + "/manifest.json: shards";
-  auto bad = [&](const std::string& field, const std::string& what) {
-    return bad_format(where + field + " " + what);
-  };
-  if (!shards.is_object()) return bad("", "is not an object");
+  if (!shards.is_object()) return bad_field(where, "", "is not an object");
   const auto ranks = shards.find("ranks"), files = shards.find("files");
   if (ranks == shards.end() || !ranks->is_number_integer() || ranks->get<int64_t>() < 1 ||
       ranks->get<int64_t>() > 65536) {
-    return bad(".ranks", "is not a number of ranks (1 to 65536)");
+    return bad_field(where, ".ranks", "is not a number of ranks (1 to 65536)");
   }
   const int n = ranks->get<int>();
   if (files == shards.end() || !files->is_array() || files->size() != static_cast<size_t>(n)) {
-    return bad(".files", "is not a list of " + std::to_string(n) + " ranks' files");
+    return bad_field(where, ".files", "is not a list of " + std::to_string(n) + " ranks' files");
   }
   const auto n_slabs = static_cast<int64_t>(layout.slabs.size());
   std::unique_ptr<ShardedStateReader> reader(new ShardedStateReader());
   reader->extents_.resize(static_cast<size_t>(n_slabs));
   for (int r = 0; r < n; ++r) {
-    const nlohmann::json& f = (*files)[static_cast<size_t>(r)];
-    const std::string field = ".files[" + std::to_string(r) + "]";
-    // The name is the one rank r writes, never a path from the file.
-    const auto rank = f.find("rank"), name = f.find("name");
-    const bool named = f.is_object() && rank != f.end() && rank->is_number_integer() &&
-                       rank->get<int64_t>() == r && name != f.end() && name->is_string() &&
-                       name->get<std::string>() == rank_shard_file_name(r);
-    if (!named) {
-      return bad(field, "is not rank " + std::to_string(r) + "'s " + rank_shard_file_name(r));
-    }
-    if (std::find(verified.begin(), verified.end(), rank_shard_file_name(r)) == verified.end()) {
-      return bad_format("checkpoint " + dir + ": its manifest does not list " +
-                        rank_shard_file_name(r));
-    }
     STRATA_ASSIGN_OR_RETURN(
-        ReadOnlyFile file,
-        ReadOnlyFile::open(dir + "/" + rank_shard_file_name(r), "checkpoint file"));
-    if (stats != nullptr) file.count_reads_in(stats);
-    const auto extents = f.find("extents");
-    if (extents == f.end() || !extents->is_array()) return bad(field + ".extents", "is not a list");
-    for (size_t i = 0; i < extents->size(); ++i) {
-      const nlohmann::json& e = (*extents)[i];
-      const std::string ef = field + ".extents[" + std::to_string(i) + "]";
-      const bool four = e.is_array() && e.size() == 4 &&
-                        std::all_of(e.begin(), e.end(), [](const nlohmann::json& v) {
-                          return v.is_number_integer() && v.get<int64_t>() >= 0;
-                        });
-      if (!four) return bad(ef, "is not [slab, begin, count, offset] (non-negative integers)");
-      const ShardExtent x{e[0].get<int64_t>(), e[1].get<int64_t>(), e[2].get<int64_t>(),
-                          e[3].get<int64_t>()};
-      if (x.slab >= n_slabs)
-        return bad(ef, "names slab " + std::to_string(x.slab) + " of " + std::to_string(n_slabs));
-      const int64_t numel = layout.slabs[static_cast<size_t>(x.slab)].numel;
-      if (x.count == 0 || x.begin > numel || x.count > numel - x.begin) {
-        return bad(ef, "is not a range of slab " + std::to_string(x.slab) + "'s " +
-                           std::to_string(numel) + " elements");
-      }
-      if (x.offset > file.size() || 12 * x.count > file.size() - x.offset) {
-        return bad(ef, "lies past the end of " + file.path() + " (" + std::to_string(file.size()) +
-                           " bytes)");
-      }
+        RankShard shard,
+        open_rank_shard(dir, where, (*files)[static_cast<size_t>(r)], r, layout, verified, stats));
+    for (const ShardExtent& x : shard.extents) {
       reader->extents_[static_cast<size_t>(x.slab)].push_back({x, static_cast<size_t>(r)});
     }
-    reader->files_.push_back(std::move(file));
+    reader->files_.push_back(std::move(shard.file));
   }
   // Every slab tiled exactly once.
   for (int64_t s = 0; s < n_slabs; ++s) {
@@ -236,9 +272,10 @@ Result<std::unique_ptr<ShardedStateReader>> ShardedStateReader::open(
     }
     const int64_t numel = layout.slabs[static_cast<size_t>(s)].numel;
     if (next != numel) {
-      return bad("", "do not cover slab " + layout.slabs[static_cast<size_t>(s)].name +
-                         " exactly once (a gap or an overlap at element " + std::to_string(next) +
-                         " of " + std::to_string(numel) + ")");
+      return bad_field(where, "",
+                       "do not cover slab " + layout.slabs[static_cast<size_t>(s)].name +
+                           " exactly once (a gap or an overlap at element " + std::to_string(next) +
+                           " of " + std::to_string(numel) + ")");
     }
   }
   return reader;

@@ -201,6 +201,15 @@ Result<SafeTensorsHeader> parse_header_text(std::string_view text, uint64_t file
   return h;
 }
 
+// The entry named `name` of a tensor list (StTensor or StEntry), or null.
+template <typename T>
+const T* find_named(const std::vector<T>& list, const std::string& name) {
+  for (const T& t : list) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::string safetensors_header_bytes(const nlohmann::ordered_json& header) {
@@ -254,10 +263,7 @@ int64_t StTensor::numel() const {
 }
 
 const StTensor* SafeTensors::find(const std::string& name) const {
-  for (const StTensor& t : tensors) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  return find_named(tensors, name);
 }
 
 void SafeTensors::add(const std::string& name, StDType dtype, std::vector<int64_t> shape,
@@ -340,10 +346,7 @@ int64_t StEntry::numel() const {
 }
 
 const StEntry* SafeTensorsHeader::find(const std::string& name) const {
-  for (const StEntry& e : tensors) {
-    if (e.name == name) return &e;
-  }
-  return nullptr;
+  return find_named(tensors, name);
 }
 
 Result<const StEntry*> SafeTensorsHeader::f32_entry(const std::string& name,

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "core/sync.h"
+
 namespace strata {
 
 using io_detail::Block;
@@ -36,11 +38,7 @@ PosixEngine::~PosixEngine() {
 }
 
 void PosixEngine::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  work_.notify_all();
+  set_flag_and_notify_all(mu_, stop_, work_);
   for (auto& t : threads_) t.join();
   threads_.clear();
 }

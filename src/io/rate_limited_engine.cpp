@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/sync.h"
 
 namespace strata {
 
@@ -51,11 +52,7 @@ RateLimitedEngine::RateLimitedEngine(std::unique_ptr<IoEngine> inner, const Rate
 }
 
 RateLimitedEngine::~RateLimitedEngine() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  queued_cv_.notify_all();
+  set_flag_and_notify_all(mu_, stop_, queued_cv_);
   dispatcher_.join();
   // Whatever the caller never waited for must still finish before the buffers can go away.
   Status s = inner_->wait_all();

@@ -6,18 +6,19 @@
 
 namespace strata {
 
-void gpt2_block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
-                        const BlockView& w, const BlockDims& d, const BlockGemm* gemm);
-void gpt2_block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
-                         const BlockGradScratch& g, const float* dout, const float* inp,
-                         const BlockActs& a, const BlockView& w, const BlockDims& d,
-                         const BlockGemm* gemm);
-void llama_block_forward(Device& dev, Stream& s, float* out, const BlockActs& a, const float* inp,
-                         const BlockView& w, const BlockDims& d, const BlockGemm* gemm);
-void llama_block_backward(Device& dev, Stream& s, float* dinp, const BlockView& gw,
-                          const BlockGradScratch& g, const float* dout, const float* inp,
-                          const BlockActs& a, const BlockView& w, const BlockDims& d,
-                          const BlockGemm* gemm);
+// Each architecture's pair has the signature of block_forward and block_backward (model/block.h),
+// written once here as function types; the definitions in block_gpt2.cpp and block_llama.cpp spell
+// it out.
+using BlockForwardFn = void(Device& dev, Stream& s, float* out, const BlockActs& a,
+                            const float* inp, const BlockView& w, const BlockDims& d,
+                            const BlockGemm* gemm);
+using BlockBackwardFn = void(Device& dev, Stream& s, float* dinp, const BlockView& gw,
+                             const BlockGradScratch& g, const float* dout, const float* inp,
+                             const BlockActs& a, const BlockView& w, const BlockDims& d,
+                             const BlockGemm* gemm);
+
+BlockForwardFn gpt2_block_forward, llama_block_forward;
+BlockBackwardFn gpt2_block_backward, llama_block_backward;
 
 // A linear layer y (rows, out_features) = x (rows, in_features) @ W^T (+ b), W (out_features,
 // in_features); in bf16 when gemm is not null (Note [bf16 GEMMs]).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/cpu/kernels_adamw.h"
+
 namespace strata {
 
 AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float grad_scale) {

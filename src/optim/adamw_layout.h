@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/adamw_hyper.h"
 #include "core/config.h"
 #include "model/layout.h"
-#include "optim/adamw.h"
 
 namespace strata {
 

@@ -225,10 +225,8 @@ std::array<double, kResourceCount> paces(const Plan& plan, const std::vector<dou
   return pace;
 }
 
-}  // namespace
-
-Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
-                           const SimOptions& opt) {
+// invalid_argument unless dur holds one non-negative duration per task.
+Status check_durations(const Plan& plan, const std::vector<double>& dur) {
   const int32_t n = static_cast<int32_t>(plan.tasks.size());
   if (dur.size() != plan.tasks.size()) {
     return invalid_argument("simulate: " + std::to_string(dur.size()) + " durations for " +
@@ -239,6 +237,45 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
       return invalid_argument("simulate: task " + plan.describe(i) + " has a negative duration");
     }
   }
+  return Status();
+}
+
+// Why no task can run although some are left: a cycle through the first task that never started.
+Status stuck_error(const Plan& plan, const std::vector<TaskTiming>& timing) {
+  for (size_t i = 0; i < timing.size(); ++i) {
+    if (timing[i].start_s < 0) {
+      return invalid_argument("simulate: the plan's happens-before graph has a cycle through " +
+                              plan.describe(static_cast<int32_t>(i)));
+    }
+  }
+  return invalid_argument("simulate: stuck with tasks left");
+}
+
+// The run's totals, once every task has its timing: wall time (`end_s` of the last), each
+// resource's busy time and work, the roofline, and the plan's peak bytes per tier.
+void finish_result(const Plan& plan, const std::vector<double>& dur,
+                   std::vector<TaskTiming>& timing, double end_s, const SimOptions& opt,
+                   SimResult& out) {
+  ExecutionReport& rep = out.report;
+  rep.wall_s = end_s;
+  out.iter_s = end_s;
+  for (size_t i = 0; i < timing.size(); ++i) {
+    const auto r = static_cast<size_t>(plan.tasks[i].resource);
+    rep.busy_s[r] += timing[i].end_s - timing[i].start_s;
+    out.work_s[r] += dur[i];
+  }
+  set_roofline(opt, out);
+  if (opt.record_trace) rep.timings = std::move(timing);
+  const PlanStats st = plan_stats(plan);
+  out.peak_bytes = st.bytes_per_tier;
+}
+
+}  // namespace
+
+Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
+                           const SimOptions& opt) {
+  STRATA_RETURN_IF_ERROR(check_durations(plan, dur));
+  const int32_t n = static_cast<int32_t>(plan.tasks.size());
   // The executor's rule: a task starts when its queue predecessor and its deps have finished.
   STRATA_ASSIGN_OR_RETURN(const HappensBefore edges, happens_before_edges(plan));
   std::vector<int64_t> pending(static_cast<size_t>(n), 0);
@@ -246,8 +283,6 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
     pending[static_cast<size_t>(i)] = static_cast<int64_t>(edges.predecessors(i).size());
   }
 
-  SimResult out;
-  ExecutionReport& rep = out.report;
   std::vector<TaskTiming> timing(static_cast<size_t>(n), TaskTiming{-1, -1});
   std::array<size_t, kResourceCount> head{};
   std::array<int32_t, kResourceCount> active;
@@ -272,15 +307,7 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
     for (int r = 0; r < kResourceCount; ++r) {
       if (active[r] >= 0) dt = std::min(dt, remaining[r] / speed[r]);
     }
-    if (!std::isfinite(dt)) {
-      for (int32_t i = 0; i < n; ++i) {
-        if (timing[static_cast<size_t>(i)].start_s < 0) {
-          return invalid_argument("simulate: the plan's happens-before graph has a cycle through " +
-                                  plan.describe(i));
-        }
-      }
-      return invalid_argument("simulate: stuck with tasks left");
-    }
+    if (!std::isfinite(dt)) return stuck_error(plan, timing);
     now += dt;
     for (int r = 0; r < kResourceCount; ++r) {
       if (active[r] < 0) continue;
@@ -297,17 +324,8 @@ Result<SimResult> simulate(const Plan& plan, const std::vector<double>& dur,
     }
   }
 
-  rep.wall_s = now;
-  out.iter_s = now;
-  for (int32_t i = 0; i < n; ++i) {
-    const auto r = static_cast<size_t>(plan.tasks[static_cast<size_t>(i)].resource);
-    rep.busy_s[r] += timing[static_cast<size_t>(i)].end_s - timing[static_cast<size_t>(i)].start_s;
-    out.work_s[r] += dur[static_cast<size_t>(i)];
-  }
-  set_roofline(opt, out);
-  if (opt.record_trace) rep.timings = std::move(timing);
-  const PlanStats st = plan_stats(plan);
-  out.peak_bytes = st.bytes_per_tier;
+  SimResult out;
+  finish_result(plan, dur, timing, now, opt, out);
   return out;
 }
 

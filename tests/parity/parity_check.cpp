@@ -14,10 +14,10 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels_adamw.h"
 #include "formats/safetensors.h"
-#include "optim/adamw.h"
-#include "train/in_memory_trainer.h"
 #include "test_util.h"
+#include "train/in_memory_trainer.h"
 
 namespace strata {
 namespace {

@@ -10,7 +10,7 @@
 // by copy(). A violation is a bug in the caller (STRATA_CHECK, naming the op and the address),
 // so a run that finishes on this device has proved that its compute never touched host memory.
 // The kernels, and so the bits, are those of the CPU device. It also runs device AdamW on its
-// streams, as a GPU does, with the host AdamW's code (the same bits: optim/adamw.h).
+// streams, as a GPU does, with the host AdamW's code (the same bits: kernels_adamw.h).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,10 +23,10 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_stream.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_adamw.h"
 #include "core/check.h"
 #include "core/format.h"
 #include "core/math_util.h"
-#include "optim/adamw.h"
 
 namespace strata {
 
@@ -46,7 +46,7 @@ class CpuDevice final : public Device {
   std::string name() const override { return discrete_ ? "cpu-discrete" : "cpu"; }
 
   // Note [Optional device capabilities]: what this device implements below. The plain CPU
-  // device lacks device_adamw on purpose: the host adamw_step (optim/adamw.h) already is that
+  // device lacks device_adamw on purpose: the host adamw_step (kernels_adamw.h) already is that
   // computation over the same memory. The discrete one has it (its device memory is not the
   // host's to step), running that same host code on its stream: the same bits.
   bool supports(Capability c) const override {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/sync.h"
 
 namespace strata::cpu {
 
@@ -11,11 +12,7 @@ CpuStream::CpuStream(std::string name) : name_(std::move(name)) {
 }
 
 CpuStream::~CpuStream() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  work_cv_.notify_all();
+  set_flag_and_notify_all(mutex_, stopping_, work_cv_);
   worker_.join();
 }
 

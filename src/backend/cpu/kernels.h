@@ -32,6 +32,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 
 #include "core/dtype.h"
 
@@ -242,6 +243,32 @@ inline constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 inline constexpr int64_t kNormRowChunk = 32;
 // Columns per task when those partials are combined, in chunk order.
 inline constexpr int64_t kNormColumnBlock = 256;
+
+// That reduction, for rows of C floats: chunk(i0, i1, partial) runs once per chunk of
+// kNormRowChunk rows [i0, i1), in parallel, and adds the chunk's rows into its own partial
+// (width floats, zeroed first). The partials are then summed in chunk order, columns split
+// between threads; the first `width` floats of the returned buffer hold the total.
+template <typename ChunkFn>
+std::unique_ptr<float[]> sum_row_chunks(int64_t N, int64_t C, int64_t width, ChunkFn chunk) {
+  const int64_t chunks = (N + kNormRowChunk - 1) / kNormRowChunk;
+  std::unique_ptr<float[]> partials(new float[chunks * width]);  // (chunks, width)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
+  for (int64_t k = 0; k < chunks; k++) {
+    float* p = partials.get() + k * width;  // (width)
+    std::fill(p, p + width, 0.0f);
+    chunk(k * kNormRowChunk, std::min(N, (k + 1) * kNormRowChunk), p);
+  }
+  float* total = partials.get();  // (width): chunk 0's partial, then the sum
+#pragma omp parallel for schedule(static) if (chunks * C >= kMinParallelWork)
+  for (int64_t c0 = 0; c0 < width; c0 += kNormColumnBlock) {
+    const int64_t c1 = std::min(width, c0 + kNormColumnBlock);
+    for (int64_t k = 1; k < chunks; k++) {
+      const float* p = partials.get() + k * width;
+      for (int64_t c = c0; c < c1; c++) total[c] += p[c];
+    }
+  }
+  return partials;
+}
 
 // exp(x) within ~2 ulp, written with plain float arithmetic so that GCC vectorizes loops that
 // call it (glibc's expf has no vector variant without -ffast-math, and the softmaxes and GELU

@@ -108,10 +108,85 @@ int64_t block_end(int64_t t, int64_t T) {
   return std::min(T, (t / kRowBlock + 1) * kRowBlock);
 }
 
+// fn(b0, b1) for each block [b0, b1) of kRowBlock rows (or columns) of 0 .. T-1, in order.
+template <typename Fn>
+void for_each_block(int64_t T, Fn fn) {
+  for (int64_t b0 = 0; b0 < T; b0 += kRowBlock) fn(b0, std::min(T, b0 + kRowBlock));
+}
+
+// The three block-triangular products of Note [Block-triangular attention], for one head: x, y
+// and out are (T,hs) with leading dimensions ldx, ldy, ldo; s is (T,T) with leading dimension T.
+
+// s[r0:r1, 0:r1] = alpha * x[r0:r1] @ y[0:r1]^T for each row block: the lower triangle of
+// alpha x y^T, and the small triangles above it on the diagonal.
+void block_scores(float* s, const float* x, int64_t ldx, const float* y, int64_t ldy, int64_t T,
+                  int64_t hs, float alpha) {
+  for_each_block(T, [&](int64_t r0, int64_t r1) {
+    sgemm(false, true, r1 - r0, r1, hs, alpha, x + r0 * ldx, ldx, y, ldy, 0.0f, s + r0 * T, T);
+  });
+}
+
+// out[r0:r1] = beta * out[r0:r1] + alpha * s[r0:r1, 0:r1] @ y[0:r1] for each row block: out =
+// alpha s y (+ out) for an s that is zero above the diagonal.
+void block_s_times(float* out, int64_t ldo, const float* s, const float* y, int64_t ldy, int64_t T,
+                   int64_t hs, float alpha, float beta) {
+  for_each_block(T, [&](int64_t r0, int64_t r1) {
+    sgemm(false, false, r1 - r0, hs, r1, alpha, s + r0 * T, T, y, ldy, beta, out + r0 * ldo, ldo);
+  });
+}
+
+// out[c0:c1] += alpha * s[c0:T, c0:c1]^T @ y[c0:T] for each column block: out += alpha s^T y for
+// an s that is zero above the diagonal.
+void block_st_times(float* out, int64_t ldo, const float* s, const float* y, int64_t ldy, int64_t T,
+                    int64_t hs, float alpha) {
+  for_each_block(T, [&](int64_t c0, int64_t c1) {
+    sgemm(true, false, c1 - c0, hs, T - c0, alpha, s + c0 * T + c0, T, y + c0 * ldy, ldy, 1.0f,
+          out + c0 * ldo, ldo);
+  });
+}
+
+// Where head h of batch b lives: its q columns in qkv (and dqkv), k at +C and v at +2C, each
+// (T,hs) with leading dimension 3C; its (T,T) matrix in att (and scratch); its (T,hs) columns in
+// out (and dout), leading dimension C.
+struct HeadOffsets {
+  int64_t qkv, tt, out;
+};
+
+// The shape checks of attention_forward and attention_backward (sgemm takes int sizes), and
+// their scale 1/sqrt(hs).
+float checked_scale(int64_t T, int64_t C, int64_t NH) {
+  STRATA_CHECK(NH > 0 && C % NH == 0);
+  STRATA_CHECK(3 * C <= INT32_MAX && T <= INT32_MAX);
+  return 1.0f / std::sqrt(static_cast<float>(C / NH));
+}
+
+// fn(offsets) for every (batch, head), in order.
+template <typename Fn>
+void for_each_head(int64_t B, int64_t T, int64_t C, int64_t NH, Fn fn) {
+  const int64_t hs = C / NH;
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t h = 0; h < NH; h++) {
+      fn(HeadOffsets{b * T * 3 * C + h * hs, (b * NH + h) * T * T, b * T * C + h * hs});
+    }
+  }
+}
+
 // Note [Decode attention]: keys per score task (SIMD lanes of the FMA chains) and output columns
 // per weighted-sum task.
 constexpr int64_t kDecodeKeyTile = 32;
 constexpr int64_t kDecodeColumns = 64;
+
+// acc[u] = fma(a[i], b[i*ldb + u], acc[u]) for i = 0 .. n-1 in order, u < width: width FMA
+// chains side by side, one per SIMD lane (Note [Decode attention]).
+[[gnu::always_inline]] inline void fma_chains(float* acc, const float* a, const float* b,
+                                              int64_t ldb, int64_t n, int64_t width) {
+  for (int64_t i = 0; i < n; i++) {
+    const float ai = a[i];
+    const float* bi = b + i * ldb;
+#pragma omp simd
+    for (int64_t u = 0; u < width; u++) acc[u] = std::fma(ai, bi[u], acc[u]);
+  }
+}
 
 // Scores of the n <= kDecodeKeyTile keys from t0 for the query heads h0 .. h0+heads-1, which all
 // read the key head that starts at k:
@@ -131,14 +206,8 @@ constexpr int64_t kDecodeColumns = 64;
     for (int64_t i = 0; i < hs; i++) kt[i * kDecodeKeyTile + u] = 0.0f;
   }
   for (int64_t h = h0; h < h0 + heads; h++) {
-    const float* qh = q + h * hs;
     float acc[kDecodeKeyTile] = {};
-    for (int64_t i = 0; i < hs; i++) {
-      const float qi = qh[i];
-      const float* ki = kt + i * kDecodeKeyTile;
-#pragma omp simd
-      for (int64_t u = 0; u < kDecodeKeyTile; u++) acc[u] = std::fma(qi, ki[u], acc[u]);
-    }
+    fma_chains(acc, q + h * hs, kt, kDecodeKeyTile, hs, kDecodeKeyTile);
     float* row = scratch + h * T + t0;
     for (int64_t u = 0; u < n; u++) row[u] = acc[u] * scale;
   }
@@ -153,12 +222,7 @@ template <bool kFull>
                                            int64_t ld, int64_t T, int64_t width) {
   const int64_t w = kFull ? kDecodeColumns : width;
   float acc[kDecodeColumns] = {};
-  for (int64_t t = 0; t < T; t++) {
-    const float pt = p[t];
-    const float* vt = v + t * ld;
-#pragma omp simd
-    for (int64_t c = 0; c < w; c++) acc[c] = std::fma(pt, vt[c], acc[c]);
-  }
+  fma_chains(acc, p, v, ld, T, w);
   std::copy(acc, acc + w, o);
 }
 
@@ -166,69 +230,39 @@ template <bool kFull>
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH) {
-  STRATA_CHECK(NH > 0 && C % NH == 0);
-  STRATA_CHECK(3 * C <= INT32_MAX && T <= INT32_MAX);
+  const float scale = checked_scale(T, C, NH);
   if (B == 0 || T == 0 || C == 0) return;
   const int64_t hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // att[b,h][r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T
-  for (int64_t b = 0; b < B; b++) {
-    for (int64_t h = 0; h < NH; h++) {
-      const float* q = qkv + b * T * 3 * C + h * hs;  // (T,hs), ld 3C
-      const float* k = q + C;                         // (T,hs), ld 3C
-      float* a = att + (b * NH + h) * T * T;          // (T,T)
-      for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int64_t r1 = std::min(T, r0 + kRowBlock);
-        sgemm(false, true, r1 - r0, r1, hs, scale, q + r0 * 3 * C, 3 * C, k, 3 * C, 0.0f,
-              a + r0 * T, T);
-      }
-    }
-  }
+  for_each_head(B, T, C, NH, [&](const HeadOffsets& o) {
+    const float* q = qkv + o.qkv;  // (T,hs), ld 3C
+    const float* k = q + C;        // (T,hs), ld 3C
+    block_scores(att + o.tt, q, 3 * C, k, 3 * C, T, hs, scale);
+  });
   // Full rows: att must be zero above the diagonal, also beyond the computed blocks.
   const int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(static, kSoftmaxRowChunk) if (rows * T >= kMinParallelWork)
   for (int64_t row = 0; row < rows; row++) causal_softmax_row(att + row * T, row % T, T);
   // out[b][r0:r1, head h] = att[b,h][r0:r1, 0:r1] @ v[0:r1]
-  for (int64_t b = 0; b < B; b++) {
-    for (int64_t h = 0; h < NH; h++) {
-      const float* v = qkv + b * T * 3 * C + 2 * C + h * hs;  // (T,hs), ld 3C
-      const float* a = att + (b * NH + h) * T * T;            // (T,T)
-      float* o = out + b * T * C + h * hs;                    // (T,hs), ld C
-      for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int64_t r1 = std::min(T, r0 + kRowBlock);
-        sgemm(false, false, r1 - r0, hs, r1, 1.0f, a + r0 * T, T, v, 3 * C, 0.0f, o + r0 * C, C);
-      }
-    }
-  }
+  for_each_head(B, T, C, NH, [&](const HeadOffsets& o) {
+    const float* v = qkv + o.qkv + 2 * C;  // (T,hs), ld 3C
+    block_s_times(out + o.out, C, att + o.tt, v, 3 * C, T, hs, 1.0f, 0.0f);
+  });
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  STRATA_CHECK(NH > 0 && C % NH == 0);
-  STRATA_CHECK(3 * C <= INT32_MAX && T <= INT32_MAX);
+  const float scale = checked_scale(T, C, NH);
   if (B == 0 || T == 0 || C == 0) return;
   const int64_t hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (int64_t b = 0; b < B; b++) {
-    for (int64_t h = 0; h < NH; h++) {
-      const float* v = qkv + b * T * 3 * C + 2 * C + h * hs;  // (T,hs), ld 3C
-      float* dv = dqkv + b * T * 3 * C + 2 * C + h * hs;      // (T,hs), ld 3C
-      const float* a = att + (b * NH + h) * T * T;            // (T,T)
-      float* ds = scratch + (b * NH + h) * T * T;             // (T,T)
-      const float* dy = dout + b * T * C + h * hs;            // (T,hs), ld C
-      // datt[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T, into scratch
-      for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int64_t r1 = std::min(T, r0 + kRowBlock);
-        sgemm(false, true, r1 - r0, r1, hs, 1.0f, dy + r0 * C, C, v, 3 * C, 0.0f, ds + r0 * T, T);
-      }
-      // dv[c0:c1] += a[c0:T, c0:c1]^T @ dy[c0:T]   (a is zero above the diagonal)
-      for (int64_t c0 = 0; c0 < T; c0 += kRowBlock) {
-        const int64_t c1 = std::min(T, c0 + kRowBlock);
-        sgemm(true, false, c1 - c0, hs, T - c0, 1.0f, a + c0 * T + c0, T, dy + c0 * C, C, 1.0f,
-              dv + c0 * 3 * C, 3 * C);
-      }
-    }
-  }
+  for_each_head(B, T, C, NH, [&](const HeadOffsets& o) {
+    const float* v = qkv + o.qkv + 2 * C;  // (T,hs), ld 3C
+    const float* dy = dout + o.out;        // (T,hs), ld C
+    // datt[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T, into scratch
+    block_scores(scratch + o.tt, dy, C, v, 3 * C, T, hs, 1.0f);
+    // dv[c0:c1] += a[c0:T, c0:c1]^T @ dy[c0:T]   (a is zero above the diagonal)
+    block_st_times(dqkv + o.qkv + 2 * C, 3 * C, att + o.tt, dy, C, T, hs, 1.0f);
+  });
   // scratch: datt -> dscores, row by row.
   const int64_t rows = B * NH * T;
 #pragma omp parallel for schedule(static, kSoftmaxRowChunk) if (rows * T >= kMinParallelWork)
@@ -236,27 +270,16 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     const int64_t t = row % T;
     causal_softmax_backward_row(scratch + row * T, att + row * T, t, block_end(t, T));
   }
-  for (int64_t b = 0; b < B; b++) {
-    for (int64_t h = 0; h < NH; h++) {
-      const float* q = qkv + b * T * 3 * C + h * hs;     // (T,hs), ld 3C
-      const float* k = q + C;                            // (T,hs), ld 3C
-      float* dq = dqkv + b * T * 3 * C + h * hs;         // (T,hs), ld 3C
-      float* dk = dq + C;                                // (T,hs), ld 3C
-      const float* ds = scratch + (b * NH + h) * T * T;  // (T,T)
-      // dq[r0:r1] += scale * ds[r0:r1, 0:r1] @ k[0:r1]
-      for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int64_t r1 = std::min(T, r0 + kRowBlock);
-        sgemm(false, false, r1 - r0, hs, r1, scale, ds + r0 * T, T, k, 3 * C, 1.0f, dq + r0 * 3 * C,
-              3 * C);
-      }
-      // dk[c0:c1] += scale * ds[c0:T, c0:c1]^T @ q[c0:T]
-      for (int64_t c0 = 0; c0 < T; c0 += kRowBlock) {
-        const int64_t c1 = std::min(T, c0 + kRowBlock);
-        sgemm(true, false, c1 - c0, hs, T - c0, scale, ds + c0 * T + c0, T, q + c0 * 3 * C, 3 * C,
-              1.0f, dk + c0 * 3 * C, 3 * C);
-      }
-    }
-  }
+  for_each_head(B, T, C, NH, [&](const HeadOffsets& o) {
+    const float* q = qkv + o.qkv;      // (T,hs), ld 3C
+    const float* k = q + C;            // (T,hs), ld 3C
+    float* dq = dqkv + o.qkv;          // (T,hs), ld 3C
+    const float* ds = scratch + o.tt;  // (T,T)
+    // dq[r0:r1] += scale * ds[r0:r1, 0:r1] @ k[0:r1]
+    block_s_times(dq, 3 * C, ds, k, 3 * C, T, hs, scale, 1.0f);
+    // dk[c0:c1] += scale * ds[c0:T, c0:c1]^T @ q[c0:T]
+    block_st_times(dq + C, 3 * C, ds, q, 3 * C, T, hs, scale);
+  });
 }
 
 // Note [Decode attention]. Three work-shared loops in one parallel region (the barriers between

@@ -19,6 +19,41 @@ inline float row_sum(const float* x, int64_t n) {
   return sum;
 }
 
+// Rows [i0, i1) of the backward: dinp += their gradient, and their dweight and dbias
+// contributions added into pw and pb (C each).
+void layernorm_backward_rows(float* dinp, float* pw, float* pb, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int64_t i0,
+                             int64_t i1, int64_t C) {
+  for (int64_t i = i0; i < i1; i++) {
+    const float* x = inp + i * C;
+    const float* dy = dout + i * C;
+    float* dx = dinp + i * C;
+    const float m = mean[i];
+    const float s = rstd[i];
+    float dnorm_mean = 0.0f;
+    float dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+    for (int64_t c = 0; c < C; c++) {
+      const float norm = (x[c] - m) * s;
+      const float dnorm = weight[c] * dy[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    // `omp simd`: with three output streams GCC would otherwise give up on the run-time
+    // aliasing checks and leave the loop scalar.
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) {
+      const float norm = (x[c] - m) * s;
+      const float dnorm = weight[c] * dy[c];
+      dx[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+      pw[c] += norm * dy[c];
+      pb[c] += dy[c];
+    }
+  }
+}
+
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -40,60 +75,19 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   }
 }
 
-// One pass over the rows: each chunk of kNormRowChunk rows updates its dinp rows and writes its own
-// dweight/dbias partials; afterwards every column adds the partials in chunk order.
+// One pass over the rows: each chunk of kNormRowChunk rows updates its dinp rows and adds into its
+// own dweight/dbias partial (sum_row_chunks); afterwards every column adds the partials in chunk
+// order.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C) {
   if (N == 0 || C == 0) return;
-  const int64_t chunks = (N + kNormRowChunk - 1) / kNormRowChunk;
-  // partials: (chunks, 2, C), dweight then dbias per chunk; each chunk initializes its own.
-  std::unique_ptr<float[]> partials(new float[chunks * 2 * C]);
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
-  for (int64_t chunk = 0; chunk < chunks; chunk++) {
-    float* pw = partials.get() + chunk * 2 * C;  // (C)
-    float* pb = pw + C;                          // (C)
-    std::fill(pw, pw + 2 * C, 0.0f);
-    const int64_t i1 = std::min(N, (chunk + 1) * kNormRowChunk);
-    for (int64_t i = chunk * kNormRowChunk; i < i1; i++) {
-      const float* x = inp + i * C;
-      const float* dy = dout + i * C;
-      float* dx = dinp + i * C;
-      const float m = mean[i];
-      const float s = rstd[i];
-      float dnorm_mean = 0.0f;
-      float dnorm_norm_mean = 0.0f;
-#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-      for (int64_t c = 0; c < C; c++) {
-        const float norm = (x[c] - m) * s;
-        const float dnorm = weight[c] * dy[c];
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-      }
-      dnorm_mean /= static_cast<float>(C);
-      dnorm_norm_mean /= static_cast<float>(C);
-      // `omp simd`: with three output streams GCC would otherwise give up on the run-time
-      // aliasing checks and leave the loop scalar.
-#pragma omp simd
-      for (int64_t c = 0; c < C; c++) {
-        const float norm = (x[c] - m) * s;
-        const float dnorm = weight[c] * dy[c];
-        dx[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
-        pw[c] += norm * dy[c];
-        pb[c] += dy[c];
-      }
-    }
-  }
-  // Sum the partials into chunk 0's, in chunk order, with columns split between threads.
-  float* total = partials.get();  // (2, C)
-#pragma omp parallel for schedule(static) if (chunks * C >= kMinParallelWork)
-  for (int64_t c0 = 0; c0 < 2 * C; c0 += kNormColumnBlock) {
-    const int64_t c1 = std::min(2 * C, c0 + kNormColumnBlock);
-    for (int64_t chunk = 1; chunk < chunks; chunk++) {
-      const float* p = partials.get() + chunk * 2 * C;
-      for (int64_t c = c0; c < c1; c++) total[c] += p[c];
-    }
-  }
+  // Per chunk (2, C): dweight, then dbias.
+  const std::unique_ptr<float[]> total =
+      sum_row_chunks(N, C, 2 * C, [&](int64_t i0, int64_t i1, float* partial) {
+        layernorm_backward_rows(dinp, partial, partial + C, dout, inp, weight, mean, rstd, i0, i1,
+                                C);
+      });
   for (int64_t c = 0; c < C; c++) {
     dweight[c] += total[c];
     dbias[c] += total[C + c];

@@ -37,104 +37,106 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 
 // With norm = x * rstd, y = norm * w, dnorm = dout * w (backend.h):
 //   dx = rstd * (dnorm - norm * mean(dnorm * norm)),   dw += norm * dout
-// Each chunk of kNormRowChunk rows updates its dinp rows and writes its own dweight partial; then
-// every column adds the partials in chunk order.
+namespace {
+
+// Rows [i0, i1) of the backward: dinp += their gradient, their dweight contribution added into
+// pw (C).
+void rmsnorm_backward_rows(float* dinp, float* pw, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, int64_t i0, int64_t i1,
+                           int64_t C) {
+  for (int64_t i = i0; i < i1; i++) {
+    const float* x = inp + i * C;
+    const float* dy = dout + i * C;
+    float* dx = dinp + i * C;
+    const float s = rstd[i];
+    float dot = 0.0f;  // Note [RMSNorm summation order]
+    for (int64_t c = 0; c < C; c++) dot += (weight[c] * dy[c]) * (x[c] * s);
+    const float dot_mean = dot / static_cast<float>(C);
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) {
+      const float norm = x[c] * s;
+      const float dnorm = weight[c] * dy[c];
+      dx[c] += s * (dnorm - norm * dot_mean);
+      pw[c] += norm * dy[c];
+    }
+  }
+}
+
+}  // namespace
+
+// Each chunk of kNormRowChunk rows updates its dinp rows and adds into its own dweight partial
+// (sum_row_chunks); then every column adds the partials in chunk order.
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return;
-  const int64_t chunks = (N + kNormRowChunk - 1) / kNormRowChunk;
-  // partials: (chunks, C); each chunk initializes its own.
-  std::unique_ptr<float[]> partials(new float[chunks * C]);
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
-  for (int64_t chunk = 0; chunk < chunks; chunk++) {
-    float* pw = partials.get() + chunk * C;  // (C)
-    std::fill(pw, pw + C, 0.0f);
-    const int64_t i1 = std::min(N, (chunk + 1) * kNormRowChunk);
-    for (int64_t i = chunk * kNormRowChunk; i < i1; i++) {
-      const float* x = inp + i * C;
-      const float* dy = dout + i * C;
-      float* dx = dinp + i * C;
-      const float s = rstd[i];
-      float dot = 0.0f;  // Note [RMSNorm summation order]
-      for (int64_t c = 0; c < C; c++) dot += (weight[c] * dy[c]) * (x[c] * s);
-      const float dot_mean = dot / static_cast<float>(C);
-#pragma omp simd
-      for (int64_t c = 0; c < C; c++) {
-        const float norm = x[c] * s;
-        const float dnorm = weight[c] * dy[c];
-        dx[c] += s * (dnorm - norm * dot_mean);
-        pw[c] += norm * dy[c];
-      }
-    }
-  }
-  float* total = partials.get();  // (C): chunk 0's partial, then the sum
-#pragma omp parallel for schedule(static) if (chunks * C >= kMinParallelWork)
-  for (int64_t c0 = 0; c0 < C; c0 += kNormColumnBlock) {
-    const int64_t c1 = std::min(C, c0 + kNormColumnBlock);
-    for (int64_t chunk = 1; chunk < chunks; chunk++) {
-      const float* p = partials.get() + chunk * C;
-      for (int64_t c = c0; c < c1; c++) total[c] += p[c];
-    }
-  }
+  const std::unique_ptr<float[]> total =
+      sum_row_chunks(N, C, C, [&](int64_t i0, int64_t i1, float* partial) {
+        rmsnorm_backward_rows(dinp, partial, dout, inp, weight, rstd, i0, i1, C);
+      });
   for (int64_t c = 0; c < C; c++) dweight[c] += total[c];
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
 
 namespace {
+
 void check_rope_dims(int64_t row, int64_t n_rot_heads, int64_t hs) {
   STRATA_CHECK_MSG(hs > 0 && hs % 2 == 0 && n_rot_heads >= 0 && n_rot_heads * hs <= row,
                    "rope: hs must be even and n_rot_heads * hs <= row");
 }
-}  // namespace
 
-// One token per iteration. Each pair (x[i], x[i + hs/2]) is read before either is written, so
-// out may be inp.
-void rope_forward(float* out, const float* inp, const float* rope, int64_t B, int64_t T,
-                  int64_t row, int64_t n_rot_heads, int64_t hs) {
+// One token per iteration: pair(y1, y2, x1, x2, c, s) for each rotated pair, (x1, x2) =
+// (src[h*hs + i], src[h*hs + i + hs/2]) of the token's row, (y1, y2) the same floats of dst,
+// (c, s) = rope[t, i]; then tail(y, x, n) for the n unrotated floats at the row's end. Each pair
+// is read before either of its floats is written, so dst may be src.
+template <typename Pair, typename Tail>
+void rope_rows(float* dst, const float* src, const float* rope, int64_t B, int64_t T, int64_t row,
+               int64_t n_rot_heads, int64_t hs, Pair pair, Tail tail) {
   check_rope_dims(row, n_rot_heads, hs);
   const int64_t half = hs / 2;
 #pragma omp parallel for schedule(static) if (B * T * row >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; bt++) {
-    const float* x = inp + bt * row;
-    float* y = out + bt * row;
+    const float* x = src + bt * row;
+    float* y = dst + bt * row;
     const float* r = rope + (bt % T) * half * 2;  // (hs/2, 2) of position t
     for (int64_t h = 0; h < n_rot_heads; h++) {
       const float* xh = x + h * hs;
       float* yh = y + h * hs;
       for (int64_t i = 0; i < half; i++) {
-        const float c = r[2 * i], s = r[2 * i + 1];
-        const float x1 = xh[i], x2 = xh[i + half];
-        yh[i] = x1 * c - x2 * s;
-        yh[i + half] = x2 * c + x1 * s;
+        pair(yh[i], yh[i + half], xh[i], xh[i + half], r[2 * i], r[2 * i + 1]);
       }
     }
-    if (y != x) std::copy(x + n_rot_heads * hs, x + row, y + n_rot_heads * hs);
+    tail(y + n_rot_heads * hs, x + n_rot_heads * hs, row - n_rot_heads * hs);
   }
+}
+
+}  // namespace
+
+void rope_forward(float* out, const float* inp, const float* rope, int64_t B, int64_t T,
+                  int64_t row, int64_t n_rot_heads, int64_t hs) {
+  rope_rows(
+      out, inp, rope, B, T, row, n_rot_heads, hs,
+      [](float& y1, float& y2, float x1, float x2, float c, float s) {
+        y1 = x1 * c - x2 * s;
+        y2 = x2 * c + x1 * s;
+      },
+      [](float* y, const float* x, int64_t n) {
+        if (y != x) std::copy(x, x + n, y);
+      });
 }
 
 // The transpose of the rotation [[c, -s], [s, c]]: [[c, s], [-s, c]].
 void rope_backward(float* dinp, const float* dout, const float* rope, int64_t B, int64_t T,
                    int64_t row, int64_t n_rot_heads, int64_t hs) {
-  check_rope_dims(row, n_rot_heads, hs);
-  const int64_t half = hs / 2;
-#pragma omp parallel for schedule(static) if (B * T * row >= kMinParallelWork)
-  for (int64_t bt = 0; bt < B * T; bt++) {
-    const float* dy = dout + bt * row;
-    float* dx = dinp + bt * row;
-    const float* r = rope + (bt % T) * half * 2;
-    for (int64_t h = 0; h < n_rot_heads; h++) {
-      const float* dyh = dy + h * hs;
-      float* dxh = dx + h * hs;
-      for (int64_t i = 0; i < half; i++) {
-        const float c = r[2 * i], s = r[2 * i + 1];
-        const float d1 = dyh[i], d2 = dyh[i + half];
-        dxh[i] += d1 * c + d2 * s;
-        dxh[i + half] += d2 * c - d1 * s;
-      }
-    }
-    for (int64_t j = n_rot_heads * hs; j < row; j++) dx[j] += dy[j];
-  }
+  rope_rows(
+      dinp, dout, rope, B, T, row, n_rot_heads, hs,
+      [](float& dx1, float& dx2, float d1, float d2, float c, float s) {
+        dx1 += d1 * c + d2 * s;
+        dx2 += d2 * c - d1 * s;
+      },
+      [](float* dx, const float* dy, int64_t n) {
+        for (int64_t j = 0; j < n; j++) dx[j] += dy[j];
+      });
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
@@ -177,24 +179,31 @@ void swiglu_backward(float* dgu, const float* gu, const float* dout, int64_t N, 
 // ---- repeat_kv ----------------------------------------------------------------------------------
 
 namespace {
-void check_kv_heads(int64_t NH, int64_t NKV) {
+
+// repeat_kv's shapes: query heads per kv head, and the floats per token of its input
+// (NH+2*NKV)*hs and of its output 3*NH*hs.
+struct RepeatKvDims {
+  int64_t rep, in_row, out_row;
+};
+
+RepeatKvDims repeat_kv_dims(int64_t NH, int64_t NKV, int64_t hs) {
   STRATA_CHECK_MSG(NKV > 0 && NH % NKV == 0, "repeat_kv: NH must be a multiple of NKV");
+  return {NH / NKV, (NH + 2 * NKV) * hs, 3 * NH * hs};
 }
+
 }  // namespace
 
 void repeat_kv_forward(float* out, const float* inp, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                        int64_t hs) {
-  check_kv_heads(NH, NKV);
-  const int64_t rep = NH / NKV;
-  const int64_t in_row = (NH + 2 * NKV) * hs, out_row = 3 * NH * hs;
-#pragma omp parallel for schedule(static) if (B * T * out_row >= kMinParallelWork)
+  const RepeatKvDims dims = repeat_kv_dims(NH, NKV, hs);
+#pragma omp parallel for schedule(static) if (B * T * dims.out_row >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; bt++) {
-    const float* x = inp + bt * in_row;
-    float* y = out + bt * out_row;
+    const float* x = inp + bt * dims.in_row;
+    float* y = out + bt * dims.out_row;
     std::copy(x, x + NH * hs, y);  // q
     for (int64_t h = 0; h < NH; h++) {
-      const float* k = x + (NH + h / rep) * hs;
-      const float* v = x + (NH + NKV + h / rep) * hs;
+      const float* k = x + (NH + h / dims.rep) * hs;
+      const float* v = x + (NH + NKV + h / dims.rep) * hs;
       std::copy(k, k + hs, y + (NH + h) * hs);
       std::copy(v, v + hs, y + (2 * NH + h) * hs);
     }
@@ -205,21 +214,19 @@ void repeat_kv_forward(float* out, const float* inp, int64_t B, int64_t T, int64
 // summed from 0 in that order, then added to dinp (backend.h): the reference's order exactly.
 void repeat_kv_backward(float* dinp, const float* dout, int64_t B, int64_t T, int64_t NH,
                         int64_t NKV, int64_t hs) {
-  check_kv_heads(NH, NKV);
-  const int64_t rep = NH / NKV;
-  const int64_t in_row = (NH + 2 * NKV) * hs, out_row = 3 * NH * hs;
-#pragma omp parallel for schedule(static) if (B * T * out_row >= kMinParallelWork)
+  const RepeatKvDims dims = repeat_kv_dims(NH, NKV, hs);
+#pragma omp parallel for schedule(static) if (B * T * dims.out_row >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; bt++) {
-    const float* dy = dout + bt * out_row;
-    float* dx = dinp + bt * in_row;
+    const float* dy = dout + bt * dims.out_row;
+    float* dx = dinp + bt * dims.in_row;
     for (int64_t i = 0; i < NH * hs; i++) dx[i] += dy[i];  // q
     for (int64_t part = 1; part <= 2; part++) {            // k, then v
       for (int64_t j = 0; j < NKV; j++) {
         float* d = dx + (NH + (part - 1) * NKV + j) * hs;
-        const float* g = dy + (part * NH + j * rep) * hs;  // rep heads of hs floats
+        const float* g = dy + (part * NH + j * dims.rep) * hs;  // rep heads of hs floats
         for (int64_t i = 0; i < hs; i++) {
           float sum = 0.0f;
-          for (int64_t r = 0; r < rep; r++) sum += g[r * hs + i];
+          for (int64_t r = 0; r < dims.rep; r++) sum += g[r * hs + i];
           d[i] += sum;
         }
       }

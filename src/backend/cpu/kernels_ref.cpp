@@ -339,50 +339,50 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
   }
 }
 
-void rope_forward(float* out, const float* inp, const float* rope, int64_t B, int64_t T,
-                  int64_t row, int64_t n_rot_heads, int64_t hs) {
+namespace {
+
+// RoPE on every token: each pair (x1, x2) = (src[h*hs + i], src[h*hs + i + hs/2]) of the first
+// n_rot_heads heads is rotated by (c, s) = rope[t, i], the other floats pass through. Forward:
+// dst = the rotation [[c, -s], [s, c]] of src. Backward: dst += its transpose [[c, s], [-s, c]]
+// of src.
+void rope_apply(float* dst, const float* src, const float* rope, int64_t B, int64_t T, int64_t row,
+                int64_t n_rot_heads, int64_t hs, bool backward) {
   STRATA_CHECK(hs > 0 && hs % 2 == 0 && n_rot_heads >= 0 && n_rot_heads * hs <= row);
   const int64_t half = hs / 2;
   for (int64_t b = 0; b < B; b++) {
     for (int64_t t = 0; t < T; t++) {
-      const float* x = inp + (b * T + t) * row;
-      float* y = out + (b * T + t) * row;
+      const float* x = src + (b * T + t) * row;
+      float* y = dst + (b * T + t) * row;
       for (int64_t h = 0; h < n_rot_heads; h++) {
         for (int64_t i = 0; i < half; i++) {
           float c = rope[(t * half + i) * 2];
           float s = rope[(t * half + i) * 2 + 1];
           float x1 = x[h * hs + i];
           float x2 = x[h * hs + i + half];
-          y[h * hs + i] = x1 * c - x2 * s;
-          y[h * hs + i + half] = x2 * c + x1 * s;
+          if (!backward) {
+            y[h * hs + i] = x1 * c - x2 * s;
+            y[h * hs + i + half] = x2 * c + x1 * s;
+          } else {
+            y[h * hs + i] += x1 * c + x2 * s;
+            y[h * hs + i + half] += x2 * c - x1 * s;
+          }
         }
       }
-      for (int64_t j = n_rot_heads * hs; j < row; j++) y[j] = x[j];
+      for (int64_t j = n_rot_heads * hs; j < row; j++) y[j] = backward ? y[j] + x[j] : x[j];
     }
   }
 }
 
+}  // namespace
+
+void rope_forward(float* out, const float* inp, const float* rope, int64_t B, int64_t T,
+                  int64_t row, int64_t n_rot_heads, int64_t hs) {
+  rope_apply(out, inp, rope, B, T, row, n_rot_heads, hs, false);
+}
+
 void rope_backward(float* dinp, const float* dout, const float* rope, int64_t B, int64_t T,
                    int64_t row, int64_t n_rot_heads, int64_t hs) {
-  STRATA_CHECK(hs > 0 && hs % 2 == 0 && n_rot_heads >= 0 && n_rot_heads * hs <= row);
-  const int64_t half = hs / 2;
-  for (int64_t b = 0; b < B; b++) {
-    for (int64_t t = 0; t < T; t++) {
-      const float* dy = dout + (b * T + t) * row;
-      float* dx = dinp + (b * T + t) * row;
-      for (int64_t h = 0; h < n_rot_heads; h++) {
-        for (int64_t i = 0; i < half; i++) {
-          float c = rope[(t * half + i) * 2];
-          float s = rope[(t * half + i) * 2 + 1];
-          float d1 = dy[h * hs + i];
-          float d2 = dy[h * hs + i + half];
-          dx[h * hs + i] += d1 * c + d2 * s;
-          dx[h * hs + i + half] += d2 * c - d1 * s;
-        }
-      }
-      for (int64_t j = n_rot_heads * hs; j < row; j++) dx[j] += dy[j];
-    }
-  }
+  rope_apply(dinp, dout, rope, B, T, row, n_rot_heads, hs, true);
 }
 
 // silu(g) = g / (1 + exp(-g)); silu'(g) = sig * (1 + g * (1 - sig)), sig = 1 / (1 + exp(-g)),

@@ -1,11 +1,12 @@
-// AdamW on the GPU, bit-identical to adamw_step_ref (optim/adamw.h, Note [AdamW operation order]).
+// AdamW on the GPU, bit-identical to adamw_step_ref (backend/cpu/kernels_adamw.h,
+// Note [AdamW operation order]).
 //
 // Every rounded operation of the Note is one IEEE intrinsic with round-to-nearest (__fmul_rn,
 // __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn), which nvcc never contracts into an FMA or
 // replaces with an approximation, whatever the flags. The file is also compiled with -fmad=false
 // (CMakeLists.txt), so a plain operator added here later cannot be fused either. Denormals are
-// kept (no -ftz), as on the CPU. The per-call constants come from detail::adamw_constants, the
-// same host function the CPU versions use.
+// kept (no -ftz), as on the CPU. The per-call constants come from detail::adamw_constants
+// (backend/adamw_hyper.h), the same host function the CPU versions use.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -17,14 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;  // grid-stride beyond this: enough to fill any GPU
-
-// core/dtype.h f32_to_bf16, bit for bit: round to nearest even, NaN stays a quiet NaN.
-__device__ inline bf16_t f32_to_bf16_device(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((u >> 16) | 0x40u);
-  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<bf16_t>((u + rounding_bias) >> 16);
-}
 
 __global__ void adamw_kernel(float* param,        // (n)
                              float* m,            // (n)
@@ -59,7 +52,7 @@ __global__ void adamw_kernel(float* param,        // (n)
     m[i] = m_new;
     v[i] = v_new;
     param[i] = p_new;
-    if (param_bf16 != nullptr) param_bf16[i] = f32_to_bf16_device(p_new);
+    if (param_bf16 != nullptr) param_bf16[i] = f32_to_bf16(p_new);  // core/dtype.h
   }
 }
 

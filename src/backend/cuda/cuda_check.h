@@ -15,32 +15,32 @@
 
 namespace strata::detail {
 
+// One overload per status type, so that one macro checks the runtime's and cuBLASLt's calls.
+inline bool cuda_call_ok(cudaError_t err) {
+  return err == cudaSuccess;
+}
+inline bool cuda_call_ok(cublasStatus_t st) {
+  return st == CUBLAS_STATUS_SUCCESS;
+}
+
 [[noreturn]] inline void cuda_call_failed(const char* file, int line, const char* call,
                                           cudaError_t err) {
   check_failed(file, line, call, cudaGetErrorString(err));
 }
-
-[[noreturn]] inline void cublas_call_failed(const char* file, int line, const char* call,
-                                            cublasStatus_t st) {
+[[noreturn]] inline void cuda_call_failed(const char* file, int line, const char* call,
+                                          cublasStatus_t st) {
   check_failed(file, line, call, cublasLtGetStatusString(st));
 }
 
 }  // namespace strata::detail
 
-// STRATA_CUDA_CHECK(cudaStreamSynchronize(s));
-#define STRATA_CUDA_CHECK(call)                                                        \
-  do {                                                                                 \
-    const cudaError_t strata_cuda_err_ = (call);                                       \
-    if (strata_cuda_err_ != cudaSuccess)                                               \
-      ::strata::detail::cuda_call_failed(__FILE__, __LINE__, #call, strata_cuda_err_); \
-  } while (0)
-
-// STRATA_CUBLAS_CHECK(cublasLtMatmul(...));
-#define STRATA_CUBLAS_CHECK(call)                                                         \
-  do {                                                                                    \
-    const cublasStatus_t strata_cublas_st_ = (call);                                      \
-    if (strata_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                       \
-      ::strata::detail::cublas_call_failed(__FILE__, __LINE__, #call, strata_cublas_st_); \
+// STRATA_CUDA_CHECK(cudaStreamSynchronize(s)); STRATA_CUDA_CHECK(cublasLtMatmul(...));
+// `call` returns a cudaError_t or a cublasStatus_t.
+#define STRATA_CUDA_CHECK(call)                                                       \
+  do {                                                                                \
+    const auto strata_cuda_st_ = (call);                                              \
+    if (!::strata::detail::cuda_call_ok(strata_cuda_st_))                             \
+      ::strata::detail::cuda_call_failed(__FILE__, __LINE__, #call, strata_cuda_st_); \
   } while (0)
 
 // After a kernel launch (<<<...>>>): reports a bad launch configuration at the launch site,

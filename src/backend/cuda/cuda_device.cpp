@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "backend/adamw_hyper.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device_kernels.cuh"
@@ -19,7 +20,6 @@
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/kernels.cuh"
 #include "core/math_util.h"
-#include "optim/adamw.h"
 
 namespace strata {
 

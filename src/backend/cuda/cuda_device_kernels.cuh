@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/adamw_hyper.h"
 #include "core/dtype.h"
-#include "optim/adamw.h"
 
 namespace strata {
 
@@ -18,7 +18,7 @@ void cuda_add_row_bias(cudaStream_t stream,
                        const float* bias,  // (N)
                        int64_t M, int64_t N);
 
-// adamw.cu: Note [AdamW operation order] (optim/adamw.h), bit for bit; c from
+// adamw.cu: Note [AdamW operation order] (backend/cpu/kernels_adamw.h), bit for bit; c from
 // detail::adamw_constants.
 void cuda_adamw_step(cudaStream_t stream,
                      float* param,        // (n) updated in place

@@ -13,13 +13,13 @@ namespace {
 
 template <typename T>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
-  STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
+  STRATA_CUDA_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
 }
 
 template <typename T>
 void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
               const T& value) {
-  STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+  STRATA_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
 }
 
 std::string describe(const GemmShape& s) {
@@ -44,7 +44,7 @@ int pointer_alignment(const void* p) {
 
 GemmDesc::GemmDesc(const GemmShape& shape) : shape_(shape) {
   const auto [in_type, M, N, K, trans_a, trans_b, bias_epilogue] = shape;
-  STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  STRATA_CUDA_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   // cuBLAS's A is our b, its B our a (Note [Row-major GEMM on cuBLASLt]).
   set_desc(op_, CUBLASLT_MATMUL_DESC_TRANSA, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(op_, CUBLASLT_MATMUL_DESC_TRANSB, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -54,13 +54,13 @@ GemmDesc::GemmDesc(const GemmShape& shape) : shape_(shape) {
   }
   const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
   // b: (K,N) row-major = (N,K) column-major, ld N; trans_b: (N,K) row-major = (K,N), ld K.
-  STRATA_CUBLAS_CHECK(trans_b ? cublasLtMatrixLayoutCreate(&layout_b_, in_type, u(K), u(N), K)
-                              : cublasLtMatrixLayoutCreate(&layout_b_, in_type, u(N), u(K), N));
+  STRATA_CUDA_CHECK(trans_b ? cublasLtMatrixLayoutCreate(&layout_b_, in_type, u(K), u(N), K)
+                            : cublasLtMatrixLayoutCreate(&layout_b_, in_type, u(N), u(K), N));
   // a: (M,K) row-major = (K,M) column-major, ld K; trans_a: (K,M) row-major = (M,K), ld M.
-  STRATA_CUBLAS_CHECK(trans_a ? cublasLtMatrixLayoutCreate(&layout_a_, in_type, u(M), u(K), M)
-                              : cublasLtMatrixLayoutCreate(&layout_a_, in_type, u(K), u(M), K));
+  STRATA_CUDA_CHECK(trans_a ? cublasLtMatrixLayoutCreate(&layout_a_, in_type, u(M), u(K), M)
+                            : cublasLtMatrixLayoutCreate(&layout_a_, in_type, u(K), u(M), K));
   // out: (M,N) row-major = (N,M) column-major, ld N.
-  STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_out_, CUDA_R_32F, u(N), u(M), N));
+  STRATA_CUDA_CHECK(cublasLtMatrixLayoutCreate(&layout_out_, CUDA_R_32F, u(N), u(M), N));
 }
 
 GemmDesc::~GemmDesc() {
@@ -76,7 +76,7 @@ std::vector<cublasLtMatmulHeuristicResult_t> GemmDesc::heuristics(cublasLtHandle
                                                                   int64_t workspace_bytes,
                                                                   int alignment) const {
   cublasLtMatmulPreference_t pref = nullptr;
-  STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  STRATA_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes));
   const auto align = static_cast<uint32_t>(alignment);
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align);
@@ -92,7 +92,7 @@ std::vector<cublasLtMatmulHeuristicResult_t> GemmDesc::heuristics(cublasLtHandle
   (void)cublasLtMatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED: no algorithm for this combination, which the caller handles.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) return {};
-  STRATA_CUBLAS_CHECK(st);
+  STRATA_CUDA_CHECK(st);
   results.resize(static_cast<size_t>(found));
   std::erase_if(results, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
   return results;
@@ -113,7 +113,7 @@ cublasStatus_t GemmDesc::run(cublasLtHandle_t lt, const cublasLtMatmulAlgo_t& al
 // ---- GemmContext --------------------------------------------------------------------------------
 
 GemmContext::GemmContext(Buffer workspace) : workspace_(std::move(workspace)) {
-  STRATA_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  STRATA_CUDA_CHECK(cublasLtCreate(&lt_));
 }
 
 GemmContext::~GemmContext() {

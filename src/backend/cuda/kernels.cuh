@@ -112,8 +112,10 @@ void cuda_attention_backward(cudaStream_t stream,
                              const float* qkv,   // (B,T,3C)
                              const float* att,   // (B,NH,T) from cuda_attention_forward
                              int64_t B, int64_t T, int64_t C, int64_t NH);
+
+// ---- kernels_attention_decode.cu ----------------------------------------------------------------
 // One new query against a key/value cache (Device::attention_decode; Note [Decode attention on
-// CUDA] in kernels_attention.cu). Any hs >= 1; T >= 1, T <= 65535 * 128.
+// CUDA] there). Any hs >= 1; T >= 1, T <= 65535 * 128.
 void cuda_attention_decode(cudaStream_t stream,
                            float* out,       // (NH*hs)
                            float* scratch,   // (NH,T) overwritten: scores, then probabilities

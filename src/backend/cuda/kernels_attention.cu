@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kernels_common.cuh"
@@ -87,10 +88,14 @@ __device__ void load_tile(float* __restrict__ tile, const float* __restrict__ sr
   }
 }
 
-// acc[a][b] += sum_k A[ty+16a][k] * Bt[tx+16b][k]   (A Bt^T; A and Bt in shared memory)
-template <int RA, int RB, int K>
-__device__ __forceinline__ void gemm_abt(float (&acc)[RA][RB], const float* A, int lda,
-                                         const float* Bt, int ldb) {
+// How gemm_tile reads its B operand from shared memory: B(k, n) = B[n * ldb + k] (transposed:
+// stored as the rows of B^T, e.g. K for S = Q K^T) or B[k * ldb + n] (plain).
+enum class BLayout { transposed, plain };
+
+// acc[i][j] += sum_k A[ty+16i][k] * B(k, tx+16j)   (A and B in shared memory)
+template <BLayout kB, int RA, int RB, int K>
+__device__ __forceinline__ void gemm_tile(float (&acc)[RA][RB], const float* A, int lda,
+                                          const float* B, int ldb) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll 8
   for (int k = 0; k < K; k++) {
@@ -98,31 +103,13 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[RA][RB], const float* A, i
 #pragma unroll
     for (int i = 0; i < RA; i++) a[i] = A[(ty + 16 * i) * lda + k];
 #pragma unroll
-    for (int j = 0; j < RB; j++) b[j] = Bt[(tx + 16 * j) * ldb + k];
+    for (int j = 0; j < RB; j++) {
+      b[j] = kB == BLayout::transposed ? B[(tx + 16 * j) * ldb + k] : B[k * ldb + tx + 16 * j];
+    }
 #pragma unroll
     for (int i = 0; i < RA; i++) {
 #pragma unroll
       for (int j = 0; j < RB; j++) acc[i][j] += a[i] * b[j];
-    }
-  }
-}
-
-// acc[a][m] += sum_k A[ty+16a][k] * Bm[k][tx+16m]   (A Bm; A and Bm in shared memory)
-template <int RA, int RM, int K>
-__device__ __forceinline__ void gemm_ab(float (&acc)[RA][RM], const float* A, int lda,
-                                        const float* Bm, int ldb) {
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll 8
-  for (int k = 0; k < K; k++) {
-    float a[RA], b[RM];
-#pragma unroll
-    for (int i = 0; i < RA; i++) a[i] = A[(ty + 16 * i) * lda + k];
-#pragma unroll
-    for (int m = 0; m < RM; m++) b[m] = Bm[k * ldb + tx + 16 * m];
-#pragma unroll
-    for (int i = 0; i < RA; i++) {
-#pragma unroll
-      for (int m = 0; m < RM; m++) acc[i][m] += a[i] * b[m];
     }
   }
 }
@@ -140,79 +127,105 @@ constexpr int backward_dkdv_smem_floats() {
   return (2 * kOwn + 2 * kStream) * (HS + 1) + 2 * kStream + 2 * kOwn * kLdS;
 }
 
-// ---- forward (and the backward's D pass) ------------------------------------------------------
-// Block (bh, y) owns queries q0 .. q0+63 with q0 = 64 * (gridDim.y - 1 - y): the longest rows
-// (most key tiles) are scheduled first. kDelta = false: writes out and lse. kDelta = true:
-// writes only delta_i = dout_i . O_i (the D pass of the backward).
-template <int HS, bool kDelta>
-__global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(float* __restrict__ out,         // (B,T,C), or unused
-                             float* __restrict__ lse,         // (B,NH,T), or unused
-                             float* __restrict__ delta,       // (B,NH,T) when kDelta
-                             const float* __restrict__ qkv,   // (B,T,3C)
-                             const float* __restrict__ dout,  // (B,T,C) when kDelta
-                             int64_t T, int64_t C, int64_t NH, int hs, float scale) {
-  constexpr int kLdH = HS + 1;
-  constexpr int kCols = HS / 16;  // output columns per thread: tx + 16d
-  extern __shared__ float smem[];
-  float* q_s = smem;                  // (kOwn, kLdH)    queries, for the whole kernel
-  float* k_s = q_s + kOwn * kLdH;     // (kStream, kLdH) current key tile
-  float* v_s = k_s + kStream * kLdH;  // (kStream, kLdH) current value tile
-  float* p_s = v_s + kStream * kLdH;  // (kOwn, kLdS)    unnormalized probabilities of the tile
+// The first of the 64 queries block (bh, y) owns: 64 * (gridDim.y - 1 - y), so that the longest
+// rows (most key tiles) are scheduled first.
+__device__ __forceinline__ int64_t owned_queries_start() {
+  return static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kOwn;
+}
 
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const HeadView hv = head_view(T, C, NH, hs);
-  const int64_t ld = 3 * C;
-  const float* q_g = qkv + hv.qkv_offset;
-  const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kOwn;
-  load_tile<HS, kOwn>(q_s, q_g, ld, q0, T, hs);
-
-  float o[kOwnPerThread][kCols] = {};  // unnormalized output rows ty + 16a
-  float m[kOwnPerThread];              // running max of the scaled scores
-  float l[kOwnPerThread] = {};         // running sum of exp(s - m), over this thread's columns
-#pragma unroll
-  for (int a = 0; a < kOwnPerThread; a++) m[a] = -INFINITY;
-
+// Key tiles 0 .. the one holding the last owned query (q0 + 63, or T - 1): those the causal mask
+// leaves visible to queries q0 ..
+__device__ __forceinline__ int64_t key_tiles_to_diagonal(int64_t q0, int64_t T) {
   const int64_t last_row = (q0 + kOwn < T ? q0 + kOwn : T) - 1;
-  const int64_t num_tiles = last_row / kStream + 1;  // key tiles up to the diagonal
-  for (int64_t tile = 0; tile < num_tiles; tile++) {
-    const int64_t k0 = tile * kStream;
-    __syncthreads();  // the previous tile's k_s, v_s, p_s are no longer read
-    load_tile<HS, kStream>(k_s, q_g + C, ld, k0, T, hs);
-    load_tile<HS, kStream>(v_s, q_g + 2 * C, ld, k0, T, hs);
-    __syncthreads();
+  return last_row / kStream + 1;
+}
 
-    float s[kOwnPerThread][kStreamPerThread] = {};
-    gemm_abt<kOwnPerThread, kStreamPerThread, HS>(s, q_s, kLdH, k_s, kLdH);
+// k_s, v_s (kRows, HS+1) <- rows row0 .. of the head's keys and values.
+template <int HS, int kRows>
+__device__ __forceinline__ void load_kv_tiles(float* k_s, float* v_s, const float* qkv,
+                                              const HeadView& hv, int64_t row0) {
+  const float* q_g = qkv + hv.qkv_offset;
+  load_tile<HS, kRows>(k_s, q_g + hv.C, 3 * hv.C, row0, hv.T, hv.hs);
+  load_tile<HS, kRows>(v_s, q_g + 2 * hv.C, 3 * hv.C, row0, hv.T, hv.hs);
+}
+
+// dst[r * ld + tx + 16d] += scale * acc[a][d] (kScaled) or acc[a][d], r = r0 + ty + 16a, for the
+// calling thread's rows below T and columns below hs: a backward kernel's last step.
+template <bool kScaled, int kCols>
+__device__ __forceinline__ void add_owned_rows(float* dst, int64_t ld, int64_t r0,
+                                               const float (&acc)[kOwnPerThread][kCols],
+                                               float scale, int64_t T, int hs) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
-    for (int a = 0; a < kOwnPerThread; a++) {
-      const int64_t row = q0 + ty + 16 * a;
-      float tile_max = -INFINITY;
+  for (int a = 0; a < kOwnPerThread; a++) {
+    const int64_t row = r0 + ty + 16 * a;
+    if (row >= T) continue;
+    float* dst_row = dst + row * ld;
 #pragma unroll
-      for (int b = 0; b < kStreamPerThread; b++) {
-        const int64_t col = k0 + tx + 16 * b;
-        s[a][b] = col <= row && col < T ? s[a][b] * scale : -INFINITY;  // causal mask
-        tile_max = fmaxf(tile_max, s[a][b]);
+    for (int d = 0; d < kCols; d++) {
+      if (tx + 16 * d >= hs) continue;
+      if constexpr (kScaled) {
+        dst_row[tx + 16 * d] += scale * acc[a][d];
+      } else {
+        dst_row[tx + 16 * d] += acc[a][d];
       }
-      // Finite from the first tile on: key 0 is visible to every row (rows >= T included).
-      const float m_new = fmaxf(m[a], group_max<16>(tile_max));
-      const float alpha = expf(m[a] - m_new);  // 0 on the first tile (m = -inf)
-      l[a] *= alpha;
-#pragma unroll
-      for (int d = 0; d < kCols; d++) o[a][d] *= alpha;
-#pragma unroll
-      for (int b = 0; b < kStreamPerThread; b++) {
-        const float p = expf(s[a][b] - m_new);  // masked: exp(-inf) = 0
-        l[a] += p;
-        p_s[(ty + 16 * a) * kLdS + tx + 16 * b] = p;
-      }
-      m[a] = m_new;
     }
-    __syncthreads();  // p_s complete
-    gemm_ab<kOwnPerThread, kCols, kStream>(o, p_s, kLdS, v_s, kLdH);
   }
+}
 
-  // Shuffles below run on all lanes; only the stores depend on row < T.
+// ---- forward (and the backward's D pass) ------------------------------------------------------
+
+// One key tile of the online softmax, for the calling thread's rows ty + 16a: s holds their
+// scores q . k against keys k0 + tx + 16b (unscaled); masks and scales them, moves the running
+// max m to the tile's, rescales l and o by exp(m_old - m_new), and writes the tile's
+// unnormalized probabilities exp(s - m_new) to p_s (kOwn, kLdS), adding them into l.
+template <int kCols>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[kOwnPerThread][kStreamPerThread],
+                                                    float (&o)[kOwnPerThread][kCols],
+                                                    float (&m)[kOwnPerThread],
+                                                    float (&l)[kOwnPerThread], float* p_s,
+                                                    int64_t q0, int64_t k0, int64_t T,
+                                                    float scale) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+  for (int a = 0; a < kOwnPerThread; a++) {
+    const int64_t row = q0 + ty + 16 * a;
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int b = 0; b < kStreamPerThread; b++) {
+      const int64_t col = k0 + tx + 16 * b;
+      s[a][b] = col <= row && col < T ? s[a][b] * scale : -INFINITY;  // causal mask
+      tile_max = fmaxf(tile_max, s[a][b]);
+    }
+    // Finite from the first tile on: key 0 is visible to every row (rows >= T included).
+    const float m_new = fmaxf(m[a], group_max<16>(tile_max));
+    const float alpha = expf(m[a] - m_new);  // 0 on the first tile (m = -inf)
+    l[a] *= alpha;
+#pragma unroll
+    for (int d = 0; d < kCols; d++) o[a][d] *= alpha;
+#pragma unroll
+    for (int b = 0; b < kStreamPerThread; b++) {
+      const float p = expf(s[a][b] - m_new);  // masked: exp(-inf) = 0
+      l[a] += p;
+      p_s[(ty + 16 * a) * kLdS + tx + 16 * b] = p;
+    }
+    m[a] = m_new;
+  }
+}
+
+// The forward's last step for the calling thread's rows ty + 16a, O = o / l: kDelta = false
+// writes O to out and lse = m + log l; kDelta = true writes only delta = dout . O. The shuffles
+// run on all lanes; only the loads and stores depend on row < T.
+template <bool kDelta, int kCols>
+__device__ __forceinline__ void finish_forward_rows(float* out, float* lse, float* delta,
+                                                    const float* dout, const HeadView& hv,
+                                                    int64_t q0,
+                                                    const float (&o)[kOwnPerThread][kCols],
+                                                    const float (&m)[kOwnPerThread],
+                                                    const float (&l)[kOwnPerThread]) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t T = hv.T, C = hv.C;
+  const int hs = hv.hs;
 #pragma unroll
   for (int a = 0; a < kOwnPerThread; a++) {
     const int64_t row = q0 + ty + 16 * a;
@@ -242,6 +255,51 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Block (bh, y) owns queries q0 .. q0+63 (owned_queries_start) and streams the key tiles up to
+// the diagonal. kDelta = false: writes out and lse. kDelta = true: writes only delta_i =
+// dout_i . O_i (the D pass of the backward).
+template <int HS, bool kDelta>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(float* __restrict__ out,         // (B,T,C), or unused
+                             float* __restrict__ lse,         // (B,NH,T), or unused
+                             float* __restrict__ delta,       // (B,NH,T) when kDelta
+                             const float* __restrict__ qkv,   // (B,T,3C)
+                             const float* __restrict__ dout,  // (B,T,C) when kDelta
+                             int64_t T, int64_t C, int64_t NH, int hs, float scale) {
+  constexpr int kLdH = HS + 1;
+  constexpr int kCols = HS / 16;  // output columns per thread: tx + 16d
+  extern __shared__ float smem[];
+  float* q_s = smem;                  // (kOwn, kLdH)    queries, for the whole kernel
+  float* k_s = q_s + kOwn * kLdH;     // (kStream, kLdH) current key tile
+  float* v_s = k_s + kStream * kLdH;  // (kStream, kLdH) current value tile
+  float* p_s = v_s + kStream * kLdH;  // (kOwn, kLdS)    unnormalized probabilities of the tile
+
+  const HeadView hv = head_view(T, C, NH, hs);
+  const int64_t q0 = owned_queries_start();
+  load_tile<HS, kOwn>(q_s, qkv + hv.qkv_offset, 3 * C, q0, T, hs);
+
+  float o[kOwnPerThread][kCols] = {};  // unnormalized output rows ty + 16a
+  float m[kOwnPerThread];              // running max of the scaled scores
+  float l[kOwnPerThread] = {};         // running sum of exp(s - m), over this thread's columns
+#pragma unroll
+  for (int a = 0; a < kOwnPerThread; a++) m[a] = -INFINITY;
+
+  const int64_t num_tiles = key_tiles_to_diagonal(q0, T);
+  for (int64_t tile = 0; tile < num_tiles; tile++) {
+    const int64_t k0 = tile * kStream;
+    __syncthreads();  // the previous tile's k_s, v_s, p_s are no longer read
+    load_kv_tiles<HS, kStream>(k_s, v_s, qkv, hv, k0);
+    __syncthreads();
+
+    float s[kOwnPerThread][kStreamPerThread] = {};
+    gemm_tile<BLayout::transposed, kOwnPerThread, kStreamPerThread, HS>(s, q_s, kLdH, k_s, kLdH);
+    online_softmax_tile(s, o, m, l, p_s, q0, k0, T, scale);
+    __syncthreads();  // p_s complete
+    gemm_tile<BLayout::plain, kOwnPerThread, kCols, kStream>(o, p_s, kLdS, v_s, kLdH);
+  }
+  finish_forward_rows<kDelta>(out, lse, delta, dout, hv, q0, o, m, l);
+}
+
 // ---- backward: dq -------------------------------------------------------------------------------
 // Block (bh, y) owns queries q0 .. q0+63 (longest first, as the forward) and streams key tiles
 // 0 .. the diagonal in order, accumulating dq in registers.
@@ -264,10 +322,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const HeadView hv = head_view(T, C, NH, hs);
-  const int64_t ld = 3 * C;
-  const float* q_g = qkv + hv.qkv_offset;
-  const int64_t q0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kOwn;
-  load_tile<HS, kOwn>(q_s, q_g, ld, q0, T, hs);
+  const int64_t q0 = owned_queries_start();
+  load_tile<HS, kOwn>(q_s, qkv + hv.qkv_offset, 3 * C, q0, T, hs);
   load_tile<HS, kOwn>(do_s, dout + hv.out_offset, C, q0, T, hs);
 
   float lse_r[kOwnPerThread], d_r[kOwnPerThread];  // per owned row; 0 for rows >= T (masked)
@@ -279,19 +335,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   float dq[kOwnPerThread][kCols] = {};
-  const int64_t last_row = (q0 + kOwn < T ? q0 + kOwn : T) - 1;
-  const int64_t num_tiles = last_row / kStream + 1;
+  const int64_t num_tiles = key_tiles_to_diagonal(q0, T);
   for (int64_t tile = 0; tile < num_tiles; tile++) {
     const int64_t k0 = tile * kStream;
     __syncthreads();  // k_s, v_s, ds_s of the previous tile are no longer read
-    load_tile<HS, kStream>(k_s, q_g + C, ld, k0, T, hs);
-    load_tile<HS, kStream>(v_s, q_g + 2 * C, ld, k0, T, hs);
+    load_kv_tiles<HS, kStream>(k_s, v_s, qkv, hv, k0);
     __syncthreads();
 
     float s[kOwnPerThread][kStreamPerThread] = {};
     float dp[kOwnPerThread][kStreamPerThread] = {};
-    gemm_abt<kOwnPerThread, kStreamPerThread, HS>(s, q_s, kLdH, k_s, kLdH);
-    gemm_abt<kOwnPerThread, kStreamPerThread, HS>(dp, do_s, kLdH, v_s, kLdH);
+    gemm_tile<BLayout::transposed, kOwnPerThread, kStreamPerThread, HS>(s, q_s, kLdH, k_s, kLdH);
+    gemm_tile<BLayout::transposed, kOwnPerThread, kStreamPerThread, HS>(dp, do_s, kLdH, v_s, kLdH);
 #pragma unroll
     for (int a = 0; a < kOwnPerThread; a++) {
       const int64_t row = q0 + ty + 16 * a;
@@ -304,19 +358,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // ds_s complete
-    gemm_ab<kOwnPerThread, kCols, kStream>(dq, ds_s, kLdS, k_s, kLdH);
+    gemm_tile<BLayout::plain, kOwnPerThread, kCols, kStream>(dq, ds_s, kLdS, k_s, kLdH);
   }
-
-#pragma unroll
-  for (int a = 0; a < kOwnPerThread; a++) {
-    const int64_t row = q0 + ty + 16 * a;
-    if (row >= T) continue;
-    float* dq_g = dqkv + hv.qkv_offset + row * ld;
-#pragma unroll
-    for (int d = 0; d < kCols; d++) {
-      if (tx + 16 * d < hs) dq_g[tx + 16 * d] += scale * dq[a][d];
-    }
-  }
+  add_owned_rows<true>(dqkv + hv.qkv_offset, 3 * C, q0, dq, scale, T, hs);
 }
 
 // ---- backward: dk, dv ---------------------------------------------------------------------------
@@ -346,11 +390,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const HeadView hv = head_view(T, C, NH, hs);
-  const int64_t ld = 3 * C;
-  const float* q_g = qkv + hv.qkv_offset;
   const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kOwn;
-  load_tile<HS, kOwn>(k_s, q_g + C, ld, k0, T, hs);
-  load_tile<HS, kOwn>(v_s, q_g + 2 * C, ld, k0, T, hs);
+  load_kv_tiles<HS, kOwn>(k_s, v_s, qkv, hv, k0);
 
   float dk[kOwnPerThread][kCols] = {};
   float dv[kOwnPerThread][kCols] = {};
@@ -358,7 +399,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t tile = k0 / kStream; tile < num_tiles; tile++) {
     const int64_t i0 = tile * kStream;
     __syncthreads();  // the previous tile's q_s, do_s, lse_s, d_s, pt_s, dst_s are no longer read
-    load_tile<HS, kStream>(q_s, q_g, ld, i0, T, hs);
+    load_tile<HS, kStream>(q_s, qkv + hv.qkv_offset, 3 * C, i0, T, hs);
     load_tile<HS, kStream>(do_s, dout + hv.out_offset, C, i0, T, hs);
     if (threadIdx.x < kStream) {
       const int64_t row = i0 + threadIdx.x;
@@ -369,8 +410,8 @@ __global__ void __launch_bounds__(kThreads)
 
     float st[kOwnPerThread][kStreamPerThread] = {};   // S^T: keys x queries
     float dpt[kOwnPerThread][kStreamPerThread] = {};  // dP^T
-    gemm_abt<kOwnPerThread, kStreamPerThread, HS>(st, k_s, kLdH, q_s, kLdH);
-    gemm_abt<kOwnPerThread, kStreamPerThread, HS>(dpt, v_s, kLdH, do_s, kLdH);
+    gemm_tile<BLayout::transposed, kOwnPerThread, kStreamPerThread, HS>(st, k_s, kLdH, q_s, kLdH);
+    gemm_tile<BLayout::transposed, kOwnPerThread, kStreamPerThread, HS>(dpt, v_s, kLdH, do_s, kLdH);
 #pragma unroll
     for (int a = 0; a < kOwnPerThread; a++) {
       const int64_t key = k0 + ty + 16 * a;
@@ -385,24 +426,12 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();  // pt_s, dst_s complete
-    gemm_ab<kOwnPerThread, kCols, kStream>(dv, pt_s, kLdS, do_s, kLdH);
-    gemm_ab<kOwnPerThread, kCols, kStream>(dk, dst_s, kLdS, q_s, kLdH);
+    gemm_tile<BLayout::plain, kOwnPerThread, kCols, kStream>(dv, pt_s, kLdS, do_s, kLdH);
+    gemm_tile<BLayout::plain, kOwnPerThread, kCols, kStream>(dk, dst_s, kLdS, q_s, kLdH);
   }
-
-#pragma unroll
-  for (int a = 0; a < kOwnPerThread; a++) {
-    const int64_t key = k0 + ty + 16 * a;
-    if (key >= T) continue;
-    float* dk_g = dqkv + hv.qkv_offset + key * ld + C;
-    float* dv_g = dk_g + C;
-#pragma unroll
-    for (int d = 0; d < kCols; d++) {
-      if (tx + 16 * d < hs) {
-        dk_g[tx + 16 * d] += scale * dk[a][d];
-        dv_g[tx + 16 * d] += dv[a][d];
-      }
-    }
-  }
+  float* dk_g = dqkv + hv.qkv_offset + C;  // (T,hs), row stride 3C; dv at + C
+  add_owned_rows<true>(dk_g, 3 * C, k0, dk, scale, T, hs);
+  add_owned_rows<false>(dk_g + C, 3 * C, k0, dv, scale, T, hs);
 }
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -425,12 +454,17 @@ void launch(void (*kernel)(Params...), int smem_floats, dim3 grid, cudaStream_t 
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-// The padded width HS the kernels run for head size hs (see the Note at the top).
-int padded_head_size(int64_t hs) {
-  for (int width : {16, 32, 64, 80, 96, 128}) {
-    if (hs <= width) return width;
-  }
-  return 0;
+// fn(std::integral_constant<int, HS>{}) for the padded width HS the kernels run for head size hs
+// (see the Note at the top).
+template <typename Fn>
+void with_padded_head_size(int64_t hs, Fn&& fn) {
+  if (hs <= 16) return fn(std::integral_constant<int, 16>{});
+  if (hs <= 32) return fn(std::integral_constant<int, 32>{});
+  if (hs <= 64) return fn(std::integral_constant<int, 64>{});
+  if (hs <= 80) return fn(std::integral_constant<int, 80>{});
+  if (hs <= 96) return fn(std::integral_constant<int, 96>{});
+  if (hs <= 128) return fn(std::integral_constant<int, 128>{});
+  STRATA_CHECK_MSG(false, "fused attention: head size above 128");
 }
 
 // grid.x = (b, h) pairs, grid.y = 64-row blocks of the sequence.
@@ -471,162 +505,7 @@ void attention_backward_hs(cudaStream_t stream, float* dqkv, float* scratch, con
          dout, qkv, att, static_cast<const float*>(scratch), T, C, NH, hs, scale);
 }
 
-// ---- decode: one query against a key/value cache ---------------------------------------------
-// Note [Decode attention on CUDA]
-// Three launches on one stream, for query head h (grid.x) of the newest position:
-//   scores         grid.y tiles of kDecodeThreads keys, one key per thread: s_t = (q_h . k_t) *
-//                  scale, the dot product an fmaf chain over i = 0 .. hs-1 from +0 (q and the key
-//                  tile staged through shared memory kDecodeChunk columns at a time), the scale
-//                  applied with __fmul_rn. Written to scratch (NH,T).
-//   softmax        one block per head: max (exact), e_t = exp_fast(s_t - max), their sum (each
-//                  thread's keys t = tid, tid + 256, ... in order, then block_sum's fixed tree),
-//                  p_t = e_t * (1 / sum). p overwrites the scores in scratch.
-//   weighted sum   grid.y blocks of kDecodeThreads output columns, one column per thread:
-//                  out_d = an fmaf chain over t = 0 .. T-1 from +0 of p_t * v_t[d].
-// This is the CPU's order (Note [Decode attention] in cpu/kernels_attention.cpp) everywhere but
-// the row sum, whose CPU order is GCC's vectorization of an OpenMP simd reduction: the scores
-// and the exponentials are the CPU's bits (explicit fmaf and _rn intrinsics, nothing left for
-// nvcc to contract; exp_fast below is cpu::exp_fast step for step), the sum differs by
-// rounding, and so p and out agree with the CPU to about an ulp. No atomics; fixed shapes:
-// deterministic (Note [Deterministic CUDA reductions]). Any hs: the chunked staging has no size
-// limit. Memory-bound and small; it makes no attempt at the fused forward's tiling.
-
-constexpr int kDecodeThreads = 128;  // keys per scores block, columns per weighted-sum block
-constexpr int kDecodeChunk = 32;     // key columns staged per step
-constexpr int kDecodeSoftmaxThreads = 256;
-
-// cpu::exp_fast (cpu/kernels.h), operation for operation: the same constants, clamps written as
-// std::min / std::max evaluate them, fmaf for std::fma, and _rn intrinsics for the plain
-// subtraction and multiply so that nvcc fuses nothing. Same input, same bits.
-__device__ __forceinline__ float exp_fast(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;
-  constexpr float kLn2Lo = 1.42860682030941723e-6f;
-  constexpr float kRound = 12582912.0f;
-  constexpr float kC7 = 1.0f / 5040.0f, kC6 = 1.0f / 720.0f, kC5 = 1.0f / 120.0f;
-  constexpr float kC4 = 1.0f / 24.0f, kC3 = 1.0f / 6.0f;
-  const float lo = x < -87.0f ? -87.0f : x;  // std::max(x, -87.0f)
-  const float xc = 88.0f < lo ? 88.0f : lo;  // std::min(lo, 88.0f)
-  const float t = fmaf(xc, kLog2e, kRound);
-  const float n = __fsub_rn(t, kRound);
-  float r = fmaf(n, -kLn2Hi, xc);
-  r = fmaf(n, -kLn2Lo, r);
-  float p = kC7;
-  p = fmaf(p, r, kC6);
-  p = fmaf(p, r, kC5);
-  p = fmaf(p, r, kC4);
-  p = fmaf(p, r, kC3);
-  p = fmaf(p, r, 0.5f);
-  p = fmaf(p, r, 1.0f);
-  p = fmaf(p, r, 1.0f);
-  const int32_t n_int = __float_as_int(t) - __float_as_int(kRound);
-  const int32_t scale_bits = x < -87.0f ? 0 : (n_int + 127) << 23;
-  return __fmul_rn(p, __int_as_float(scale_bits));
-}
-
-__global__ void __launch_bounds__(kDecodeThreads)
-    attention_decode_scores_kernel(float* __restrict__ scratch,   // (NH,T)
-                                   const float* __restrict__ q,   // (NH*hs)
-                                   const float* __restrict__ kv,  // (T, 2*NKV*hs)
-                                   int64_t T, int64_t NKV, int64_t rep, int hs, float scale) {
-  constexpr int kLd = kDecodeChunk + 1;        // odd row length: a warp's 32 rows in 32 banks
-  __shared__ float k_s[kDecodeThreads * kLd];  // (kDecodeThreads, kLd)  keys t0.., columns i0..
-  __shared__ float q_s[kDecodeChunk];          // (kDecodeChunk)         q_h, columns i0..
-  const int64_t h = blockIdx.x;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kDecodeThreads;
-  const int64_t ld = 2 * NKV * hs;
-  const float* k_g = kv + (h / rep) * hs;  // key head of position t at k_g + t*ld
-  const float* q_g = q + h * hs;
-  float acc = 0.0f;
-  for (int i0 = 0; i0 < hs; i0 += kDecodeChunk) {
-    const int width = hs - i0 < kDecodeChunk ? hs - i0 : kDecodeChunk;
-    __syncthreads();  // the previous chunk is no longer read
-    for (int e = threadIdx.x; e < kDecodeThreads * kDecodeChunk; e += kDecodeThreads) {
-      const int r = e / kDecodeChunk, c = e % kDecodeChunk;
-      const int64_t t = t0 + r;
-      k_s[r * kLd + c] = t < T && c < width ? k_g[t * ld + i0 + c] : 0.0f;
-    }
-    if (threadIdx.x < kDecodeChunk) {
-      q_s[threadIdx.x] = static_cast<int>(threadIdx.x) < width ? q_g[i0 + threadIdx.x] : 0.0f;
-    }
-    __syncthreads();
-    const float* k_row = k_s + threadIdx.x * kLd;
-    for (int c = 0; c < width; c++) acc = fmaf(q_s[c], k_row[c], acc);
-  }
-  const int64_t t = t0 + threadIdx.x;
-  if (t < T) scratch[h * T + t] = __fmul_rn(acc, scale);
-}
-
-__global__ void __launch_bounds__(kDecodeSoftmaxThreads)
-    attention_decode_softmax_kernel(float* __restrict__ scratch,  // (NH,T) scores -> probabilities
-                                    int64_t T) {
-  __shared__ float shared[32];
-  float* row = scratch + static_cast<int64_t>(blockIdx.x) * T;
-  float max = -INFINITY;
-  for (int64_t t = threadIdx.x; t < T; t += kDecodeSoftmaxThreads)
-    max = row[t] > max ? row[t] : max;
-  max = kernels_detail::block_max<kDecodeSoftmaxThreads>(max, shared);
-  float sum = 0.0f;
-  for (int64_t t = threadIdx.x; t < T; t += kDecodeSoftmaxThreads) {
-    const float e = exp_fast(__fsub_rn(row[t], max));
-    row[t] = e;
-    sum = __fadd_rn(sum, e);
-  }
-  sum = kernels_detail::block_sum<kDecodeSoftmaxThreads>(sum, shared);
-  const float inv = __fdiv_rn(1.0f, sum);
-  for (int64_t t = threadIdx.x; t < T; t += kDecodeSoftmaxThreads) row[t] = __fmul_rn(row[t], inv);
-}
-
-__global__ void __launch_bounds__(kDecodeThreads)
-    attention_decode_weighted_sum_kernel(float* __restrict__ out,            // (NH*hs)
-                                         const float* __restrict__ scratch,  // (NH,T) probabilities
-                                         const float* __restrict__ kv,       // (T, 2*NKV*hs)
-                                         int64_t T, int64_t NKV, int64_t rep, int hs) {
-  __shared__ float p_s[kDecodeThreads];  // probabilities t0 .. t0+kDecodeThreads
-  const int64_t h = blockIdx.x;
-  const int d = static_cast<int>(blockIdx.y) * kDecodeThreads + static_cast<int>(threadIdx.x);
-  const int64_t ld = 2 * NKV * hs;
-  const float* v_g = kv + (NKV + h / rep) * hs;  // value head of position t at v_g + t*ld
-  const float* p_g = scratch + h * T;
-  float acc = 0.0f;
-  for (int64_t t0 = 0; t0 < T; t0 += kDecodeThreads) {
-    const int n = T - t0 < kDecodeThreads ? static_cast<int>(T - t0) : kDecodeThreads;
-    __syncthreads();  // the previous tile of p_s is no longer read
-    if (static_cast<int>(threadIdx.x) < n) p_s[threadIdx.x] = p_g[t0 + threadIdx.x];
-    __syncthreads();
-    if (d < hs) {
-      for (int u = 0; u < n; u++) acc = fmaf(p_s[u], v_g[(t0 + u) * ld + d], acc);
-    }
-  }
-  if (d < hs) out[h * hs + d] = acc;
-}
-
 }  // namespace
-
-void cuda_attention_decode(cudaStream_t stream, float* out, float* scratch, const float* q,
-                           const float* kv, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
-  STRATA_CHECK_MSG(T >= 1 && NKV > 0 && NH % NKV == 0 && hs > 0,
-                   "attention_decode: needs T >= 1, hs > 0, NKV > 0 and NH % NKV == 0");
-  if (NH == 0) return;
-  const int64_t key_blocks = (T + kDecodeThreads - 1) / kDecodeThreads;
-  const int64_t column_blocks = (hs + kDecodeThreads - 1) / kDecodeThreads;
-  STRATA_CHECK_MSG(NH < (int64_t{1} << 31) && key_blocks <= 65535 && column_blocks <= 65535 &&
-                       2 * NKV * hs <= INT32_MAX,
-                   "attention_decode: NH, T or hs too large for the grid");
-  const int hs32 = static_cast<int>(hs);
-  const int64_t rep = NH / NKV;
-  const float scale = 1.0f / sqrtf(static_cast<float>(hs));  // as the CPU
-  const unsigned heads = static_cast<unsigned>(NH);
-  attention_decode_scores_kernel<<<dim3(heads, static_cast<unsigned>(key_blocks)), kDecodeThreads,
-                                   0, stream>>>(scratch, q, kv, T, NKV, rep, hs32, scale);
-  STRATA_CUDA_LAUNCH_CHECK();
-  attention_decode_softmax_kernel<<<heads, kDecodeSoftmaxThreads, 0, stream>>>(scratch, T);
-  STRATA_CUDA_LAUNCH_CHECK();
-  attention_decode_weighted_sum_kernel<<<dim3(heads, static_cast<unsigned>(column_blocks)),
-                                         kDecodeThreads, 0, stream>>>(out, scratch, kv, T, NKV, rep,
-                                                                      hs32);
-  STRATA_CUDA_LAUNCH_CHECK();
-}
 
 bool cuda_attention_supports_head_size(int64_t hs) {
   return hs >= 1 && hs <= kMaxHeadSize;
@@ -636,22 +515,9 @@ void cuda_attention_forward(cudaStream_t stream, float* out, float* att, const f
                             int64_t B, int64_t T, int64_t C, int64_t NH) {
   if (B <= 0 || T <= 0) return;
   STRATA_CHECK_MSG(NH > 0 && C % NH == 0, "fused attention: C must be a multiple of NH");
-  switch (padded_head_size(C / NH)) {
-    case 16:
-      return attention_forward_hs<16>(stream, out, att, qkv, B, T, C, NH);
-    case 32:
-      return attention_forward_hs<32>(stream, out, att, qkv, B, T, C, NH);
-    case 64:
-      return attention_forward_hs<64>(stream, out, att, qkv, B, T, C, NH);
-    case 80:
-      return attention_forward_hs<80>(stream, out, att, qkv, B, T, C, NH);
-    case 96:
-      return attention_forward_hs<96>(stream, out, att, qkv, B, T, C, NH);
-    case 128:
-      return attention_forward_hs<128>(stream, out, att, qkv, B, T, C, NH);
-    default:
-      STRATA_CHECK_MSG(false, "fused attention: head size above 128");
-  }
+  with_padded_head_size(C / NH, [&](auto width) {
+    attention_forward_hs<decltype(width)::value>(stream, out, att, qkv, B, T, C, NH);
+  });
 }
 
 void cuda_attention_backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
@@ -659,23 +525,10 @@ void cuda_attention_backward(cudaStream_t stream, float* dqkv, float* scratch, c
                              int64_t NH) {
   if (B <= 0 || T <= 0) return;
   STRATA_CHECK_MSG(NH > 0 && C % NH == 0, "fused attention: C must be a multiple of NH");
-  const float* d = dout;
-  switch (padded_head_size(C / NH)) {
-    case 16:
-      return attention_backward_hs<16>(stream, dqkv, scratch, d, qkv, att, B, T, C, NH);
-    case 32:
-      return attention_backward_hs<32>(stream, dqkv, scratch, d, qkv, att, B, T, C, NH);
-    case 64:
-      return attention_backward_hs<64>(stream, dqkv, scratch, d, qkv, att, B, T, C, NH);
-    case 80:
-      return attention_backward_hs<80>(stream, dqkv, scratch, d, qkv, att, B, T, C, NH);
-    case 96:
-      return attention_backward_hs<96>(stream, dqkv, scratch, d, qkv, att, B, T, C, NH);
-    case 128:
-      return attention_backward_hs<128>(stream, dqkv, scratch, d, qkv, att, B, T, C, NH);
-    default:
-      STRATA_CHECK_MSG(false, "fused attention: head size above 128");
-  }
+  with_padded_head_size(C / NH, [&](auto width) {
+    attention_backward_hs<decltype(width)::value>(stream, dqkv, scratch, dout, qkv, att, B, T, C,
+                                                  NH);
+  });
 }
 
 }  // namespace strata

@@ -1,6 +1,6 @@
 // Helpers shared by the kernels_*.cu files (private to them: cuda_device.* includes kernels.cuh
-// only). Launch sizing for grid-stride loops and the fixed-order reductions of
-// Note [Deterministic CUDA reductions] (kernels.cuh).
+// only). Launch sizing for grid-stride loops and row-per-warp kernels, and the fixed-order
+// reductions of Note [Deterministic CUDA reductions] (kernels.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +20,27 @@ inline constexpr int64_t kMaxElementwiseBlocks = 4096;
 inline unsigned elementwise_blocks(int64_t n) {
   const int64_t blocks = (n + kElementwiseThreads - 1) / kElementwiseThreads;
   return static_cast<unsigned>(blocks < kMaxElementwiseBlocks ? blocks : kMaxElementwiseBlocks);
+}
+
+// A grid-stride loop: for (i = grid_start(); i < n; i += grid_stride()).
+__device__ __forceinline__ int64_t grid_start() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// Row-per-warp kernels (layernorm, rmsnorm): blocks of kRowThreads threads, 8 warps, warp w of
+// block b owning row b * kRowsPerBlock + w of an (N, C) input.
+inline constexpr int kRowThreads = 256;
+inline constexpr int kRowsPerBlock = kRowThreads / 32;
+
+inline unsigned row_blocks(int64_t N) {
+  return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+// The row of the calling thread's warp.
+__device__ __forceinline__ int64_t warp_row() {
+  return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
 }
 
 // Butterfly (xor) reductions over the `width` lanes of a group (width a power of two <= 32,
@@ -73,6 +94,31 @@ __device__ float block_max(float v, float* shared) {
   __syncthreads();
   v = lane < kWarps ? shared[lane] : -INFINITY;
   return group_max(v);
+}
+
+// Note [Column-tile reduction]
+// A block of (kTileCols, kLanes) threads owns kTileCols adjacent columns and all M rows: thread
+// (x, y) sums rows y, y + kLanes, y + 2 kLanes, ... of column x in row order, then the kLanes
+// partials of a column are added in a fixed tree through shared memory. No other block touches
+// those columns, so no atomics and no workspace; each warp reads 32 adjacent floats of one row
+// (coalesced). The grid is ceil(N/32) blocks, enough for the bias widths of a GPT (C..4C
+// columns); each block keeps 32 warps of loads in flight. bias_backward and the norms'
+// dweight/dbias use it.
+inline constexpr int kTileCols = 32;
+inline constexpr int kLanes = 32;
+
+// The tree: thread (x, y) hands in its partial `sum` of column x; thread (x, 0) gets the column's
+// total back. Every thread of the block calls it (it synchronizes); `partial` is shared memory.
+__device__ __forceinline__ float column_tile_sum(float (&partial)[kLanes][kTileCols], float sum) {
+  const int x = threadIdx.x, y = threadIdx.y;
+  partial[y][x] = sum;
+  __syncthreads();
+  // 16 + 16, then 8 + 8, ... ; lane 0 ends with the column's sum.
+  for (int stride = kLanes / 2; stride > 0; stride /= 2) {
+    if (y < stride) partial[y][x] += partial[y + stride][x];
+    __syncthreads();
+  }
+  return partial[0][x];
 }
 
 }  // namespace strata::kernels_detail

@@ -14,18 +14,13 @@ namespace strata {
 namespace {
 
 using kernels_detail::elementwise_blocks;
+using kernels_detail::grid_start;
+using kernels_detail::grid_stride;
 using kernels_detail::kElementwiseThreads;
 
 // GELU tanh approximation constants, as cpu::kGeluScale / kGeluCubic (cpu/kernels.h).
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
-
-__device__ __forceinline__ int64_t grid_start() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
 
 // gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)   (the reference formula)
 __global__ void gelu_forward_kernel(float* __restrict__ out,        // (n)
@@ -66,26 +61,17 @@ __global__ void scaled_add_kernel(float* __restrict__ y, const float* __restrict
     y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
 }
 
-// Bit manipulation identical to f32_to_bf16 in core/dtype.h: round to nearest, ties to even;
-// a NaN keeps its sign and top payload bits and is made quiet (0x40), never rounded to inf.
-__device__ __forceinline__ bf16_t f32_to_bf16_device(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<bf16_t>((u >> 16) | 0x40u);
-  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<bf16_t>((u + rounding_bias) >> 16);
-}
-
+// core/dtype.h's conversions themselves (host and device functions under nvcc).
 __global__ void convert_f32_to_bf16_kernel(bf16_t* __restrict__ out,       // (n)
                                            const float* __restrict__ inp,  // (n)
                                            int64_t n) {
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = f32_to_bf16_device(inp[i]);
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = f32_to_bf16(inp[i]);
 }
 
 __global__ void convert_bf16_to_f32_kernel(float* __restrict__ out,         // (n)
                                            const bf16_t* __restrict__ inp,  // (n)
                                            int64_t n) {
-  for (int64_t i = grid_start(); i < n; i += grid_stride())
-    out[i] = __uint_as_float(static_cast<uint32_t>(inp[i]) << 16);
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = bf16_to_f32(inp[i]);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // LayerNorm over the last dimension (eps 1e-5, biased variance, as PyTorch and the CPU backend).
 // Forward and the dinp part of the backward give one warp to each row; dweight/dbias, which sum
-// over rows, use the column-tile reduction of Note [Column-tile reduction] (kernels_reduce.cu).
+// over rows, use the column-tile reduction of Note [Column-tile reduction] (kernels_common.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -12,13 +12,15 @@ namespace strata {
 
 namespace {
 
+using kernels_detail::column_tile_sum;
 using kernels_detail::group_sum;
+using kernels_detail::kLanes;
+using kernels_detail::kRowThreads;
+using kernels_detail::kTileCols;
+using kernels_detail::row_blocks;
+using kernels_detail::warp_row;
 
 constexpr float kLayerNormEps = 1e-5f;  // as cpu::kLayerNormEps
-constexpr int kRowThreads = 256;        // 8 warps, one row each
-constexpr int kRowsPerBlock = kRowThreads / 32;
-constexpr int kTileCols = 32;  // Note [Column-tile reduction]
-constexpr int kLanes = 32;
 
 // One warp per row. Two passes over the row (mean, then squared deviations) avoid the
 // cancellation of E[x^2] - E[x]^2; the row stays in L1 between passes. Lane sums are combined by
@@ -31,7 +33,7 @@ __global__ void layernorm_forward_kernel(float* __restrict__ out,           // (
                                          const float* __restrict__ bias,    // (C)
                                          int64_t N, int64_t C) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t row = warp_row();
   if (row >= N) return;  // whole warps leave together: the shuffles below stay full-warp
   const float* x = inp + row * C;
   float* y = out + row * C;
@@ -63,7 +65,7 @@ __global__ void layernorm_backward_dinp_kernel(float* __restrict__ dinp,        
                                                const float* __restrict__ rstd,    // (N)
                                                int64_t N, int64_t C) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t row = warp_row();
   if (row >= N) return;
   const float* x = inp + row * C;
   const float* dy = dout + row * C;
@@ -111,24 +113,13 @@ __global__ void layernorm_backward_params_kernel(float* __restrict__ dweight,   
       sum_b += dy;
     }
   }
-  partial_w[y][x] = sum_w;
-  partial_b[y][x] = sum_b;
-  __syncthreads();
-  for (int stride = kLanes / 2; stride > 0; stride /= 2) {
-    if (y < stride) {
-      partial_w[y][x] += partial_w[y + stride][x];
-      partial_b[y][x] += partial_b[y + stride][x];
-    }
-    __syncthreads();
-  }
+  // Two trees, one per array: each column's sums are those of a joint tree.
+  sum_w = column_tile_sum(partial_w, sum_w);
+  sum_b = column_tile_sum(partial_b, sum_b);
   if (y == 0 && col < C) {
-    dweight[col] += partial_w[0][x];
-    dbias[col] += partial_b[0][x];
+    dweight[col] += sum_w;
+    dbias[col] += sum_b;
   }
-}
-
-unsigned row_blocks(int64_t N) {
-  return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
 }  // namespace

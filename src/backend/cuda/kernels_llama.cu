@@ -3,7 +3,7 @@
 // cpu/kernels_ref.cpp are the specification).
 //
 // RMSNorm gives one warp to each row (as layernorm) and sums dweight over rows with the
-// column-tile reduction of Note [Column-tile reduction] (kernels_reduce.cu): deterministic, no
+// column-tile reduction of Note [Column-tile reduction] (kernels_common.cuh): deterministic, no
 // atomics, but its sums go in another order than the CPU's index order, so CPU and CUDA agree to
 // rounding. 1 / sqrtf (IEEE, not rsqrtf) as the CPU. SwiGLU uses CUDA's expf (within 2 ulp) and
 // so agrees to rounding too. RoPE and repeat_kv reproduce the CPU bit for bit: every product and
@@ -21,25 +21,17 @@ namespace strata {
 
 namespace {
 
+using kernels_detail::column_tile_sum;
 using kernels_detail::elementwise_blocks;
+using kernels_detail::grid_start;
+using kernels_detail::grid_stride;
 using kernels_detail::group_sum;
 using kernels_detail::kElementwiseThreads;
-
-constexpr int kRowThreads = 256;  // 8 warps, one row each
-constexpr int kRowsPerBlock = kRowThreads / 32;
-constexpr int kTileCols = 32;  // Note [Column-tile reduction]
-constexpr int kLanes = 32;
-
-__device__ __forceinline__ int64_t grid_start() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
-
-unsigned row_blocks(int64_t N) {
-  return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
-}
+using kernels_detail::kLanes;
+using kernels_detail::kRowThreads;
+using kernels_detail::kTileCols;
+using kernels_detail::row_blocks;
+using kernels_detail::warp_row;
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
@@ -51,7 +43,7 @@ __global__ void rmsnorm_forward_kernel(float* __restrict__ out,           // (N,
                                        const float* __restrict__ weight,  // (C)
                                        int64_t N, int64_t C, float eps) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t row = warp_row();
   if (row >= N) return;  // whole warps leave together: the shuffles below stay full-warp
   const float* x = inp + row * C;
   float* y = out + row * C;
@@ -73,7 +65,7 @@ __global__ void rmsnorm_backward_dinp_kernel(float* __restrict__ dinp,          
                                              const float* __restrict__ rstd,    // (N)
                                              int64_t N, int64_t C) {
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t row = warp_row();
   if (row >= N) return;
   const float* x = inp + row * C;
   const float* dy = dout + row * C;
@@ -104,13 +96,8 @@ __global__ void rmsnorm_backward_dweight_kernel(float* __restrict__ dweight,    
     for (int64_t row = y; row < N; row += kLanes)
       sum += (inp[row * C + col] * rstd[row]) * dout[row * C + col];
   }
-  partial[y][x] = sum;
-  __syncthreads();
-  for (int stride = kLanes / 2; stride > 0; stride /= 2) {
-    if (y < stride) partial[y][x] += partial[y + stride][x];
-    __syncthreads();
-  }
-  if (y == 0 && col < C) dweight[col] += partial[0][x];
+  sum = column_tile_sum(partial, sum);
+  if (y == 0 && col < C) dweight[col] += sum;
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
@@ -118,31 +105,44 @@ __global__ void rmsnorm_backward_dweight_kernel(float* __restrict__ dweight,    
 // unrotated floats. A thread owns a whole pair (reads both, then writes both), so out may be
 // inp; the tail is a plain copy (or add).
 
-__global__ void rope_forward_kernel(float* out,         // (B,T,row); may be inp
-                                    const float* inp,   // (B,T,row)
-                                    const float* rope,  // (>=T, hs/2, 2)
-                                    int64_t BT, int64_t T, int64_t row, int64_t n_rot_heads,
-                                    int64_t hs) {
+// The grid-stride loop over those items of BT tokens: pair(y1, y2, x1, x2, c, s) for a rotated
+// pair, (x1, x2) = (src[h*hs + i], src[h*hs + i + hs/2]) of the token's row, (y1, y2) the same
+// floats of dst, (c, s) = rope[t, i]; tail(y, x) for an unrotated float.
+template <typename Pair, typename Tail>
+__device__ __forceinline__ void rope_items(float* dst, const float* src, const float* rope,
+                                           int64_t BT, int64_t T, int64_t row, int64_t n_rot_heads,
+                                           int64_t hs, Pair pair, Tail tail) {
   const int64_t half = hs / 2;
   const int64_t pairs = n_rot_heads * half;
   const int64_t per_token = row - pairs;
   const int64_t n = BT * per_token;
   for (int64_t idx = grid_start(); idx < n; idx += grid_stride()) {
     const int64_t bt = idx / per_token, k = idx % per_token;
-    const float* x = inp + bt * row;
-    float* y = out + bt * row;
+    const float* x = src + bt * row;
+    float* y = dst + bt * row;
     if (k < pairs) {
       const int64_t h = k / half, i = k % half;
       const float* r = rope + ((bt % T) * half + i) * 2;
-      const float c = r[0], s = r[1];
-      const float x1 = x[h * hs + i], x2 = x[h * hs + i + half];
-      y[h * hs + i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-      y[h * hs + i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+      pair(y[h * hs + i], y[h * hs + i + half], x[h * hs + i], x[h * hs + i + half], r[0], r[1]);
     } else {
       const int64_t j = n_rot_heads * hs + (k - pairs);
-      y[j] = x[j];
+      tail(y[j], x[j]);
     }
   }
+}
+
+__global__ void rope_forward_kernel(float* out,         // (B,T,row); may be inp
+                                    const float* inp,   // (B,T,row)
+                                    const float* rope,  // (>=T, hs/2, 2)
+                                    int64_t BT, int64_t T, int64_t row, int64_t n_rot_heads,
+                                    int64_t hs) {
+  rope_items(
+      out, inp, rope, BT, T, row, n_rot_heads, hs,
+      [](float& y1, float& y2, float x1, float x2, float c, float s) {
+        y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+        y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+      },
+      [](float& y, float x) { y = x; });
 }
 
 __global__ void rope_backward_kernel(float* __restrict__ dinp,        // (B,T,row) +=
@@ -150,28 +150,13 @@ __global__ void rope_backward_kernel(float* __restrict__ dinp,        // (B,T,ro
                                      const float* __restrict__ rope,  // (>=T, hs/2, 2)
                                      int64_t BT, int64_t T, int64_t row, int64_t n_rot_heads,
                                      int64_t hs) {
-  const int64_t half = hs / 2;
-  const int64_t pairs = n_rot_heads * half;
-  const int64_t per_token = row - pairs;
-  const int64_t n = BT * per_token;
-  for (int64_t idx = grid_start(); idx < n; idx += grid_stride()) {
-    const int64_t bt = idx / per_token, k = idx % per_token;
-    const float* dy = dout + bt * row;
-    float* dx = dinp + bt * row;
-    if (k < pairs) {
-      const int64_t h = k / half, i = k % half;
-      const float* r = rope + ((bt % T) * half + i) * 2;
-      const float c = r[0], s = r[1];
-      const float d1 = dy[h * hs + i], d2 = dy[h * hs + i + half];
-      float* dx1 = dx + h * hs + i;
-      float* dx2 = dx1 + half;
-      *dx1 = __fadd_rn(*dx1, __fadd_rn(__fmul_rn(d1, c), __fmul_rn(d2, s)));
-      *dx2 = __fadd_rn(*dx2, __fsub_rn(__fmul_rn(d2, c), __fmul_rn(d1, s)));
-    } else {
-      const int64_t j = n_rot_heads * hs + (k - pairs);
-      dx[j] += dy[j];
-    }
-  }
+  rope_items(
+      dinp, dout, rope, BT, T, row, n_rot_heads, hs,
+      [](float& dx1, float& dx2, float d1, float d2, float c, float s) {
+        dx1 = __fadd_rn(dx1, __fadd_rn(__fmul_rn(d1, c), __fmul_rn(d2, s)));
+        dx2 = __fadd_rn(dx2, __fsub_rn(__fmul_rn(d2, c), __fmul_rn(d1, s)));
+      },
+      [](float& dx, float dy) { dx += dy; });
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
@@ -250,6 +235,19 @@ void check_rope_dims(int64_t row, int64_t n_rot_heads, int64_t hs) {
                    "rope: hs must be even and n_rot_heads * hs <= row");
 }
 
+// One work item per thread of the grid-stride loop (see RoPE above).
+void launch_rope(void (*kernel)(float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                int64_t, int64_t),
+                 cudaStream_t stream, float* dst, const float* src, const float* rope, int64_t B,
+                 int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) {
+  check_rope_dims(row, n_rot_heads, hs);
+  const int64_t n = B * T * (row - n_rot_heads * (hs / 2));
+  if (n <= 0) return;
+  kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dst, src, rope, B * T, T, row,
+                                                                    n_rot_heads, hs);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
 void check_kv_heads(int64_t NH, int64_t NKV) {
   STRATA_CHECK_MSG(NKV > 0 && NH % NKV == 0, "repeat_kv: NH must be a multiple of NKV");
 }
@@ -279,22 +277,12 @@ void cuda_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, con
 
 void cuda_rope_forward(cudaStream_t stream, float* out, const float* inp, const float* rope,
                        int64_t B, int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) {
-  check_rope_dims(row, n_rot_heads, hs);
-  const int64_t n = B * T * (row - n_rot_heads * (hs / 2));
-  if (n <= 0) return;
-  rope_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      out, inp, rope, B * T, T, row, n_rot_heads, hs);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_rope(rope_forward_kernel, stream, out, inp, rope, B, T, row, n_rot_heads, hs);
 }
 
 void cuda_rope_backward(cudaStream_t stream, float* dinp, const float* dout, const float* rope,
                         int64_t B, int64_t T, int64_t row, int64_t n_rot_heads, int64_t hs) {
-  check_rope_dims(row, n_rot_heads, hs);
-  const int64_t n = B * T * (row - n_rot_heads * (hs / 2));
-  if (n <= 0) return;
-  rope_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      dinp, dout, rope, B * T, T, row, n_rot_heads, hs);
-  STRATA_CUDA_LAUNCH_CHECK();
+  launch_rope(rope_backward_kernel, stream, dinp, dout, rope, B, T, row, n_rot_heads, hs);
 }
 
 void cuda_swiglu_forward(cudaStream_t stream, float* out, const float* gu, int64_t N, int64_t F) {

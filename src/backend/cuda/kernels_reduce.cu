@@ -13,18 +13,12 @@ namespace strata {
 namespace {
 
 using kernels_detail::block_sum;
+using kernels_detail::column_tile_sum;
+using kernels_detail::kLanes;
+using kernels_detail::kTileCols;
 
 // ---- bias_backward ------------------------------------------------------------------------------
-// Note [Column-tile reduction]
-// A block owns kTileCols adjacent columns and all M rows: thread (x, y) sums rows y, y + kLanes,
-// y + 2 kLanes, ... of column x in row order, then the kLanes partials of a column are added in
-// a fixed tree through shared memory. No other block touches those columns, so no atomics and
-// no workspace; each warp reads 32 adjacent floats of one row (coalesced). The grid is
-// ceil(N/32) blocks, enough for the bias widths of a GPT (C..4C columns); each block keeps 32
-// warps of loads in flight. layernorm_backward's dweight/dbias use the same scheme.
-constexpr int kTileCols = 32;
-constexpr int kLanes = 32;
-
+// Note [Column-tile reduction] (kernels_common.cuh).
 __global__ void bias_backward_kernel(float* __restrict__ dbias,       // (N) +=
                                      const float* __restrict__ dout,  // (M,N)
                                      int64_t M, int64_t N) {
@@ -35,14 +29,8 @@ __global__ void bias_backward_kernel(float* __restrict__ dbias,       // (N) +=
   if (col < N) {
     for (int64_t row = y; row < M; row += kLanes) sum += dout[row * N + col];
   }
-  partial[y][x] = sum;
-  __syncthreads();
-  // Fixed tree over the lanes: 16 + 16, then 8 + 8, ... ; lane 0 ends with the column's sum.
-  for (int stride = kLanes / 2; stride > 0; stride /= 2) {
-    if (y < stride) partial[y][x] += partial[y + stride][x];
-    __syncthreads();
-  }
-  if (y == 0 && col < N) dbias[col] += partial[0][x];
+  sum = column_tile_sum(partial, sum);
+  if (y == 0 && col < N) dbias[col] += sum;
 }
 
 // ---- sum_squares ------------------------------------------------------------------------------

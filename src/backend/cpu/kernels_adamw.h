@@ -1,5 +1,7 @@
-// AdamW with decoupled weight decay: a scalar reference and SIMD CPU versions (AVX2, AVX-512)
-// that are bit-identical to it, element by element, including the bf16 copy of the params.
+// AdamW with decoupled weight decay on the CPU: a scalar reference (kernels_adamw.cpp) and SIMD
+// versions (kernels_adamw_simd.cpp: AVX2, AVX-512) that are bit-identical to it, element by
+// element, including the bf16 copy of the params. The optimizer layer (optim/adamw_layout.h)
+// steps the parameter layout with them; the CPU devices run them on their streams.
 //
 // Note [AdamW operation order]
 // Every version, and any mirror of it (the Python parity scripts), performs exactly these
@@ -26,17 +28,10 @@
 
 #include <cstdint>
 
+#include "backend/adamw_hyper.h"
 #include "core/dtype.h"
 
 namespace strata {
-
-struct AdamWHyper {
-  float lr;  // this step's learning rate
-  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-  float weight_decay;       // decoupled; 0 for tensors that do not decay
-  int64_t step;             // 1-based step count, for bias correction
-  float grad_scale = 1.0f;  // multiplies every gradient first (clipping factor)
-};
 
 // param, m, v (n) f32, updated in place; grad (n) read only;
 // param_bf16 (n) may be null; when given it receives f32_to_bf16(updated param) in the same pass.
@@ -59,13 +54,6 @@ void adamw_step(float* param, float* m, float* v, bf16_t* param_bf16, const floa
                 const AdamWHyper& h);
 
 namespace detail {
-
-// The per-call constants of Note [AdamW operation order].
-struct AdamWConstants {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
-  float eps, grad_scale, decay, step_size, bc2_sqrt;
-};
-AdamWConstants adamw_constants(const AdamWHyper& h);
 
 // The scalar rule on n elements starting at the given pointers (param_bf16 may be null).
 // adamw_step_ref is this on the whole range; the SIMD kernels use it for their tails.

@@ -1,10 +1,10 @@
 // AdamW on AVX2 and AVX-512, chosen at run time, threaded with OpenMP.
 //
-// Each kernel performs the operations of Note [AdamW operation order] (adamw.h) lane by lane, in
-// the same order as detail::adamw_span_scalar: mul, add, sqrt and div are correctly rounded IEEE
-// operations in both, and no FMA is used, so every lane equals the scalar result bit for bit.
-// The bf16 copy reproduces f32_to_bf16 (core/dtype.h) with integer ops. Tails go through the
-// scalar code itself.
+// Each kernel performs the operations of Note [AdamW operation order] (kernels_adamw.h) lane by
+// lane, in the same order as detail::adamw_span_scalar: mul, add, sqrt and div are correctly
+// rounded IEEE operations in both, and no FMA is used, so every lane equals the scalar result bit
+// for bit. The bf16 copy reproduces f32_to_bf16 (core/dtype.h) with integer ops. Tails go through
+// the scalar code itself.
 //
 // The kernels are compiled with target attributes rather than relying on the build's -march, so
 // the AVX-512 path exists even in an x86-64-v3 build and is only entered when the CPU has it.
@@ -12,17 +12,20 @@
 
 #include <algorithm>
 
+#include "backend/cpu/kernels_adamw.h"
 #include "core/check.h"
 #include "core/math_util.h"
-#include "optim/adamw.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define STRATA_ADAMW_X86 1
 // GCC 12's AVX-512 intrinsics start from self-initialized "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined into a target("avx512f") function.
+// -Wmaybe-uninitialized reports once they are inlined into a target("avx512f") function. Popped
+// at the end of the file, so that the files a unity build compiles after this one keep it.
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define STRATA_ADAMW_POP_DIAGNOSTIC 1
 #endif
 #endif
 
@@ -39,6 +42,43 @@ using SpanFn = void (*)(float* param, float* m, float* v, bf16_t* param_bf16, co
 
 #define STRATA_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define STRATA_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+
+// The vector loop of Note [AdamW operation order], written once for both widths: `name` steps W
+// lanes of type V at a time with the intrinsics P##_op_ps (P is _mm256 or _mm512) and STORE_BF16
+// for the bf16 copy, then hands the tail to the scalar code. A macro, not a template, because
+// each width must be compiled under its own target attribute: a template shared by the two would
+// be compiled under neither, and clang refuses to pass AVX vectors through such a function.
+#define STRATA_ADAMW_SPAN(name, TARGET, V, P, W, STORE_BF16)                                  \
+  TARGET void name(float* param, float* m, float* v, bf16_t* param_bf16, const float* grad,   \
+                   int64_t n, const AdamWConstants& c) {                                      \
+    const V beta1 = P##_set1_ps(c.beta1);                                                     \
+    const V one_minus_beta1 = P##_set1_ps(c.one_minus_beta1);                                 \
+    const V beta2 = P##_set1_ps(c.beta2);                                                     \
+    const V one_minus_beta2 = P##_set1_ps(c.one_minus_beta2);                                 \
+    const V eps = P##_set1_ps(c.eps);                                                         \
+    const V grad_scale = P##_set1_ps(c.grad_scale);                                           \
+    const V decay = P##_set1_ps(c.decay);                                                     \
+    const V step_size = P##_set1_ps(c.step_size);                                             \
+    const V bc2_sqrt = P##_set1_ps(c.bc2_sqrt);                                               \
+    int64_t i = 0;                                                                            \
+    for (; i + W <= n; i += W) {                                                              \
+      const V g = P##_mul_ps(P##_loadu_ps(grad + i), grad_scale);                             \
+      const V m_new =                                                                         \
+          P##_add_ps(P##_mul_ps(beta1, P##_loadu_ps(m + i)), P##_mul_ps(one_minus_beta1, g)); \
+      const V v_new = P##_add_ps(P##_mul_ps(beta2, P##_loadu_ps(v + i)),                      \
+                                 P##_mul_ps(P##_mul_ps(one_minus_beta2, g), g));              \
+      const V decayed = P##_mul_ps(P##_loadu_ps(param + i), decay);                           \
+      const V denom = P##_add_ps(P##_div_ps(P##_sqrt_ps(v_new), bc2_sqrt), eps);              \
+      const V update = P##_div_ps(P##_mul_ps(step_size, m_new), denom);                       \
+      const V p_new = P##_sub_ps(decayed, update);                                            \
+      P##_storeu_ps(m + i, m_new);                                                            \
+      P##_storeu_ps(v + i, v_new);                                                            \
+      P##_storeu_ps(param + i, p_new);                                                        \
+      if (param_bf16 != nullptr) STORE_BF16(param_bf16 + i, p_new);                           \
+    }                                                                                         \
+    detail::adamw_span_scalar(param + i, m + i, v + i, param_bf16 ? param_bf16 + i : nullptr, \
+                              grad + i, n - i, c);                                            \
+  }
 
 // f32_to_bf16 on 8 lanes: NaN -> (u >> 16) | 0x40, else (u + 0x7fff + ((u >> 16) & 1)) >> 16.
 STRATA_TARGET_AVX2 inline void store_bf16_avx2(bf16_t* out, __m256 p) {
@@ -58,36 +98,7 @@ STRATA_TARGET_AVX2 inline void store_bf16_avx2(bf16_t* out, __m256 p) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
 }
 
-STRATA_TARGET_AVX2 void adamw_span_avx2(float* param, float* m, float* v, bf16_t* param_bf16,
-                                        const float* grad, int64_t n, const AdamWConstants& c) {
-  const __m256 beta1 = _mm256_set1_ps(c.beta1);
-  const __m256 one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1);
-  const __m256 beta2 = _mm256_set1_ps(c.beta2);
-  const __m256 one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2);
-  const __m256 eps = _mm256_set1_ps(c.eps);
-  const __m256 grad_scale = _mm256_set1_ps(c.grad_scale);
-  const __m256 decay = _mm256_set1_ps(c.decay);
-  const __m256 step_size = _mm256_set1_ps(c.step_size);
-  const __m256 bc2_sqrt = _mm256_set1_ps(c.bc2_sqrt);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), grad_scale);
-    const __m256 m_new = _mm256_add_ps(_mm256_mul_ps(beta1, _mm256_loadu_ps(m + i)),
-                                       _mm256_mul_ps(one_minus_beta1, g));
-    const __m256 v_new = _mm256_add_ps(_mm256_mul_ps(beta2, _mm256_loadu_ps(v + i)),
-                                       _mm256_mul_ps(_mm256_mul_ps(one_minus_beta2, g), g));
-    const __m256 decayed = _mm256_mul_ps(_mm256_loadu_ps(param + i), decay);
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v_new), bc2_sqrt), eps);
-    const __m256 update = _mm256_div_ps(_mm256_mul_ps(step_size, m_new), denom);
-    const __m256 p_new = _mm256_sub_ps(decayed, update);
-    _mm256_storeu_ps(m + i, m_new);
-    _mm256_storeu_ps(v + i, v_new);
-    _mm256_storeu_ps(param + i, p_new);
-    if (param_bf16 != nullptr) store_bf16_avx2(param_bf16 + i, p_new);
-  }
-  detail::adamw_span_scalar(param + i, m + i, v + i, param_bf16 ? param_bf16 + i : nullptr,
-                            grad + i, n - i, c);
-}
+STRATA_ADAMW_SPAN(adamw_span_avx2, STRATA_TARGET_AVX2, __m256, _mm256, 8, store_bf16_avx2)
 
 // f32_to_bf16 on 16 lanes; same integer recipe as store_bf16_avx2.
 STRATA_TARGET_AVX512 inline void store_bf16_avx512(bf16_t* out, __m512 p) {
@@ -104,36 +115,8 @@ STRATA_TARGET_AVX512 inline void store_bf16_avx512(bf16_t* out, __m512 p) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(result));
 }
 
-STRATA_TARGET_AVX512 void adamw_span_avx512(float* param, float* m, float* v, bf16_t* param_bf16,
-                                            const float* grad, int64_t n, const AdamWConstants& c) {
-  const __m512 beta1 = _mm512_set1_ps(c.beta1);
-  const __m512 one_minus_beta1 = _mm512_set1_ps(c.one_minus_beta1);
-  const __m512 beta2 = _mm512_set1_ps(c.beta2);
-  const __m512 one_minus_beta2 = _mm512_set1_ps(c.one_minus_beta2);
-  const __m512 eps = _mm512_set1_ps(c.eps);
-  const __m512 grad_scale = _mm512_set1_ps(c.grad_scale);
-  const __m512 decay = _mm512_set1_ps(c.decay);
-  const __m512 step_size = _mm512_set1_ps(c.step_size);
-  const __m512 bc2_sqrt = _mm512_set1_ps(c.bc2_sqrt);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), grad_scale);
-    const __m512 m_new = _mm512_add_ps(_mm512_mul_ps(beta1, _mm512_loadu_ps(m + i)),
-                                       _mm512_mul_ps(one_minus_beta1, g));
-    const __m512 v_new = _mm512_add_ps(_mm512_mul_ps(beta2, _mm512_loadu_ps(v + i)),
-                                       _mm512_mul_ps(_mm512_mul_ps(one_minus_beta2, g), g));
-    const __m512 decayed = _mm512_mul_ps(_mm512_loadu_ps(param + i), decay);
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v_new), bc2_sqrt), eps);
-    const __m512 update = _mm512_div_ps(_mm512_mul_ps(step_size, m_new), denom);
-    const __m512 p_new = _mm512_sub_ps(decayed, update);
-    _mm512_storeu_ps(m + i, m_new);
-    _mm512_storeu_ps(v + i, v_new);
-    _mm512_storeu_ps(param + i, p_new);
-    if (param_bf16 != nullptr) store_bf16_avx512(param_bf16 + i, p_new);
-  }
-  detail::adamw_span_scalar(param + i, m + i, v + i, param_bf16 ? param_bf16 + i : nullptr,
-                            grad + i, n - i, c);
-}
+STRATA_ADAMW_SPAN(adamw_span_avx512, STRATA_TARGET_AVX512, __m512, _mm512, 16, store_bf16_avx512)
+#undef STRATA_ADAMW_SPAN
 
 #endif  // STRATA_ADAMW_X86
 
@@ -213,3 +196,8 @@ void adamw_step(float* param, float* m, float* v, bf16_t* param_bf16, const floa
 }
 
 }  // namespace strata
+
+#if STRATA_ADAMW_POP_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#undef STRATA_ADAMW_POP_DIAGNOSTIC
+#endif

@@ -1,10 +1,12 @@
-// Scalar AdamW: the reference of Note [AdamW operation order] (adamw.h). One statement per
-// rounded operation, in the order the SIMD kernels use; the build's -ffp-contract=off
+// Scalar AdamW: the reference of Note [AdamW operation order] (kernels_adamw.h), and the per-call
+// constants every backend's AdamW starts from (backend/adamw_hyper.h). One statement per rounded
+// operation, in the order the SIMD kernels use; the build's -ffp-contract=off
 // (Note [No FMA contraction]) keeps the compiler from fusing any of them.
+#include "backend/cpu/kernels_adamw.h"
+
 #include <cmath>
 
 #include "core/check.h"
-#include "optim/adamw.h"
 
 namespace strata {
 namespace detail {
