@@ -262,33 +262,36 @@ namespace {
 constexpr int64_t kPieceElems = int64_t{1} << 20;  // 4 MiB per array
 }  // namespace
 
-Status InMemoryTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
+// A slab's (master, m, v) in pieces of kPieceElems through host staging: copied from the
+// device before `fn` reads them, or filled by `fn` and then copied to the device.
+Status InMemoryTrainer::slab_pieces(int64_t slab, IoOp op, const SlabPieceFn& fn) {
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
   const auto cap = static_cast<size_t>(std::min(kPieceElems, s.numel));
   std::vector<float> master(cap), m(cap), v(cap);  // (piece) each
+  float* const device[3] = {this->master(), adam_m_.f32(), adam_v_.f32()};
+  float* const host[3] = {master.data(), m.data(), v.data()};
   for (int64_t at = 0; at < s.numel; at += kPieceElems) {
-    const int64_t n = std::min(kPieceElems, s.numel - at), src = s.offset + at;
-    dev_.copy(*stream_, master.data(), this->master() + src, n * 4);
-    dev_.copy(*stream_, m.data(), adam_m_.f32() + src, n * 4);
-    dev_.copy(*stream_, v.data(), adam_v_.f32() + src, n * 4);
-    stream_->synchronize();
-    STRATA_RETURN_IF_ERROR(take({at, n, master.data(), m.data(), v.data()}));
+    const int64_t n = std::min(kPieceElems, s.numel - at), off = s.offset + at;
+    if (op == IoOp::read) {
+      for (int k = 0; k < 3; ++k) dev_.copy(*stream_, host[k], device[k] + off, n * 4);
+      stream_->synchronize();
+    }
+    STRATA_RETURN_IF_ERROR(fn({at, n, master.data(), m.data(), v.data()}));
+    if (op == IoOp::write) {
+      for (int k = 0; k < 3; ++k) dev_.copy(*stream_, device[k] + off, host[k], n * 4);
+      stream_->synchronize();
+    }
   }
   return Status();
 }
 
+Status InMemoryTrainer::read_slab_pieces(int64_t slab, const SlabPieceFn& take) {
+  return slab_pieces(slab, IoOp::read, take);
+}
+
 Status InMemoryTrainer::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
+  STRATA_RETURN_IF_ERROR(slab_pieces(slab, IoOp::write, fill));
   const Slab& s = layout_.slabs.at(static_cast<size_t>(slab));
-  const auto cap = static_cast<size_t>(std::min(kPieceElems, s.numel));
-  std::vector<float> master(cap), m(cap), v(cap);  // (piece) each
-  for (int64_t at = 0; at < s.numel; at += kPieceElems) {
-    const int64_t n = std::min(kPieceElems, s.numel - at), dst = s.offset + at;
-    STRATA_RETURN_IF_ERROR(fill({at, n, master.data(), m.data(), v.data()}));
-    dev_.copy(*stream_, this->master() + dst, master.data(), n * 4);
-    dev_.copy(*stream_, adam_m_.f32() + dst, m.data(), n * 4);
-    dev_.copy(*stream_, adam_v_.f32() + dst, v.data(), n * 4);
-    stream_->synchronize();
-  }
   if (bf16_) round_working_params(s.offset, s.offset + s.numel);
   return Status();
 }

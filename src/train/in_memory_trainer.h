@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "dist/device_collectives.h"
+#include "io/io_engine.h"
 #include "model/gpt.h"
 #include "model/layout.h"
 #include "optim/lr_schedule.h"
@@ -72,6 +73,7 @@ class InMemoryTrainer final : public Trainer {
   void read_logits(float* host) const;
 
  private:
+  Status slab_pieces(int64_t slab, IoOp op, const SlabPieceFn& fn);
   InMemoryTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
   // With several ranks, the gradients summed over them: on the device with device_sum_, else
   // through a host copy (Note [Collectives on device memory]; the same bits).
