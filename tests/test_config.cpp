@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 
 #include "core/config.h"
@@ -696,6 +698,66 @@ TEST(Config, StringsMustBeUtf8WithoutNul) {
   auto back = parse_config(json::parse(config_to_json(*c).dump()));
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->data_train, "caf\xc3\xa9/\xe6\x95\xb0.bin");
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// README.md's Training section: the JSON block after its opening line, and the key table up to
+// "Unknown keys" (each row's first cell names its keys in backquotes).
+struct ReadmeConfig {
+  std::string block;
+  std::vector<std::string> table_keys;
+};
+
+ReadmeConfig readme_config() {
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/README.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const std::string opening =
+      "A config is JSON; every key is optional and overrides the embedded default, which is:\n\n"
+      "```json\n";
+  ReadmeConfig out;
+  const size_t start = text.find(opening);
+  if (start == std::string::npos) return out;
+  const size_t body = start + opening.size(), end = text.find("```\n", body);
+  out.block = text.substr(body, end - body);
+  std::istringstream rest(text.substr(end, text.find("Unknown keys", end) - end));
+  const std::regex key("`([a-z_.]+)`");
+  for (std::string line; std::getline(rest, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::string cell = line.substr(0, line.find(" |", 2));
+    for (auto it = std::sregex_iterator(cell.begin(), cell.end(), key);
+         it != std::sregex_iterator(); ++it) {
+      out.table_keys.push_back((*it)[1]);
+    }
+  }
+  return out;
+}
+
+// The README shows the embedded default (Note [The config's field table]): every key, with the
+// default's value, integers and floats as the default types them (compared as dumped JSON, in
+// which 1 and 1.0 differ).
+TEST(Config, ReadmeShowsTheEmbeddedDefault) {
+  const ReadmeConfig readme = readme_config();
+  ASSERT_FALSE(readme.block.empty()) << "README.md lost its config block";
+  const json shown = json::parse(readme.block, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(shown.is_discarded()) << "README.md's config block is not JSON:\n" << readme.block;
+  const json want = default_config_json();
+  EXPECT_EQ(shown.dump(), want.dump())
+      << "differences: " << json::diff(shown, want).dump() << "\nthe default:\n"
+      << want.dump(2);
+  // The key table names keys that exist.
+  EXPECT_FALSE(readme.table_keys.empty());
+  for (const std::string& key : readme.table_keys) {
+    std::string pointer = "/" + key;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    EXPECT_TRUE(want.contains(json::json_pointer(pointer))) << key;
+  }
 }
 
 }  // namespace

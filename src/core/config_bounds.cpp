@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
+#include "core/config_fields.h"
 #include "core/math_util.h"
 #include "core/status.h"
 
@@ -22,10 +25,10 @@ std::string power_text(int64_t bound) {
   return s;
 }
 
-Status check_in(const char* key, int64_t v, int64_t lo, int64_t hi) {
+Status check_in(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
   if (v >= lo && v <= hi) return Status::ok_status();
-  return invalid_argument(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
-                          power_text(hi) + "], got " + std::to_string(v));
+  return invalid_argument(key + " must be in [" + std::to_string(lo) + ", " + power_text(hi) +
+                          "], got " + std::to_string(v));
 }
 
 // The product of factors, or nullopt beyond int64.
@@ -77,14 +80,33 @@ std::string factors_text(std::initializer_list<std::pair<const char*, int64_t>> 
   return s + ")";
 }
 
-Status check_model_bounds(const ModelConfig& m) {
-  STRATA_RETURN_IF_ERROR(check_in("model.vocab_size", m.vocab_size, 1, kMaxVocabSize));
-  STRATA_RETURN_IF_ERROR(check_in("model.context_length", m.context_length, 1, kMaxContextLength));
-  STRATA_RETURN_IF_ERROR(check_in("model.n_embd", m.n_embd, 1, kMaxEmbd));
+// Each key's own bound, from its row (Note [The config's field table]): an integer's [min, max]
+// where it has a max, a list's length.
+Status check_field_bounds(const TrainConfig& c) {
+  return config_fields::for_each_field(
+      c, [](const std::string& key, const auto& rule, const char*, const auto& v) -> Status {
+        using Rule = std::decay_t<decltype(rule)>;
+        if constexpr (std::is_same_v<Rule, config_fields::Ints>) {
+          if (rule.max != std::numeric_limits<int64_t>::max()) {
+            return check_in(key, v, rule.min, rule.max);
+          }
+        } else if constexpr (std::is_same_v<Rule, config_fields::Paths>) {
+          if (static_cast<int64_t>(v.size()) > rule.max_count) {
+            return invalid_argument(key + " lists " + std::to_string(v.size()) +
+                                    " directories, more than " + std::to_string(rule.max_count));
+          }
+        }
+        return Status::ok_status();
+      });
+}
+
+// The bounds that are other keys, then the model's size. Every key is within its own bound by
+// now, which the sums below rely on.
+Status check_model_bounds(const TrainConfig& c) {
+  const ModelConfig& m = c.model;
   STRATA_RETURN_IF_ERROR(check_in("model.n_head", m.n_head, 1, m.n_embd));
-  STRATA_RETURN_IF_ERROR(check_in("model.n_layer", m.n_layer, 1, kMaxLayers));
   STRATA_RETURN_IF_ERROR(check_in("model.n_kv_head", m.n_kv_head, 0, m.n_head));
-  STRATA_RETURN_IF_ERROR(check_in("model.ffn_hidden", m.ffn_hidden, 0, kMaxFfnHidden));
+  STRATA_RETURN_IF_ERROR(check_in("train.seq_len", c.seq_len, 1, m.context_length));
   const int64_t C = m.n_embd;
   const auto elems = param_elems_bound(m);
   if (!elems || *elems > kMaxParameterElems) {
@@ -99,9 +121,6 @@ Status check_model_bounds(const ModelConfig& m) {
 
 Status check_step_bounds(const TrainConfig& c) {
   const int64_t B = c.batch_size, T = c.seq_len, M = c.grad_accum, L = c.model.n_layer;
-  STRATA_RETURN_IF_ERROR(check_in("train.batch_size", B, 1, kMaxTokensPerStep));
-  STRATA_RETURN_IF_ERROR(check_in("train.seq_len", T, 1, c.model.context_length));
-  STRATA_RETURN_IF_ERROR(check_in("train.grad_accum", M, 1, kMaxTokensPerStep));
   const auto tokens = product({B, T, M});
   if (!tokens || *tokens > kMaxTokensPerStep) {
     return invalid_argument(
@@ -133,11 +152,6 @@ Status check_step_bounds(const TrainConfig& c) {
                             power_text(kMaxPlanBlockMicroBatches) +
                             " (raise train.batch_size instead of train.grad_accum)");
   }
-  STRATA_RETURN_IF_ERROR(check_in("train.steps", c.steps, 0, kMaxSteps));
-  STRATA_RETURN_IF_ERROR(check_in("train.eval_every", c.eval_every, 0, kMaxSteps));
-  STRATA_RETURN_IF_ERROR(check_in("train.sample_every", c.sample_every, 0, kMaxSteps));
-  STRATA_RETURN_IF_ERROR(check_in("train.sample_tokens", c.sample_tokens, 1, kMaxSampleTokens));
-  STRATA_RETURN_IF_ERROR(check_in("train.eval_batches", c.eval_batches, 1, kMaxEvalBatches));
   const auto eval_bytes = product({c.eval_batches, B, T, C, 4});
   if (!eval_bytes || *eval_bytes > kMaxStepActivationBytes) {
     return invalid_argument("the evaluation's residuals " +
@@ -148,27 +162,15 @@ Status check_step_bounds(const TrainConfig& c) {
                             " x 4 bytes exceed the bound of " +
                             power_text(kMaxStepActivationBytes) + " bytes");
   }
-  return check_in("optim.warmup_steps", c.optim.warmup_steps, 0, kMaxSteps);
-}
-
-Status check_io_bounds(const IoConfig& io) {
-  STRATA_RETURN_IF_ERROR(check_in("io.queue_depth", io.queue_depth, 1, kMaxIoQueueDepth));
-  STRATA_RETURN_IF_ERROR(check_in("io.workers", io.workers, 1, kMaxIoWorkers));
-  STRATA_RETURN_IF_ERROR(check_in("io.block_size", io.block_size, 4096, kMaxIoBlockBytes));
-  STRATA_RETURN_IF_ERROR(check_in("io.stripe_unit", io.stripe_unit, 4096, kMaxIoBlockBytes));
-  if (static_cast<int64_t>(io.dirs.size()) > kMaxIoDirs) {
-    return invalid_argument("io.dirs lists " + std::to_string(io.dirs.size()) +
-                            " directories, more than " + std::to_string(kMaxIoDirs));
-  }
   return Status::ok_status();
 }
 
 }  // namespace
 
 Status check_config_bounds(const TrainConfig& c) {
-  STRATA_RETURN_IF_ERROR(check_model_bounds(c.model));
-  STRATA_RETURN_IF_ERROR(check_step_bounds(c));
-  return check_io_bounds(c.io);
+  STRATA_RETURN_IF_ERROR(check_field_bounds(c));
+  STRATA_RETURN_IF_ERROR(check_model_bounds(c));
+  return check_step_bounds(c);
 }
 
 }  // namespace strata

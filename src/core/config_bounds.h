@@ -10,7 +10,8 @@
 // never a wrapped size, an abort, or an allocation of a size the user chose (`train.grad_accum =
 // 2^62` used to wrap to "0 tokens/step" and crash; 2^40 died of bad_alloc).
 //
-// The bounds (values in the constants below):
+// The bounds (values in the constants below; a key's own bound is its row's rule, Note [The
+// config's field table] in core/config.h):
 //  - model.vocab_size <= 65536: tokens are uint16 on disk;
 //  - model.context_length, model.n_embd <= 2^16; model.n_layer <= 4096;
 //  - parameter elements (the layout, padding included) <= 2^40: params, grads, m and v in f32
