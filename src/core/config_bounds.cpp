@@ -100,13 +100,11 @@ Status check_field_bounds(const TrainConfig& c) {
       });
 }
 
-// The bounds that are other keys, then the model's size. Every key is within its own bound by
-// now, which the sums below rely on.
-Status check_model_bounds(const TrainConfig& c) {
-  const ModelConfig& m = c.model;
+// After check_field_bounds, which the sums here and below rely on: the bounds that are other
+// keys, then the sizes.
+Status check_model_bounds(const ModelConfig& m) {
   STRATA_RETURN_IF_ERROR(check_in("model.n_head", m.n_head, 1, m.n_embd));
   STRATA_RETURN_IF_ERROR(check_in("model.n_kv_head", m.n_kv_head, 0, m.n_head));
-  STRATA_RETURN_IF_ERROR(check_in("train.seq_len", c.seq_len, 1, m.context_length));
   const int64_t C = m.n_embd;
   const auto elems = param_elems_bound(m);
   if (!elems || *elems > kMaxParameterElems) {
@@ -121,6 +119,7 @@ Status check_model_bounds(const TrainConfig& c) {
 
 Status check_step_bounds(const TrainConfig& c) {
   const int64_t B = c.batch_size, T = c.seq_len, M = c.grad_accum, L = c.model.n_layer;
+  STRATA_RETURN_IF_ERROR(check_in("train.seq_len", T, 1, c.model.context_length));
   const auto tokens = product({B, T, M});
   if (!tokens || *tokens > kMaxTokensPerStep) {
     return invalid_argument(
@@ -169,7 +168,7 @@ Status check_step_bounds(const TrainConfig& c) {
 
 Status check_config_bounds(const TrainConfig& c) {
   STRATA_RETURN_IF_ERROR(check_field_bounds(c));
-  STRATA_RETURN_IF_ERROR(check_model_bounds(c));
+  STRATA_RETURN_IF_ERROR(check_model_bounds(c.model));
   return check_step_bounds(c);
 }
 
