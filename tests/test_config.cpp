@@ -707,7 +707,7 @@ namespace strata {
 namespace {
 
 // README.md's Training section: the JSON block after its opening line, and the key table up to
-// "Unknown keys" (each row's first cell names its keys in backquotes).
+// the end of its section (each row's first cell names its keys in backquotes).
 struct ReadmeConfig {
   std::string block;
   std::vector<std::string> table_keys;
@@ -726,7 +726,7 @@ ReadmeConfig readme_config() {
   if (start == std::string::npos) return out;
   const size_t body = start + opening.size(), end = text.find("```\n", body);
   out.block = text.substr(body, end - body);
-  std::istringstream rest(text.substr(end, text.find("Unknown keys", end) - end));
+  std::istringstream rest(text.substr(end, text.find("\n## ", end) - end));  // the section's rest
   const std::regex key("`([a-z_.]+)`");
   for (std::string line; std::getline(rest, line);) {
     if (line.rfind("| `", 0) != 0) continue;
