@@ -207,7 +207,7 @@ struct ActivationConfig {
 // schedules move only each rank's shards between host and device, Note [ZeRO-3 on the device]
 // in sched/schedule_spec.h); "auto" on the device where the build and the machine allow (NCCL
 // built, a GPU per rank), but for the offloaded schedules on the CPU devices (no gain there),
-// else on the host (wants_device_collectives in train/trainer.h). The bits are the same.
+// else on the host (wants_device_collectives in train/offload_spec.h). The bits are the same.
 #define STRATA_TOP_FIELDS(X)                                                                     \
   X(DeviceKind, device, DeviceKind::cpu, Any(), "where compute runs: cpu, cuda or cpu-discrete") \
   X(CollectivesPlace, collectives, CollectivesPlace::automatic, Any(),                           \

@@ -61,7 +61,6 @@ class OffloadState {
   Status initialize();
 
   SlotMemory& slot(const std::string& name) const { return *memory_.at(name); }
-  bool has_slot(const std::string& name) const { return memory_.count(name) != 0; }
   const std::unordered_map<std::string, std::unique_ptr<SlotMemory>>& slots() const {
     return memory_;
   }
