@@ -29,3 +29,18 @@ grep -q "trained 40 steps" "$work/log.txt"
 python3 -c "print('the cat sat on the mat. ' * 400)" >"$work/text.txt"
 "$STRATA_BIN" prepare --in "$work/text.txt" --out "$work/text.bin"
 "$STRATA_BIN" train "${small[@]}" --set train.steps=3 --set data.train="$work/text.bin" --quiet
+
+# `strata COMMAND --help` (or -h) prints that command's usage on stdout and exits 0, for every
+# command; the error for an unknown flag points there.
+for cmd in train prepare bench-io report sample export gather plan profile; do
+  for flag in --help -h; do
+    out=$("$STRATA_BIN" "$cmd" "$flag") || { echo "FAIL: strata $cmd $flag exited $?" >&2; exit 1; }
+    head -1 <<<"$out" | grep -qx "usage: strata $cmd \[flags\]" ||
+      { echo "FAIL: strata $cmd $flag: $(head -1 <<<"$out")" >&2; exit 1; }
+    grep -q "^  $cmd " <<<"$out" || { echo "FAIL: strata $cmd $flag lacks its usage" >&2; exit 1; }
+  done
+done
+err=$("$STRATA_BIN" train --no-such-flag 2>&1) && { echo "FAIL: an unknown flag ran" >&2; exit 1; }
+grep -q "see strata train --help" <<<"$err" ||
+  { echo "FAIL: an unknown flag's error does not point at --help: $err" >&2; exit 1; }
+echo "ok: every command's --help"

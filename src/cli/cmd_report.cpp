@@ -56,7 +56,7 @@ int cmd_report(const std::vector<std::string>& args) {
   // The metrics file may come first, bare: strata report run.jsonl --out report.html
   std::vector<std::string> flags = args;
   std::string metrics;
-  if (!flags.empty() && flags.front().rfind("--", 0) != 0) {
+  if (!flags.empty() && flags.front().rfind("-", 0) != 0) {  // not a flag, nor -h
     metrics = flags.front();
     flags.erase(flags.begin());
   }

@@ -5,57 +5,10 @@
 
 #include "cli/commands.h"
 
-namespace {
-
-const char* kUsage =
-    "usage: strata <command> [flags]\n"
-    "\n"
-    "commands:\n"
-    "  train     train a model (bare: a tiny byte-level GPT on a built-in corpus, ~1 minute)\n"
-    "            --config FILE  --set key=value ...  --device cpu|cuda|cpu-discrete\n"
-    "            --metrics FILE  --trace FILE  --report FILE.html (needs --metrics)  --quiet\n"
-    "            --save-every N --checkpoint-dir DIR [--keep K] [--save-sync]  --resume DIR\n"
-    "            --auto --profile HW.json (the planner picks schedule, B x M, placement, alpha)\n"
-    "            --profile HW.json alone: optim.alpha \"auto\" is simulated with it\n"
-    "            --init-from HF_DIR (start from a Hugging Face GPT-2 or Llama: config + weights)\n"
-    "  prepare   turn a text file into tokens (llm.c .bin: uint16, or uint32 over 65536 ids)\n"
-    "            --in TEXT --out FILE.bin  --tokenizer byte (default) | tokenizer.json | x.model\n"
-    "            | DIR  --special-tokens (match a tokenizer.json's added tokens in the text)\n"
-    "  bench-io  measure the storage engine on one file\n"
-    "            --dir DIR | --file PATH  --size 1G --block 1M --qd 32 --op read|write\n"
-    "            --pattern seq|rand --engine auto|uring|posix --workers N --buffered\n"
-    "            --config FILE --set io.read_bytes_per_s=... (the config's io section)\n"
-    "  report    a run's metrics (and trace) as one HTML page of charts\n"
-    "            METRICS.jsonl  --trace TRACE.json  --out report.html\n"
-    "  sample    generate text from a checkpoint (blocks read from it one at a time)\n"
-    "            --checkpoint DIR  --prompt TEXT | --prompt-tokens \"1 2 3\"  --tokens N\n"
-    "            --temperature T (0: greedy)  --top-k K  --seed S  --print-tokens\n"
-    "            --tokenizer byte (default) | tokenizer.json | x.model  (--prompt in, text out)\n"
-    "            --no-kv-cache (recompute the window for every token, for comparison)\n"
-    "            --resident-bytes SIZE (keep the blocks' weights when they fit in SIZE; default\n"
-    "            half the available memory; 0: read every block for every token)\n"
-    "  export    write a checkpoint's weights as a Hugging Face GPT-2 or Llama (+ config.json)\n"
-    "            --checkpoint DIR (a step-* directory, or a root: its newest)\n"
-    "            --out FILE.safetensors | DIR/ (DIR/model.safetensors)  [--shard-size 2GB]:\n"
-    "            weights over the shard size go to BASE-00001-of-0000N.safetensors ... and\n"
-    "            BASE.safetensors.index.json beside FILE (Hugging Face's layout)\n"
-    "  gather    the ordinary checkpoint of one written by several ranks (their shards)\n"
-    "            --checkpoint DIR (a step-* directory, or a root: its newest)  --out ROOT\n"
-    "            (writes ROOT/step-N; export and sample gather by themselves)\n"
-    "  plan      predict a run and choose its configuration (docs/design.md §7, docs/planner.md)\n"
-    "            --profile HW.json  --model PRESET | --config FILE --set ...  --simulate\n"
-    "            --sequences N  --schedule S  --json  --trace FILE  --sweep N,N,...\n"
-    "            --max-micro-batch B  --ranks N (data-parallel ranks: tokens/s of all N)\n"
-    "  profile   measure this machine and write a hardware profile\n"
-    "            --out HW.json  --dir DIR ...  [--config FILE --set ... | --model PRESET]\n"
-    "  help      this text\n";
-
-}  // namespace
-
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    std::fputs(strata::cli::usage_text(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string command = args[0];
