@@ -25,14 +25,20 @@ struct Any {};
 // An integer. parse_config refuses one below min ("must be positive" for 1, "must be >= min"
 // otherwise) or, with a unit, one that is not a positive multiple of it; check_config_bounds
 // refuses one outside [min, max] where max is given (Note [Config bounds]).
+// (Constructors, not aggregates: clang 14 has no parenthesised aggregate initialisation.)
 struct Ints {
-  int64_t min = std::numeric_limits<int64_t>::min();
-  int64_t max = std::numeric_limits<int64_t>::max();
-  int64_t unit = 1;
+  constexpr Ints(int64_t min_value = std::numeric_limits<int64_t>::min(),
+                 int64_t max_value = std::numeric_limits<int64_t>::max(), int64_t unit_value = 1)
+      : min(min_value), max(max_value), unit(unit_value) {}
+  int64_t min;
+  int64_t max;
+  int64_t unit;
 };
 
 // A float, finite as a float and within an interval whose ends are '[' or '(' and ']' or ')'.
 struct Interval {
+  constexpr Interval(char open_end, float low, float high, char close_end)
+      : open(open_end), lo(low), hi(high), close(close_end) {}
   char open;
   float lo, hi;
   char close;
@@ -43,11 +49,13 @@ struct Fraction {};
 
 // A string; given must_be, an empty one is refused as "<key> must be <must_be>, got \"\"".
 struct Text {
-  const char* must_be = nullptr;
+  constexpr explicit Text(const char* must_be_what = nullptr) : must_be(must_be_what) {}
+  const char* must_be;
 };
 
 // A list of non-empty paths, at most max_count of them (Note [Config bounds]).
 struct Paths {
+  constexpr explicit Paths(int64_t max) : max_count(max) {}
   int64_t max_count;
 };
 
