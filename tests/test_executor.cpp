@@ -46,6 +46,7 @@ Result<ExecutionReport> run_guarded(const Plan& plan, const std::vector<TaskActi
   return future.get();
 }
 
+using test::kind_on;
 using test::make_task;
 
 // What actions write: one line per start and per end, in the order they happened.
@@ -74,7 +75,7 @@ Plan random_cross_plan(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<Task> gen(n);
   for (int g = 0; g < n; ++g) {
-    gen[g].resource = static_cast<Resource>(g < kResourceCount ? g : rng() % kResourceCount);
+    gen[g].kind = kind_on(static_cast<Resource>(g < kResourceCount ? g : rng() % kResourceCount));
     gen[g].label = "t" + std::to_string(g);
     const int ndeps = g == 0 ? 0 : static_cast<int>(rng() % 3);
     for (int k = 0; k < ndeps; ++k) gen[g].deps.push_back(static_cast<int32_t>(rng() % g));
@@ -82,7 +83,7 @@ Plan random_cross_plan(int n, uint64_t seed) {
   std::vector<int32_t> order(n);
   for (int g = 0; g < n; ++g) order[g] = g;
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return gen[a].resource > gen[b].resource;  // cpu_optim first: deps point forward often
+    return gen[a].resource() > gen[b].resource();  // cpu_optim first: deps point forward often
   });
   std::vector<int32_t> index_of(n);
   for (int i = 0; i < n; ++i) index_of[order[i]] = i;
@@ -276,7 +277,7 @@ TEST(executor, BusyTimeAndWallTime) {
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   std::array<double, kResourceCount> enforced_sum{}, measured_sum{}, timing_sum{};
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    const int r = static_cast<int>(plan.tasks[i].resource);
+    const int r = static_cast<int>(plan.tasks[i].resource());
     enforced_sum[r] += enforced[i];
     measured_sum[r] += measured[i];
     timing_sum[r] += report->timings[i].end_s - report->timings[i].start_s;
@@ -330,7 +331,7 @@ TEST(executor, TraceJson) {
     const int i = e["args"]["task"];
     const Task& t = plan.tasks[i];
     EXPECT_EQ(e["name"], t.label);
-    EXPECT_EQ(e["tid"], static_cast<int>(t.resource));
+    EXPECT_EQ(e["tid"], static_cast<int>(t.resource()));
     EXPECT_EQ(e["args"]["block"], t.block);
     EXPECT_EQ(e["args"]["micro_batch"], t.micro_batch);
     EXPECT_EQ(e["args"]["bytes"], t.bytes);

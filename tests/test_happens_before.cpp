@@ -98,8 +98,8 @@ TEST(plan_happens_before, RefusesEdgesThatAreNotTaskIndices) {
   plan.tasks[3].deps = {3};
   EXPECT_TRUE(refused(plan, "plan: task 'd' (h2d) depends on itself"));
   plan = small_plan();
-  plan.tasks[4].resource = static_cast<Resource>(kResourceCount);
-  EXPECT_TRUE(refused(plan, "plan: task #4 'e' has an unknown resource"));
+  plan.tasks[4].kind = static_cast<TaskKind>(kTaskKindCount);  // so no queue
+  EXPECT_TRUE(refused(plan, "plan: task #4 'e' has an unknown kind, so no queue"));
 
   Plan cycle;
   cycle.add_task(make_task(Resource::compute, "x", {1}));
@@ -131,7 +131,7 @@ TEST(plan_happens_before, RandomPlansMatchTheNote) {
     for (int32_t t = 0; t < n; ++t) {
       std::vector<int32_t> expected;
       for (int32_t p = t - 1; p >= 0; --p) {
-        if (plan.tasks[p].resource == plan.tasks[t].resource) {
+        if (plan.tasks[p].resource() == plan.tasks[t].resource()) {
           expected.push_back(p);
           break;
         }

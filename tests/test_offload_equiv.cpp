@@ -31,11 +31,11 @@
 #include "core/dtype.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
+#include "sched/plan_checker.h"
+#include "test_util.h"
 #include "train/in_memory_trainer.h"
 #include "train/offload_trainer.h"
-#include "sched/plan_checker.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -373,7 +373,7 @@ TEST_P(SpeculationExact, ClipsOnSomeSteps) {
 // A non-finite gradient on step 4: the speculative step is undone and the step skipped, exactly
 // as alpha 1 skips it.
 TEST_P(SpeculationExact, NonFiniteGradientIsSkipped) {
-  const auto poison = [](OffloadTrainer& t) { t.poison_gradient_for_test(4, 1); };
+  const auto poison = [](OffloadTrainer& t) { t.actions().poison_gradient_for_test(4, 1); };
   const auto [spec, exact] =
       spec_against_exact(GetParam(), 1.0f, Speculation::on, "nonfinite", poison);
   expect_bit_identical(spec, exact, "speculation, non-finite gradient at step 4");

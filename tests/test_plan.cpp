@@ -13,6 +13,7 @@
 #include "sched/happens_before.h"
 #include "sched/plan.h"
 #include "sched/plan_checker.h"
+#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -61,16 +62,14 @@ Pipeline make_pipeline(const PipelineShape& s) {
     const std::string blk = "blk." + std::to_string(l);
     int32_t src = store[l];
     if (s.staged) {
-      Task t{.kind = TaskKind::params_fetch,
-             .resource = Resource::storage_read,
-             .label = "read " + blk};
+      Task t{.kind = TaskKind::params_read, .label = "read " + blk};
       t.block = l;
       t.uses = {slot_read(store[l]), slot_write(stage[k])};
       if (l >= s.buffers) t.deps.push_back(p.fetch[l - s.buffers]);  // stage buffer free
       p.read.push_back(plan.add_task(t));
       src = stage[k];
     }
-    Task f{.kind = TaskKind::params_fetch, .resource = Resource::h2d, .label = "fetch " + blk};
+    Task f{.kind = TaskKind::params_fetch, .label = "fetch " + blk};
     f.block = l;
     f.bytes = P;
     f.uses = {slot_read(src), slot_write(buf[k])};
@@ -81,13 +80,11 @@ Pipeline make_pipeline(const PipelineShape& s) {
       const int m = (s.snake && l % 2 == 1) ? s.micro_batches - 1 - i : i;
       const std::string mb = " mb." + std::to_string(m);
       const int32_t ck = plan.add_slot("ckpt." + blk + mb.substr(1), Tier::host, A);
-      Task c{.kind = TaskKind::ckpt_write, .resource = Resource::d2h, .label = "ckpt " + blk + mb};
+      Task c{.kind = TaskKind::ckpt_write, .label = "ckpt " + blk + mb};
       c.uses = {slot_read(act[m]), slot_write(ck)};
       if (l > 0) c.deps.push_back(p.fwd[l - 1][m]);  // the input is the previous block's output
       p.ckpt[l][m] = plan.add_task(c);
-      Task t{.kind = TaskKind::block_forward,
-             .resource = Resource::compute,
-             .label = "fwd " + blk + mb};
+      Task t{.kind = TaskKind::block_forward, .label = "fwd " + blk + mb};
       t.block = l;
       t.micro_batch = m;
       t.flops = 1e9;
@@ -182,11 +179,11 @@ struct AutoDeps {
     readers.emplace_back();
     return plan.add_slot(name, tier, bytes, init);
   }
-  int32_t task(TaskKind kind, Resource r, const std::string& label, std::vector<SlotUse> uses) {
-    Task t{.kind = kind, .resource = r, .label = label};
+  int32_t task(TaskKind kind, const std::string& label, std::vector<SlotUse> uses) {
+    Task t{.kind = kind, .label = label};
     t.uses = std::move(uses);
     auto dep = [&](int32_t d) {
-      if (d >= 0 && plan.tasks[d].resource != r &&
+      if (d >= 0 && plan.tasks[d].resource() != t.resource() &&
           std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end()) {
         t.deps.push_back(d);
       }
@@ -234,32 +231,30 @@ TEST(plan_checker, AcceptsHorizontalToyPlan) {
     gdev.push_back(b.slot("grad.buf" + std::to_string(k), Tier::device, 64 * kMiB));
   }
   for (int l = 0; l < L; ++l) {
-    b.task(TaskKind::grad_zero, Resource::cpu_optim, "zero grad " + tag(l), {slot_write(ghost[l])});
+    b.task(TaskKind::grad_accumulate, "zero grad " + tag(l), {slot_write(ghost[l])});
   }
   int fetches = 0, grads = 0;
   for (int m = 0; m < M; ++m) {
     for (int l = 0; l < L; ++l) {
       int32_t k = buf[fetches++ % 2];
-      b.task(TaskKind::params_fetch, Resource::h2d, "fetch " + tag(l, m),
-             {slot_read(params[l]), slot_write(k)});
-      b.task(TaskKind::block_forward, Resource::compute, "fwd " + tag(l, m),
+      b.task(TaskKind::params_fetch, "fetch " + tag(l, m), {slot_read(params[l]), slot_write(k)});
+      b.task(TaskKind::block_forward, "fwd " + tag(l, m),
              {slot_read(k), slot_read(l == 0 ? x : act[l - 1]), slot_write(act[l])});
     }
-    b.task(TaskKind::head_loss, Resource::compute, "loss " + tag(L - 1, m),
-           {slot_read(act[L - 1]), slot_write(dx)});
+    b.task(TaskKind::head_loss, "loss " + tag(L - 1, m), {slot_read(act[L - 1]), slot_write(dx)});
     for (int l = L - 1; l >= 0; --l) {
       int32_t k = buf[fetches++ % 2], g = gdev[grads++ % 2];
-      b.task(TaskKind::params_fetch, Resource::h2d, "fetch bwd " + tag(l, m),
+      b.task(TaskKind::params_fetch, "fetch bwd " + tag(l, m),
              {slot_read(params[l]), slot_write(k)});
-      b.task(TaskKind::block_backward, Resource::compute, "bwd " + tag(l, m),
+      b.task(TaskKind::block_backward, "bwd " + tag(l, m),
              {slot_read(k), slot_read(l == 0 ? x : act[l - 1]), slot_read(dx), slot_write(dx),
               slot_write(g)});
-      b.task(TaskKind::ckpt_write, Resource::d2h, "grad " + tag(l, m),
+      b.task(TaskKind::ckpt_write, "grad " + tag(l, m),
              {slot_read(g), slot_read(ghost[l]), slot_write(ghost[l])});
     }
   }
   for (int l = L - 1; l >= 0; --l) {
-    b.task(TaskKind::block_step, Resource::cpu_optim, "step " + tag(l),
+    b.task(TaskKind::block_step, "step " + tag(l),
            {slot_read(ghost[l]), slot_read(state[l]), slot_write(state[l]), slot_read(params[l]),
             slot_write(params[l])});
   }
@@ -306,48 +301,42 @@ TEST(plan_checker, AcceptsVerticalToyPlan) {
   int fetches = 0, loads = 0;
   for (int l = 0; l < L; ++l) {  // forward; the last block also does loss and backward
     int32_t k = buf[fetches++ % 2];
-    b.task(TaskKind::params_fetch, Resource::h2d, "fetch " + tag(l),
-           {slot_read(params[l]), slot_write(k)});
-    if (l == L - 1)
-      b.task(TaskKind::grad_zero, Resource::compute, "zero grad " + tag(l),
-             {slot_write(gacc[l % 2])});
+    b.task(TaskKind::params_fetch, "fetch " + tag(l), {slot_read(params[l]), slot_write(k)});
+    if (l == L - 1) b.task(TaskKind::grad_zero, "zero grad " + tag(l), {slot_write(gacc[l % 2])});
     for (int m : order(l)) {
-      b.task(TaskKind::ckpt_write, Resource::d2h, "ckpt " + tag(l, m),
+      b.task(TaskKind::ckpt_write, "ckpt " + tag(l, m),
              {slot_read(act[m]), slot_write(ckpt[l][m])});
       if (l < L - 1) {
-        b.task(TaskKind::block_forward, Resource::compute, "fwd " + tag(l, m),
+        b.task(TaskKind::block_forward, "fwd " + tag(l, m),
                {slot_read(k), slot_read(act[m]), slot_write(act[m])});
       } else {
-        b.task(TaskKind::head_loss, Resource::compute, "fwd+loss+bwd " + tag(l, m),
+        b.task(TaskKind::head_loss, "fwd+loss+bwd " + tag(l, m),
                {slot_read(k), slot_read(act[m]), slot_write(dact[m]), slot_read(gacc[l % 2]),
                 slot_write(gacc[l % 2])});
       }
     }
     if (l == L - 1) {
-      b.task(TaskKind::ckpt_write, Resource::d2h, "grad " + tag(l),
+      b.task(TaskKind::ckpt_write, "grad " + tag(l),
              {slot_read(gacc[l % 2]), slot_write(ghost[l])});
     }
   }
   for (int l = L - 2; l >= 0; --l) {  // backward
     int32_t k = buf[fetches++ % 2];
-    b.task(TaskKind::params_fetch, Resource::h2d, "fetch bwd " + tag(l),
-           {slot_read(params[l]), slot_write(k)});
-    b.task(TaskKind::grad_zero, Resource::compute, "zero grad " + tag(l),
-           {slot_write(gacc[l % 2])});
+    b.task(TaskKind::params_fetch, "fetch bwd " + tag(l), {slot_read(params[l]), slot_write(k)});
+    b.task(TaskKind::grad_zero, "zero grad " + tag(l), {slot_write(gacc[l % 2])});
     for (int m : order(l + 1)) {  // snake: continue from the micro-batch the last block ended on
       int32_t c = cbuf[loads++ % 2];
-      b.task(TaskKind::params_fetch, Resource::h2d, "load ckpt " + tag(l, m),
+      b.task(TaskKind::params_fetch, "load ckpt " + tag(l, m),
              {slot_read(ckpt[l][m]), slot_write(c)});
-      b.task(TaskKind::block_backward, Resource::compute, "bwd " + tag(l, m),
+      b.task(TaskKind::block_backward, "bwd " + tag(l, m),
              {slot_read(k), slot_read(c), slot_read(dact[m]), slot_write(dact[m]),
               slot_read(gacc[l % 2]), slot_write(gacc[l % 2])});
     }
-    b.task(TaskKind::ckpt_write, Resource::d2h, "grad " + tag(l),
-           {slot_read(gacc[l % 2]), slot_write(ghost[l])});
-    b.task(TaskKind::block_step, Resource::cpu_optim, "step " + tag(l + 1),
+    b.task(TaskKind::ckpt_write, "grad " + tag(l), {slot_read(gacc[l % 2]), slot_write(ghost[l])});
+    b.task(TaskKind::block_step, "step " + tag(l + 1),
            {slot_read(ghost[l + 1]), slot_read(params[l + 1]), slot_write(params[l + 1])});
   }
-  b.task(TaskKind::block_step, Resource::cpu_optim, "step " + tag(0),
+  b.task(TaskKind::block_step, "step " + tag(0),
          {slot_read(ghost[0]), slot_read(params[0]), slot_write(params[0])});
   Status st = check_plan(b.plan, {.device = kGiB});
   EXPECT_TRUE(st.ok()) << st.to_string();
@@ -420,8 +409,8 @@ TEST(plan_checker, RejectsDependencyCycle) {
 
 TEST(plan_checker, RejectsDepsThatContradictQueueOrder) {
   Plan plan;
-  int32_t a = plan.add_task({.resource = Resource::h2d, .label = "a"});
-  int32_t b = plan.add_task({.resource = Resource::h2d, .label = "b"});
+  int32_t a = plan.add_task({.kind = TaskKind::params_fetch, .label = "a"});
+  int32_t b = plan.add_task({.kind = TaskKind::params_fetch, .label = "b"});
   plan.tasks[a].deps.push_back(b);
   expect_rejected(plan, {},
                   {"dependency cycle of 2 tasks", "'a' (h2d) -[queue]-> 'b' (h2d) -> 'a' (h2d)"});
@@ -443,34 +432,21 @@ TEST(plan_checker, RejectsBadIndices) {
 TEST(plan_checker, AcceptsOrderingByQueueOrderAlone) {
   Plan plan;
   int32_t s = plan.add_slot("buf", Tier::device, 16);
-  plan.add_task({.kind = TaskKind::params_fetch,
-                 .resource = Resource::h2d,
-                 .label = "w1",
-                 .uses = {slot_write(s)}});
-  plan.add_task(
-      {.kind = TaskKind::block_forward, .resource = Resource::compute, .label = "unrelated"});
-  plan.add_task({.kind = TaskKind::params_fetch,
-                 .resource = Resource::h2d,
-                 .label = "r",
-                 .uses = {slot_read(s)}});
-  plan.add_task({.kind = TaskKind::params_fetch,
-                 .resource = Resource::h2d,
-                 .label = "w2",
-                 .uses = {slot_write(s)}});
+  plan.add_task({.kind = TaskKind::params_fetch, .label = "w1", .uses = {slot_write(s)}});
+  plan.add_task({.kind = TaskKind::block_forward, .label = "unrelated"});
+  plan.add_task({.kind = TaskKind::params_fetch, .label = "r", .uses = {slot_read(s)}});
+  plan.add_task({.kind = TaskKind::params_fetch, .label = "w2", .uses = {slot_write(s)}});
   Status st = check_plan(plan, {});
   EXPECT_TRUE(st.ok()) << st.to_string();
   // The same tasks on two queues with no deps race.
-  plan.tasks[2].resource = Resource::d2h;
+  plan.tasks[2].kind = TaskKind::grad_out;  // the d2h queue
   expect_rejected(plan, {}, {"task 'r' (d2h) reads slot 'buf' but no write of it happens before"});
 }
 
 TEST(plan_checker, InitializedSlotNeedsNoWriter) {
   Plan plan;
   int32_t s = plan.add_slot("params.store.blk0", Tier::storage, 16, true);
-  plan.add_task({.kind = TaskKind::params_fetch,
-                 .resource = Resource::storage_read,
-                 .label = "read",
-                 .uses = {slot_read(s)}});
+  plan.add_task({.kind = TaskKind::params_read, .label = "read", .uses = {slot_read(s)}});
   Status st = check_plan(plan, {});
   EXPECT_TRUE(st.ok()) << st.to_string();
   plan.slots[s].initialized = false;
@@ -480,10 +456,7 @@ TEST(plan_checker, InitializedSlotNeedsNoWriter) {
        "before (nothing writes it and it is not marked initialized)"});
   // Initial data still races with an unordered write-back.
   plan.slots[s].initialized = true;
-  plan.add_task({.kind = TaskKind::ckpt_write,
-                 .resource = Resource::storage_write,
-                 .label = "write back",
-                 .uses = {slot_write(s)}});
+  plan.add_task({.kind = TaskKind::params_write, .label = "write back", .uses = {slot_write(s)}});
   expect_rejected(plan, {},
                   {"'write back' (storage_write) writes slot 'params.store.blk0' while 'read' "
                    "(storage_read) may still read it"});
@@ -553,7 +526,7 @@ TEST(plan_checker, RandomPlansAgreeWithReference) {
     for (int s = 0; s < slots; ++s)
       plan.add_slot(std::string("s").append(std::to_string(s)), Tier::host, 8, rng() % 3 == 0);
     for (int t = 0; t < tasks; ++t) {
-      Task task{.resource = static_cast<Resource>(rng() % 3),
+      Task task{.kind = test::kind_on(static_cast<Resource>(rng() % 3)),
                 .label = std::string("t").append(std::to_string(t))};
       for (int d = 0; d < t; ++d) {
         if (rng() % 3 == 0) task.deps.push_back(d);

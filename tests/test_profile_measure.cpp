@@ -122,10 +122,9 @@ TEST(ProfileMeasure, MachineLoadFromProcStat) {
 
 // ---- Pooling the runs (planner/profile_pool.h) -------------------------------------------------
 
-Task timed_task(TaskKind kind, Resource r, int64_t bytes = 0, int32_t block = 0) {
+Task timed_task(TaskKind kind, int64_t bytes = 0, int32_t block = 0) {
   Task t;
   t.kind = kind;
-  t.resource = r;
   t.bytes = bytes;
   t.block = block;
   return t;
@@ -165,38 +164,38 @@ ProfileRunTimings made_up_run(ProfileRunKind kind, int64_t B, const std::vector<
 
 TEST(ProfilePool, EachTaskKindHasItsClass) {
   using enum TaskKind;
-  EXPECT_EQ(timing_class(timed_task(block_forward, Resource::compute)), TimingClass::fwd);
-  Task bwd = timed_task(block_backward, Resource::compute);
+  EXPECT_EQ(timing_class(timed_task(block_forward)), TimingClass::fwd);
+  Task bwd = timed_task(block_backward);
   EXPECT_EQ(timing_class(bwd), TimingClass::bwd);
   bwd.fused = true;  // no recompute in it: a class of its own
   EXPECT_EQ(timing_class(bwd), TimingClass::fused_bwd);
-  EXPECT_EQ(timing_class(timed_task(head_loss, Resource::compute)), TimingClass::head);
-  EXPECT_EQ(timing_class(timed_task(embed_forward, Resource::compute)), TimingClass::embed);
-  EXPECT_EQ(timing_class(timed_task(embed_backward, Resource::compute)), TimingClass::embed);
-  EXPECT_EQ(timing_class(timed_task(grad_zero, Resource::compute)), TimingClass::zero);
+  EXPECT_EQ(timing_class(timed_task(head_loss)), TimingClass::head);
+  EXPECT_EQ(timing_class(timed_task(embed_forward)), TimingClass::embed);
+  EXPECT_EQ(timing_class(timed_task(embed_backward)), TimingClass::embed);
+  EXPECT_EQ(timing_class(timed_task(grad_zero)), TimingClass::zero);
   // The embed group's gradient is too small to time.
-  EXPECT_EQ(timing_class(timed_task(grad_zero, Resource::compute, 0, -1)), std::nullopt);
-  EXPECT_EQ(timing_class(timed_task(block_step, Resource::cpu_optim)), TimingClass::step);
-  EXPECT_EQ(timing_class(timed_task(embed_step, Resource::cpu_optim)), TimingClass::step);
-  EXPECT_EQ(timing_class(timed_task(grad_accumulate, Resource::cpu_optim)), TimingClass::reduce);
-  EXPECT_EQ(timing_class(timed_task(grad_sumsq, Resource::cpu_optim)), TimingClass::reduce);
+  EXPECT_EQ(timing_class(timed_task(grad_zero, 0, -1)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(block_step)), TimingClass::step);
+  EXPECT_EQ(timing_class(timed_task(embed_step)), TimingClass::step);
+  EXPECT_EQ(timing_class(timed_task(grad_accumulate)), TimingClass::reduce);
+  EXPECT_EQ(timing_class(timed_task(grad_sumsq)), TimingClass::reduce);
   // Transfers by their link, when they move anything; storage is measured apart.
-  EXPECT_EQ(timing_class(timed_task(params_fetch, Resource::h2d, 64)), TimingClass::h2d);
-  EXPECT_EQ(timing_class(timed_task(params_fetch, Resource::h2d, 0)), std::nullopt);
-  EXPECT_EQ(timing_class(timed_task(grad_out, Resource::d2h, 64)), TimingClass::d2h);
-  EXPECT_EQ(timing_class(timed_task(params_read, Resource::storage_read, 64)), std::nullopt);
-  EXPECT_EQ(timing_class(timed_task(grad_norm, Resource::cpu_optim)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(params_fetch, 64)), TimingClass::h2d);
+  EXPECT_EQ(timing_class(timed_task(params_fetch, 0)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(grad_out, 64)), TimingClass::d2h);
+  EXPECT_EQ(timing_class(timed_task(params_read, 64)), std::nullopt);
+  EXPECT_EQ(timing_class(timed_task(grad_norm)), std::nullopt);
 }
 
 TEST(ProfilePool, ATimingIsSecondsOrARate) {
   ProfileRunTimings r;
   r.spec = made_up_spec();
   const int32_t grad = r.plan.add_slot("grad", Tier::device, 1000);
-  Task zero = timed_task(TaskKind::grad_zero, Resource::compute);
+  Task zero = timed_task(TaskKind::grad_zero);
   zero.uses = {slot_write(grad)};
-  const Task step = timed_task(TaskKind::block_step, Resource::cpu_optim, 1200);
-  const Task fetch = timed_task(TaskKind::params_fetch, Resource::h2d, 4000);
-  const Task fwd = timed_task(TaskKind::block_forward, Resource::compute);
+  const Task step = timed_task(TaskKind::block_step, 1200);
+  const Task fetch = timed_task(TaskKind::params_fetch, 4000);
+  const Task fwd = timed_task(TaskKind::block_forward);
   EXPECT_NEAR(timing_value(TimingClass::fwd, r, fwd, 0.5, 64), 0.5, kEps);
   EXPECT_NEAR(timing_value(TimingClass::embed, r, fwd, 0.5, 64), 0.5 / 64, kEps);  // per token
   EXPECT_NEAR(timing_value(TimingClass::zero, r, zero, 0.5, 64), 2000, kEps);      // written bytes
@@ -226,17 +225,13 @@ TEST(ProfilePool, HorizontalRunsGiveTheTablesRatesAndPaces) {
   m.rounds = 1;
   for (int64_t B : kProfileMicroBatchSizes) {
     const double b = static_cast<double>(B);
-    ProfileRunTimings r = made_up_run(
-        ProfileRunKind::horizontal, B,
-        {timed_task(block_forward, Resource::compute),
-         timed_task(block_backward, Resource::compute), timed_task(head_loss, Resource::compute),
-         timed_task(grad_zero, Resource::compute),
-         timed_task(block_step, Resource::cpu_optim, 1200),
-         timed_task(params_fetch, Resource::h2d, 1000000),
-         timed_task(grad_out, Resource::d2h, 2000000),
-         timed_task(grad_accumulate, Resource::cpu_optim, 4000000),
-         timed_task(embed_forward, Resource::compute)},
-        {0.1 * b, 0.3 * b, 0.05 * b, 1e-6, 1e-4, 1e-3, 1e-3, 1e-3, 1e-4 * b}, 4);
+    ProfileRunTimings r =
+        made_up_run(ProfileRunKind::horizontal, B,
+                    {timed_task(block_forward), timed_task(block_backward), timed_task(head_loss),
+                     timed_task(grad_zero), timed_task(block_step, 1200),
+                     timed_task(params_fetch, 1000000), timed_task(grad_out, 2000000),
+                     timed_task(grad_accumulate, 4000000), timed_task(embed_forward)},
+                    {0.1 * b, 0.3 * b, 0.05 * b, 1e-6, 1e-4, 1e-3, 1e-3, 1e-3, 1e-4 * b}, 4);
     r.plan.tasks[3].uses = {slot_write(r.plan.add_slot("grad", Tier::device, 1000))};
     if (B == 1) {
       // A disturbed forward, rejected; a forward at pace 0.4 beside the optimizer for 0.1 s, and
@@ -280,17 +275,16 @@ TEST(ProfilePool, VerticalRunsGiveTheReuseSpeedUpsAndTheStorageCost) {
   using enum TaskKind;
   ProfileRuns m;
   m.rounds = 1;
-  const Task fwd = timed_task(block_forward, Resource::compute);
-  const Task bwd = timed_task(block_backward, Resource::compute);
+  const Task fwd = timed_task(block_forward);
+  const Task bwd = timed_task(block_backward);
   // Each block's first micro-batch, then one with the weights just used.
   ProfileRunTimings v =
       made_up_run(ProfileRunKind::vertical, 1, {fwd, fwd, bwd, bwd}, {0.1, 0.08, 0.3, 0.25}, 3);
   v.reused = {false, true, false, true};
   // The same forward with its state on storage: 1e-9 s a byte of traffic beside it, once also
   // beside the optimizer (taken off at the fallback pace 0.5). Its embedding task is not pooled.
-  ProfileRunTimings st =
-      made_up_run(ProfileRunKind::vertical_storage, 1,
-                  {fwd, timed_task(embed_forward, Resource::compute)}, {0.1, 5.0}, 2);
+  ProfileRunTimings st = made_up_run(ProfileRunKind::vertical_storage, 1,
+                                     {fwd, timed_task(embed_forward)}, {0.1, 5.0}, 2);
   st.steps[0][0].seconds = 0.1 + 1e-9 * 1e7;
   st.steps[0][0].storage_bytes = 1e7;
   st.steps[1][0] = {.task = 0,
@@ -316,8 +310,7 @@ TEST(ProfilePool, TheRoundSpreadComparesTheRounds) {
   using enum TaskKind;
   ProfileRuns m;
   m.rounds = 2;
-  const std::vector<Task> tasks = {timed_task(block_forward, Resource::compute),
-                                   timed_task(block_backward, Resource::compute)};
+  const std::vector<Task> tasks = {timed_task(block_forward), timed_task(block_backward)};
   m.runs = {made_up_run(ProfileRunKind::horizontal, 1, tasks, {0.1, 0.3}, 2),
             made_up_run(ProfileRunKind::horizontal, 1, tasks, {0.12, 0.36}, 2)};
   m.round_of = {0, 1};

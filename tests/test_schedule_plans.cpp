@@ -157,7 +157,7 @@ TEST(plan_schedules, RanksSumEveryGradientOnceBeforeItIsRead) {
               reduce.kind != TaskKind::grad_reduce_scatter) {
             continue;
           }
-          EXPECT_EQ(reduce.resource, Resource::net);
+          EXPECT_EQ(reduce.resource(), Resource::net);
           EXPECT_EQ(reduce.bytes, reduce.block >= 0 ? s.block_grad_bytes : s.embed_param_bytes);
           for (int32_t t = 0; t < static_cast<int32_t>(p.tasks.size()); ++t) {
             const Task& other = p.tasks[static_cast<size_t>(t)];
@@ -247,7 +247,7 @@ TEST(plan_schedules, DeviceCollectivesMoveOnlyThisRanksShards) {
       ASSERT_TRUE(hb.ok());
       for (int32_t r = 0; r < static_cast<int32_t>(p.tasks.size()); ++r) {
         const Task& net = p.tasks[static_cast<size_t>(r)];
-        if (net.resource != Resource::net || net.block < 0) continue;
+        if (net.resource() != Resource::net || net.block < 0) continue;
         const bool gather = net.kind == TaskKind::param_allgather_device;
         const Role role = gather ? Role::params : Role::grad;
         EXPECT_EQ(p.slots[static_cast<size_t>(slot_of(net, role))].tier, Tier::device) << what;
@@ -499,7 +499,7 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
                           g.uses.at(1).slot == stage &&
                           p.slots.at(static_cast<size_t>(g.uses.at(0).slot)).name ==
                               slot_names::params_store(t.block) &&
-                          g.resource == Resource::net && happens_before(*hb, j, i);
+                          g.resource() == Resource::net && happens_before(*hb, j, i);
             }
             EXPECT_TRUE(gathered) << what << ": before " << p.describe(i);
           }
@@ -530,7 +530,7 @@ TEST(plan_schedules, ShardedStepsGatherTheirParamsAndSumTheNormOnce) {
           if (g.block != t.block || g.part != t.part) continue;
           if (g.kind == TaskKind::param_allgather && g.uses.at(0).slot == params_out) {
             ++gathers;
-            EXPECT_EQ(g.resource, Resource::net);
+            EXPECT_EQ(g.resource(), Resource::net);
             EXPECT_TRUE(happens_before(*hb, i, j)) << what << ": " << p.describe(j);
           }
           if (g.kind == TaskKind::params_write && g.uses.at(0).slot == params_out) {
@@ -617,7 +617,6 @@ TEST(plan_schedules, TierRuleSeparatesDiscretePlans) {
   const int32_t dev = p.add_slot("x.dev", Tier::device, 64);
   Task t;
   t.kind = TaskKind::grad_zero;
-  t.resource = Resource::compute;
   t.label = "zero";
   t.uses = {slot_write(host, Role::grad)};
   p.add_task(t);
@@ -818,7 +817,7 @@ TEST(plan_schedules, PinnedCheckpointsStayOnHost) {
       for (const Task& t : p.tasks) {
         if (moved_state(t.kind) != StateKind::checkpoints) continue;
         const bool storage =
-            t.resource == Resource::storage_read || t.resource == Resource::storage_write;
+            t.resource() == Resource::storage_read || t.resource() == Resource::storage_write;
         int pos = -1;
         for (int i = 0; i < M; ++i) {
           if (vertical_micro_batch(t.block, i, M) == t.micro_batch) pos = i;

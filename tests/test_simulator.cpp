@@ -87,7 +87,6 @@ TEST(Simulator, AllReduceSendsTwiceTheShardsOfOtherRanks) {
   Plan p;
   Task t;
   t.kind = TaskKind::grad_allreduce;
-  t.resource = Resource::net;
   t.bytes = 300;
   p.add_task(t);
   HardwareProfile prof = round_profile();
@@ -250,23 +249,23 @@ TEST(Simulator, ForwardDepsAndCycles) {
 TEST(CostModel, TaskKindsFollowTheProfile) {
   Plan p;
   const int32_t g = p.add_slot("grad", Tier::device, 16);
-  Task f{.kind = TaskKind::block_forward, .resource = Resource::compute, .label = "fwd"};
+  Task f{.kind = TaskKind::block_forward, .label = "fwd"};
   f.block = 0;
   f.flops = 200;
   p.add_task(f);  // 200 / 100 = 2 s
-  Task bwd{.kind = TaskKind::block_backward, .resource = Resource::compute, .label = "bwd"};
+  Task bwd{.kind = TaskKind::block_backward, .label = "bwd"};
   bwd.block = 0;
   bwd.flops = 300;  // recompute 100 at 100 FLOP/s + 200 at 50 FLOP/s = 5 s
   p.add_task(bwd);
   bwd.fused = true;  // all 300 at the backward rate
   p.add_task(bwd);
-  Task loss{.kind = TaskKind::head_loss, .resource = Resource::compute, .label = "loss"};
+  Task loss{.kind = TaskKind::head_loss, .label = "loss"};
   loss.flops = 30;
   p.add_task(loss);
-  Task z{.kind = TaskKind::grad_zero, .resource = Resource::compute, .label = "grad.zero"};
+  Task z{.kind = TaskKind::grad_zero, .label = "grad.zero"};
   z.uses = {slot_write(g)};
   p.add_task(z);
-  Task opt{.kind = TaskKind::block_step, .resource = Resource::cpu_optim, .label = "adamw"};
+  Task opt{.kind = TaskKind::block_step, .label = "adamw"};
   opt.bytes = 120;  // 10 parameters of 12 bytes at 10 params/s
   p.add_task(opt);
   add(p, Resource::cpu_optim, "acc blk.0 mb.0", {}, 80, TaskKind::grad_accumulate);
@@ -282,7 +281,7 @@ TEST(CostModel, TaskKindsFollowTheProfile) {
 
 // A block task on the compute queue reading `params` for `block`.
 int32_t block_task(Plan& p, TaskKind kind, int block, int32_t params, double flops = 100) {
-  Task t{.kind = kind, .resource = Resource::compute, .label = "t"};
+  Task t{.kind = kind, .label = "t"};
   t.block = block;
   t.flops = flops;
   t.uses = {slot_read(params, Role::params)};
@@ -342,7 +341,7 @@ TEST(CostModel, AFreshGradientIsZeroedFirst) {
   Plan p;
   const int32_t params = p.add_slot("params", Tier::device, 8),
                 grad = p.add_slot("grad", Tier::device, 16);
-  Task bwd{.kind = TaskKind::block_backward, .resource = Resource::compute, .label = "bwd"};
+  Task bwd{.kind = TaskKind::block_backward, .label = "bwd"};
   bwd.block = 0;
   bwd.flops = 100;
   bwd.fused = true;

@@ -11,9 +11,9 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
+#include "test_util.h"
 #include "train/offload_trainer.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 namespace strata {
 namespace {
@@ -81,7 +81,7 @@ TEST(StoreSharing, TwoRunsOnOneDirectoryTrainAsTheyWouldAlone) {
   ASSERT_TRUE(t1.ok()) << t1.status().to_string();
   auto t2 = OffloadTrainer::create(*dev2, c2);
   ASSERT_TRUE(t2.ok()) << t2.status().to_string();
-  EXPECT_NE((*t1)->store_description(), (*t2)->store_description());
+  EXPECT_NE((*t1)->state().store_description(), (*t2)->state().store_description());
   EXPECT_TRUE(std::filesystem::exists(dir + "/strata.store"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/strata.1.store"));
 

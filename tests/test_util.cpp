@@ -100,35 +100,28 @@ TrainConfig tiny_offload_config(const std::string& schedule, const std::string& 
   return c;
 }
 
-Task make_task(Resource r, std::string label, std::vector<int32_t> deps) {
-  Task t;
-  t.resource = r;
-  t.label = std::move(label);
-  t.deps = std::move(deps);
+TaskKind kind_on(Resource r) {
   switch (r) {
     case Resource::compute:
-      t.kind = TaskKind::block_forward;
-      break;
+      return TaskKind::block_forward;
     case Resource::h2d:
-      t.kind = TaskKind::params_fetch;
-      break;
+      return TaskKind::params_fetch;
     case Resource::d2h:
-      t.kind = TaskKind::grad_out;
-      break;
+      return TaskKind::grad_out;
     case Resource::storage_read:
-      t.kind = TaskKind::params_read;
-      break;
+      return TaskKind::params_read;
     case Resource::storage_write:
-      t.kind = TaskKind::params_write;
-      break;
+      return TaskKind::params_write;
     case Resource::cpu_optim:
-      t.kind = TaskKind::grad_norm;
-      break;
+      return TaskKind::grad_norm;
     case Resource::net:
-      t.kind = TaskKind::grad_allreduce;
-      break;
+      return TaskKind::grad_allreduce;
   }
-  return t;
+  return static_cast<TaskKind>(kTaskKindCount);  // no kind runs there
+}
+
+Task make_task(Resource r, std::string label, std::vector<int32_t> deps) {
+  return Task{.kind = kind_on(r), .label = std::move(label), .deps = std::move(deps)};
 }
 
 // Asserted with GoogleTest: the error has the expected code, is one line, and names everything in

@@ -53,6 +53,9 @@ TrainConfig tiny_offload_config(const std::string& schedule, const std::string& 
 // Any other value aborts naming it, so a misspelt setting never passes on the wrong device.
 std::unique_ptr<Device> make_test_device(int64_t device_budget_bytes = 0);
 
+// A kind whose tasks run on `r` (Task::resource comes from the kind): a transfer, a block
+// forward, the norm.
+TaskKind kind_on(Resource r);
 // A task on `r` of a kind that runs there (a transfer, a block forward, the norm), with `deps`:
 // for tests of ordering and timing, where what the task does does not matter.
 Task make_task(Resource r, std::string label, std::vector<int32_t> deps = {});

@@ -61,11 +61,11 @@ TrainConfig run_config(const TrainConfig& base, ProfileRunKind kind, int64_t B,
 
 // `steps` steps of cfg; every step after the first recorded.
 // On the config's device (`--set device=cuda` profiles a GPU), each device task timed as its work
-// (OffloadTrainer::set_time_device_tasks).
+// (OffloadActions::set_time_device_tasks).
 Result<ProfileRunTimings> instrumented_run(const TrainConfig& cfg, ProfileRunKind kind, int steps) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Device> dev, create_configured_device(cfg));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<OffloadTrainer> t, OffloadTrainer::create(*dev, cfg));
-  t->set_time_device_tasks(true);
+  t->actions().set_time_device_tasks(true);
   const int64_t n = cfg.batch_size * cfg.seq_len * cfg.grad_accum;
   std::vector<int32_t> in(static_cast<size_t>(n)), tg(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {

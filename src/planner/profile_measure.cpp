@@ -71,7 +71,7 @@ struct Interval {
 std::vector<Interval> queue_intervals(const Plan& plan, const ExecutionReport& rep, Resource r) {
   std::vector<Interval> out;
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    if (plan.tasks[i].resource != r) continue;
+    if (plan.tasks[i].resource() != r) continue;
     out.push_back(
         {rep.timings[i].start_s, rep.timings[i].end_s, static_cast<double>(plan.tasks[i].bytes)});
   }

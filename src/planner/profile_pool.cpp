@@ -28,8 +28,8 @@ std::optional<TimingClass> timing_class(const Task& t) {
     default:
       break;
   }
-  if (t.bytes > 0 && t.resource == Resource::h2d) return TimingClass::h2d;
-  if (t.bytes > 0 && t.resource == Resource::d2h) return TimingClass::d2h;
+  if (t.bytes > 0 && t.resource() == Resource::h2d) return TimingClass::h2d;
+  if (t.bytes > 0 && t.resource() == Resource::d2h) return TimingClass::d2h;
   return std::nullopt;
 }
 

@@ -36,7 +36,7 @@ std::vector<bool> weights_reused(const Plan& plan) {
   int32_t block = -1, params = -1;  // of the last block task on the compute queue
   for (size_t i = 0; i < plan.tasks.size(); ++i) {
     const Task& t = plan.tasks[i];
-    if (t.resource != Resource::compute || t.block < 0 ||
+    if (t.resource() != Resource::compute || t.block < 0 ||
         (t.kind != TaskKind::block_forward && t.kind != TaskKind::block_backward)) {
       continue;
     }
@@ -138,7 +138,7 @@ std::vector<double> task_durations(const Plan& plan, const HardwareProfile& p,
     const Task& t = plan.tasks[i];
     const double bytes = static_cast<double>(t.bytes);
     double s = 0;
-    switch (t.resource) {
+    switch (t.resource()) {
       case Resource::compute:
         s = compute_task_s(plan, t, reused[i], p, ctx, rates);
         break;
@@ -260,7 +260,7 @@ void finish_result(const Plan& plan, const std::vector<double>& dur,
   rep.wall_s = end_s;
   out.iter_s = end_s;
   for (size_t i = 0; i < timing.size(); ++i) {
-    const auto r = static_cast<size_t>(plan.tasks[i].resource);
+    const auto r = static_cast<size_t>(plan.tasks[i].resource());
     rep.busy_s[r] += timing[i].end_s - timing[i].start_s;
     out.work_s[r] += dur[i];
   }

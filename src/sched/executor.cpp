@@ -17,7 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int res_index(const Task& t) {
-  return static_cast<int>(t.resource);
+  return static_cast<int>(t.resource());
 }
 
 // The checks that stand between a bad plan and a crash or a hang. check_plan does them too (and

@@ -20,7 +20,7 @@ Result<HappensBefore> happens_before_edges(const Plan& plan) {
   // Rule 2 (queues), the checks that keep every edge an index, and the predecessor counts.
   for (int32_t t = 0; t < n; ++t) {
     const Task& task = plan.tasks[t];
-    const int q = static_cast<int>(task.resource);
+    const int q = static_cast<int>(task.resource());
     STRATA_RETURN_IF_ERROR(check_task_edges(plan, t));
     std::vector<int32_t>& queue = hb.queues_[q];
     if (!queue.empty()) {
@@ -56,9 +56,9 @@ Result<HappensBefore> happens_before_edges(const Plan& plan) {
 Status check_task_edges(const Plan& plan, int32_t t) {
   const auto n = static_cast<int64_t>(plan.tasks.size());
   const Task& task = plan.tasks[static_cast<size_t>(t)];
-  if (static_cast<int>(task.resource) >= kResourceCount) {
+  if (static_cast<int>(task.resource()) >= kResourceCount) {
     return plan_error("task #" + std::to_string(t) + " '" + task.label +
-                      "' has an unknown resource");
+                      "' has an unknown kind, so no queue");
   }
   for (int32_t d : task.deps) {
     if (d == t) return plan_error("task " + plan.describe(t) + " depends on itself");

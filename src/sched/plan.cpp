@@ -52,7 +52,7 @@ std::string Plan::describe(int32_t task) const {
   }
   const Task& t = tasks[task];
   std::string label = t.label.empty() ? "#" + std::to_string(task) : t.label;
-  return "'" + label + "' (" + resource_name(t.resource) + ")";
+  return "'" + label + "' (" + resource_name(t.resource()) + ")";
 }
 
 std::string Plan::describe_slot(int32_t slot) const {
@@ -77,7 +77,7 @@ PlanTraffic plan_traffic(const Plan& plan) {
   PlanTraffic t;
   for (const Task& task : plan.tasks) {
     if (!is_transfer(task.kind)) continue;
-    const auto r = static_cast<size_t>(task.resource);
+    const auto r = static_cast<size_t>(task.resource());
     if (r < t.bytes.size()) t.bytes[r][static_cast<size_t>(moved_state(task.kind))] += task.bytes;
   }
   return t;
@@ -102,7 +102,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
     }
     tasks.push_back({{"index", i},
                      {"kind", task_kind_name(t.kind)},
-                     {"resource", resource_name(t.resource)},
+                     {"resource", resource_name(t.resource())},
                      {"label", t.label},
                      {"block", t.block},
                      {"micro_batch", t.micro_batch},

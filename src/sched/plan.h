@@ -81,8 +81,7 @@ inline SlotUse slot_write(int32_t slot, Role role = Role::unspecified) {
 }
 
 struct Task {
-  TaskKind kind{};  // what it does; fixes the resource and the roles of its uses
-  Resource resource = Resource::compute;
+  TaskKind kind{};      // what it does; fixes its queue and the roles of its uses
   std::string label{};  // "fwd blk.3 mb.2": for people (traces, errors); never interpreted
   int32_t block = -1, micro_batch = -1;
   std::vector<int32_t> deps{};  // indices of tasks that must finish before this one starts
@@ -98,6 +97,10 @@ struct Task {
   // Backward: the block's forward ran just before on the same queue and its activations are
   // still in the compute workspace, so nothing is recomputed.
   bool fused = false;
+
+  // The queue it runs on: its kind's (kind_resource), never stored, so it cannot disagree.
+  // An unknown kind gives kResourceCount, which check_plan refuses.
+  Resource resource() const { return kind_resource(kind); }
 };
 
 struct Plan {

@@ -20,10 +20,9 @@ int32_t PlanBuilder::slot(std::string name, Tier tier, int64_t bytes, bool initi
 }
 
 int32_t PlanBuilder::task(Task t) {
-  t.resource = kind_resource(t.kind);
   if (t.label.empty()) t.label = task_label(t.kind, {t.block, t.micro_batch, t.part});
   auto dep = [&](int32_t d) {
-    if (d >= 0 && plan_.tasks[static_cast<size_t>(d)].resource != t.resource &&
+    if (d >= 0 && plan_.tasks[static_cast<size_t>(d)].resource() != t.resource() &&
         std::find(t.deps.begin(), t.deps.end(), d) == t.deps.end()) {
       t.deps.push_back(d);
     }

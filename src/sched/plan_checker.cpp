@@ -38,7 +38,7 @@ struct Order {
 
   // a happens before b, or a == b.
   bool ordered(const Plan& plan, int32_t a, int32_t b) const {
-    int q = static_cast<int>(plan.tasks[a].resource);
+    int q = static_cast<int>(plan.tasks[a].resource());
     return edges.queue_pos(a) <= clock[static_cast<size_t>(b) * kResourceCount + q];
   }
 };
@@ -152,7 +152,7 @@ Status build_order(const Plan& plan, Order& order) {
       order.path[t] = std::max(order.path[t], order.path[p] + 1);
     };
     for (int32_t p : edges.predecessors(t)) join(p);
-    c[static_cast<int>(plan.tasks[t].resource)] = edges.queue_pos(t);
+    c[static_cast<int>(plan.tasks[t].resource())] = edges.queue_pos(t);
   }
   return Status();
 }
@@ -279,7 +279,7 @@ Status check_plan(const Plan& plan, const TierBudgets& budgets) {
 PlanStats plan_stats(const Plan& plan) {
   PlanStats stats;
   for (const Task& t : plan.tasks) {
-    int q = static_cast<int>(t.resource);
+    int q = static_cast<int>(t.resource());
     if (q < kResourceCount) ++stats.tasks_per_resource[q];
   }
   stats.bytes_per_tier = bytes_per_tier(plan);

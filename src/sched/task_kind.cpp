@@ -251,10 +251,6 @@ const char* access_name(Access a) {
 std::string signature_mismatch(const Task& t) {
   if (static_cast<int>(t.kind) >= kTaskKindCount) return "unknown kind";
   const KindInfo& k = info(t.kind);
-  if (t.resource != k.resource) {
-    return std::string("runs on ") + resource_name(t.resource) + " but " + k.name + " runs on " +
-           resource_name(k.resource);
-  }
   std::array<bool, kRoleCount> reads{}, writes{}, allowed{};
   for (int i = 0; i < k.role_count; ++i) allowed[static_cast<size_t>(k.roles[i].role)] = true;
   for (const SlotUse& u : t.uses) {
@@ -326,6 +322,7 @@ bool kind_label_names_group(TaskKind k) {
 }
 
 Resource kind_resource(TaskKind k) {
+  if (static_cast<int>(k) >= kTaskKindCount) return static_cast<Resource>(kResourceCount);
   return info(k).resource;
 }
 
@@ -370,7 +367,7 @@ Status check_task_tiers(const Plan& plan) {
       return invalid_argument("plan: task #" + std::to_string(i) + " " +
                               plan.describe(static_cast<int32_t>(i)) + " uses " +
                               plan.describe_slot(u.slot) + " as '" + role_name(u.role) +
-                              "', but a " + resource_name(t.resource) + " task reaches only " +
+                              "', but a " + resource_name(t.resource()) + " task reaches only " +
                               tier_name(want) + " memory there (Note [Where a task's slots live])");
     }
   }

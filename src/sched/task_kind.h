@@ -112,7 +112,8 @@ inline constexpr int kStateKindCount = 7;
 // block is the embed group's (its label then says "embed"). See task_label in plan_builder.h.
 const char* kind_label(TaskKind k);
 bool kind_label_names_group(TaskKind k);
-// The resource queue tasks of this kind run on.
+// The resource queue tasks of this kind run on (Task::resource); kResourceCount, no queue, for a
+// value past the last kind.
 Resource kind_resource(TaskKind k);
 // Whether the kind is a transfer ({src, dst}, moving `bytes`): the kinds up to acts_load (a
 // constant, so the trainer's actions are checked complete at compile time: Note [One action per
@@ -127,8 +128,8 @@ int32_t slot_of(const Task& t, Role role);
 // Whether the task reads the slot it uses in `role` (grad accumulators: read+write vs write).
 bool reads_role(const Task& t, Role role);
 
-// OK, or invalid_argument naming the first task whose resource, roles or access do not fit its
-// kind's signature (Note [Task signatures]).
+// OK, or invalid_argument naming the first task whose roles or access do not fit its kind's
+// signature (Note [Task signatures]).
 Status check_task_signatures(const Plan& plan);
 
 // Note [Where a task's slots live]

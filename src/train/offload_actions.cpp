@@ -98,9 +98,9 @@ Stream* OffloadActions::stream_of(Resource r) const {
 
 Status OffloadActions::run_ordered(const BoundPlan& bp, int32_t index, const TaskAction& action) {
   // Note [Ordering by events]
-  Stream* own = stream_of(bp.plan.tasks[static_cast<size_t>(index)].resource);
+  Stream* own = stream_of(bp.plan.tasks[static_cast<size_t>(index)].resource());
   for (int32_t p : bp.edges.predecessors(index)) {
-    Stream* theirs = stream_of(bp.plan.tasks[static_cast<size_t>(p)].resource);
+    Stream* theirs = stream_of(bp.plan.tasks[static_cast<size_t>(p)].resource());
     if (theirs == nullptr || theirs == own) continue;  // finished on the host, or stream order
     Event& e = *bp.done[static_cast<size_t>(p)];
     if (own != nullptr) {
@@ -122,7 +122,7 @@ Status OffloadActions::prepare_events(BoundPlan& bp) {
     // A snapshot's gate (gated_actions) counts a state slot as written when the action returns,
     // which is when the work is done only for host tasks; training state is stepped on the host
     // (the CPU optimizer, storage writes), so no device task may write it.
-    if (stream_of(t.resource) == nullptr) continue;
+    if (stream_of(t.resource()) == nullptr) continue;
     for (const SlotUse& u : t.uses) {
       STRATA_CHECK_MSG(!u.write || bp.slots[static_cast<size_t>(u.slot)]->state_slabs.empty(),
                        ("device task " + t.label +
@@ -190,7 +190,7 @@ Status OffloadActions::transfer(const BoundPlan& bp, const Task& t) {
     return state_.store_io(d, IoOp::write, t.dst_offset,
                            static_cast<char*>(s.buf.data()) + t.src_offset, t.bytes);
   }
-  Stream& stream = t.resource == Resource::h2d ? *streams_.h2d : *streams_.d2h;
+  Stream& stream = t.resource() == Resource::h2d ? *streams_.h2d : *streams_.d2h;
   dev_.copy(stream, static_cast<char*>(d.buf.data()) + t.dst_offset,
             static_cast<const char*>(s.buf.data()) + t.src_offset, t.bytes);
   end_task(stream);

@@ -10,7 +10,7 @@
 namespace strata {
 
 std::vector<std::string> OffloadTrainer::describe() const {
-  const auto bytes = planned_bytes();
+  const auto bytes = state_->planned_bytes();
   std::string line = std::string("schedule ") + enum_name(shape_.cfg.schedule) + ": plan holds " +
                      format_bytes(bytes[static_cast<size_t>(Tier::device)]) + " device, " +
                      format_bytes(bytes[static_cast<size_t>(Tier::host)]) + " host, " +
@@ -39,7 +39,7 @@ std::vector<std::string> OffloadTrainer::describe() const {
                                " of a block's gradient and params between host and device"
                          : world_.describe() + ", in host memory"));
   }
-  if (!state_->store_files().empty()) lines.push_back("store: " + store_description());
+  if (!state_->store_files().empty()) lines.push_back("store: " + state_->store_description());
   return lines;
 }
 
@@ -60,8 +60,8 @@ void OffloadTrainer::add_step_metrics(nlohmann::json& line, double iter_s) const
     line["clip_rate"] = policy_.clip_rate();
   }
   // What the run holds: the plans' peak per tier (the budgets' fit) and the store's size.
-  line["planned_device_bytes"] = planned_bytes()[static_cast<size_t>(Tier::device)];
-  line["planned_host_bytes"] = planned_bytes()[static_cast<size_t>(Tier::host)];
+  line["planned_device_bytes"] = state_->planned_bytes()[static_cast<size_t>(Tier::device)];
+  line["planned_host_bytes"] = state_->planned_bytes()[static_cast<size_t>(Tier::host)];
   line["store_bytes"] = state_->store_bytes();
   // The roofline: the busiest resource, compute and the CPU optimizer counted as one since they
   // share the cores.

@@ -5,11 +5,22 @@
 #include <cstring>
 
 #include "sched/slot_names.h"
+#include "train/offload_plans.h"
 #include "train/offload_trainer.h"
 
 namespace strata {
 
 namespace names = slot_names;
+
+namespace {
+
+// Whether a run's write of slot m finishes the last step's pending updates (part 1 pending, or
+// part 0 too when it waited).
+bool pending_write(const SlotMemory& m, Pending pending) {
+  return (m.part == 1 && pending != Pending::none) || (m.part == 0 && pending == Pending::both);
+}
+
+}  // namespace
 
 Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   if (snapshot_ && !snapshot_->finished()) {
@@ -35,13 +46,14 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   }
   // Preference: the order in which the next run first writes each slab's state (pending
   // part-1 writes excepted: they make slabs ready), then the slabs it does not write.
-  const BoundPlan& next = plan_for(iteration_key(shape_.speculative && !policy_.speculate()));
+  const BoundPlan& next =
+      plan_for(iteration_key(shape_, pending_, shape_.speculative && !policy_.speculate()));
   std::vector<int64_t> order;
   for (const Task& t : next.plan.tasks) {
     for (const SlotUse& u : t.uses) {
       if (!u.write) continue;
       const SlotMemory& m = *next.slots[static_cast<size_t>(u.slot)];
-      if (pending_write(m)) continue;
+      if (pending_write(m, pending_)) continue;
       for (int64_t slab : m.state_slabs) {
         if (std::find(order.begin(), order.end(), slab) == order.end()) order.push_back(slab);
       }
@@ -74,7 +86,7 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
     for (const SlotUse& u : bp.plan.tasks[i].uses) {
       if (!u.write) continue;
       const SlotMemory& m = *bp.slots[static_cast<size_t>(u.slot)];
-      const bool finishes_step = snapshot_pending_writes_ && pending_write(m);
+      const bool finishes_step = snapshot_pending_writes_ && pending_write(m, pending_);
       for (int64_t slab : m.state_slabs) {
         (finishes_step ? finishes : waits).push_back(slab);
         if (finishes_step) pending_writes[static_cast<size_t>(slab)]++;
@@ -98,10 +110,6 @@ std::vector<TaskAction> OffloadTrainer::gated_actions(const BoundPlan& bp) {
     snapshot_pending_writes_ = false;  // only this run finishes the last step's updates
   }
   return actions;
-}
-
-bool OffloadTrainer::pending_write(const SlotMemory& m) const {
-  return (m.part == 1 && pending_ != Pending::none) || (m.part == 0 && pending_ == Pending::both);
 }
 
 Status OffloadTrainer::read_params(float* host) {

@@ -12,9 +12,9 @@
 #include "core/log.h"
 #include "model/init.h"
 #include "model/rope.h"
-#include "sched/plan_checker.h"
-#include "sched/schedule_vertical.h"
 #include "sched/slot_names.h"
+#include "train/offload_acts_policy.h"
+#include "train/offload_plans.h"
 
 namespace strata {
 
@@ -63,13 +63,14 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
                                                  t->progress_, std::move(device_sum));
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
   t->shape_.dims.rope = t->rope_.f32();
-  STRATA_RETURN_IF_ERROR(t->decide_activation_policy());
-  // Vertical: the first iteration, the steady ones (steps pending from the previous), the
-  // flush, and with speculation its repair. Horizontal: one plan.
+  const std::vector<ActPolicy> acts_policy = decide_activation_policy(dev, t->shape_);
+  const PlanSite site{.rank = world.rank(),
+                      .device_collectives = t->actions_->device_sum() != nullptr,
+                      .acts_policy = &acts_policy};
   std::vector<const Plan*> plans;
-  for (const PlanKey& key : t->plan_keys()) {
+  for (const PlanKey& key : offload_plan_keys(t->shape_)) {
     t->plans_.push_back(std::make_unique<BoundPlan>());
-    STRATA_RETURN_IF_ERROR(t->build(key, *t->plans_.back()));
+    STRATA_RETURN_IF_ERROR(build_offload_plan(dev, t->shape_, site, key, *t->plans_.back()));
     plans.push_back(&t->plans_.back()->plan);
   }
   STRATA_RETURN_IF_ERROR(t->state_->allocate(plans));
@@ -79,82 +80,14 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
   return t;
 }
 
-std::vector<PlanKey> OffloadTrainer::plan_keys() const {
-  if (!shape_.vertical) return {PlanKey{}};
-  // What an iteration leaves pending: part 1 after an early part 0, both when part 0 waited.
-  const Pending early = shape_.split_elems < shape_.block_elems ? Pending::part1 : Pending::none;
-  if (!shape_.speculative) {
-    return {{.pending = Pending::none}, {.pending = early}, {.pending = early, .iteration = false}};
-  }
-  const Speculation mode = shape_.cfg.optim.speculation;
-  std::vector<bool> defers;
-  if (mode != Speculation::off) defers.push_back(false);
-  if (mode != Speculation::on) defers.push_back(true);
-  std::vector<PlanKey> keys;
-  for (Pending pending : {Pending::none, early, Pending::both}) {
-    const bool reachable =
-        pending == Pending::none ||
-        (pending == Pending::both ? mode != Speculation::on : mode != Speculation::off);
-    if (!reachable) continue;
-    for (bool defer : defers) {
-      const PlanKey k{.pending = pending, .defer_part0 = defer};
-      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
-    }
-    if (pending != Pending::none) keys.push_back({.pending = pending, .iteration = false});
-  }
-  if (mode != Speculation::off) keys.push_back({.iteration = false, .repair = true});
-  return keys;
-}
-
 BoundPlan& OffloadTrainer::plan_for(const PlanKey& key) const {
   for (const auto& bp : plans_) {
     if (bp->key == key) return *bp;
   }
   STRATA_CHECK_MSG(false,
-                   "no plan was built for this key: plan_keys() must hold every key a run "
+                   "no plan was built for this key: offload_plan_keys must hold every key a run "
                    "asks for");
   return *plans_.front();
-}
-
-PlanKey OffloadTrainer::iteration_key(bool defer_part0) const {
-  if (!shape_.vertical) return PlanKey{};
-  return {.pending = pending_, .defer_part0 = shape_.speculative && defer_part0};
-}
-
-Status OffloadTrainer::build(const PlanKey& key, BoundPlan& out) {
-  out.key = key;
-  const bool iteration = key.iteration;
-  ScheduleSpec spec =
-      offload_schedule_spec(dev_, shape_.cfg, key.pending != Pending::none, iteration);
-  spec.rank = world_.rank();
-  spec.device_collectives = actions_->device_sum() != nullptr;
-  spec.pending_part0 = key.pending == Pending::both;
-  spec.defer_part0 = key.defer_part0;
-  spec.speculative = shape_.speculative && iteration && !key.defer_part0;
-  spec.repair = key.repair;
-  if (!spec.acts_at.empty()) spec.acts_at = acts_policy_;  // "auto" decided per block
-  out.plan = make_offload_plan(spec, shape_.cfg.schedule);
-  out.traffic = plan_traffic(out.plan);
-  // Saved sets kept in host memory although their block offloads to storage: forwarded.
-  out.acts_forwarded = 0;
-  for (int32_t l = 0; iteration && l < static_cast<int32_t>(spec.acts_at.size()); ++l) {
-    for (int32_t i = 0; i < spec.micro_batches; ++i) {
-      out.acts_forwarded += spec.acts_at[static_cast<size_t>(l)] == ActPolicy::storage &&
-                            vertical_acts_forwarded(l, i, spec.blocks);
-    }
-  }
-  STRATA_RETURN_IF_ERROR(check_task_signatures(out.plan));
-  if (!spec.compute_reads_host) STRATA_RETURN_IF_ERROR(check_task_tiers(out.plan));
-  const TierBudgets budgets{shape_.cfg.memory.device_bytes, shape_.cfg.memory.host_bytes, 0};
-  Status st = check_plan(out.plan, budgets);
-  if (!st.ok()) {
-    return Status(st.code(),
-                  std::string("the ") + enum_name(shape_.cfg.schedule) +
-                      " plan does not fit: " + st.message() +
-                      " (lower train.batch_size or train.grad_accum, keep less on host with "
-                      "offload.*_on_host, or raise memory.device_bytes / memory.host_bytes)");
-  }
-  return Status::ok_status();
 }
 
 Status OffloadTrainer::run(BoundPlan& bp, bool iteration) {
@@ -195,7 +128,7 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
   }
   const bool defer = shape_.speculative && !policy_.speculate();
   const Pending pending_before = pending_;
-  BoundPlan& bp = plan_for(iteration_key(defer));
+  BoundPlan& bp = plan_for(iteration_key(shape_, pending_, defer));
   const auto run_t0 = std::chrono::steady_clock::now();
   Status st = run(bp);
   const double run_s = seconds_since(run_t0);

@@ -96,42 +96,30 @@ class OffloadTrainer final : public Trainer {
   // §10).
   void add_step_metrics(nlohmann::json& line, double iter_s) const override;
   void set_record_trace(bool on) override { record_trace_ = on; }
-  // Note [Ordering by events]: on a discrete device a device task's span in the trace is its
-  // issue, not its work; with this on it is its work (OffloadActions::set_time_device_tasks).
-  void set_time_device_tasks(bool on) { actions_->set_time_device_tasks(on); }
   Result<nlohmann::json> last_step_trace() const override;
+
+  // The memory the plans hold (planned_bytes: the fit the budgets were checked against; the
+  // store's description), and the actions (set_time_device_tasks for the profiler, the
+  // gradient poisoning of tests of skipping).
+  const OffloadState& state() const { return *state_; }
+  OffloadActions& actions() { return *actions_; }
 
   // The plan of the last step, and its execution report (timings when tracing is on).
   const Plan& last_plan() const;
   const ExecutionReport& last_report() const { return last_report_; }
-  // Bytes of each tier the plans hold (device, host, storage): the fit the budgets were checked
-  // against.
-  std::array<int64_t, kTierCount> planned_bytes() const { return state_->planned_bytes(); }
-  // Where the store lives ("" when nothing is on storage).
-  std::string store_description() const { return state_->store_description(); }
   // Vertical with clipping on and alpha < 1 (Note [Speculative steps]): the policy choosing per
   // step, and what the last step did. Costs for the policy from a simulation (planner).
   void set_speculation_costs(double spec_s, double wait_s, double repair_s,
                              const std::string& source) override {
     policy_.set_costs(spec_s, wait_s, repair_s, source);
   }
-  bool speculates() const { return shape_.speculative; }
   enum class StepMode : uint8_t { plain, speculated, repaired, waited };
   StepMode last_step_mode() const { return last_mode_; }
-  // For tests of skipping: the gradient of block `block` gets a NaN on step `step` (0-based),
-  // just before its sum of squares, so every step that reads it sees it.
-  void poison_gradient_for_test(int64_t step, int32_t block) {
-    actions_->poison_gradient_for_test(step, block);
-  }
 
  private:
   OffloadTrainer(Device& dev, const TrainConfig& cfg, Communicator& world);
-  // The plans this run may use (PlanKey), built and checked, and one of them by key.
-  std::vector<PlanKey> plan_keys() const;
-  Status build(const PlanKey& key, BoundPlan& out);
+  // The plan built for `key` (offload_plans.h: plans_ holds one per offload_plan_keys).
   BoundPlan& plan_for(const PlanKey& key) const;
-  // The next iteration's plan, given what is pending and whether it defers part 0.
-  PlanKey iteration_key(bool defer_part0) const;
   // Runs a plan; an iteration's report (and trace) becomes last_report, a plan that finishes
   // or repairs a step (`iteration` false: the flush, the repair) leaves the step's in place.
   Status run(BoundPlan& bp, bool iteration = true);
@@ -143,13 +131,8 @@ class OffloadTrainer final : public Trainer {
   Result<StepStats> step_stats(const BoundPlan& bp);
   // A step's bytes on `r`: its iteration plan's, and the repair plan's when it ran.
   int64_t step_bytes_on(const BoundPlan& bp, Resource r) const;
-  // activations.policy "auto": per block keep / offload / recompute, logged with the reasons.
-  Status decide_activation_policy();
-  double measure_block_forward_s();
-  // Note [Asynchronous checkpoints]: whether the next run's writes of slot m finish the last
-  // step's pending updates; the actions of `bp` with the snapshot's gate around the tasks that
-  // write a slab's state (bp.actions when no snapshot is being captured).
-  bool pending_write(const SlotMemory& m) const;
+  // Note [Asynchronous checkpoints]: the actions of `bp` with the snapshot's gate around the
+  // tasks that write a slab's state (bp.actions when no snapshot is being captured).
   std::vector<TaskAction> gated_actions(const BoundPlan& bp);
 
   Device& dev_;
@@ -159,9 +142,8 @@ class OffloadTrainer final : public Trainer {
   StepProgress progress_;
   std::unique_ptr<OffloadState> state_;
   std::unique_ptr<OffloadActions> actions_;
-  std::vector<std::unique_ptr<BoundPlan>> plans_;  // one per plan_keys()
+  std::vector<std::unique_ptr<BoundPlan>> plans_;  // one per offload_plan_keys(shape_)
   BoundPlan* last_ = nullptr;
-  std::vector<ActPolicy> acts_policy_;  // per block (vertical with saved activations)
   // (context_length, hs/2, 2) Llama's rotary cos/sin table on the device, outside the plan's
   // slots (a constant of the model, a few KiB to MiB); empty for GPT-2.
   Buffer rope_;
