@@ -10,26 +10,24 @@
 // Stream::synchronize() or Event::synchronize() before reading anything a stream writes. Pointers
 // handed to an op must stay valid until the op has run. Code written against this interface never
 // assumes that a call has finished when it returns, even on the CPU.
-//
+
 // Note [Backward accumulates]
 // Backward ops add into their gradient outputs (dinp += ..., dweight += ...), as in llm.c, so that
 // gradients from several micro-batches and from the two branches of a residual sum without extra
 // passes. Callers zero gradient buffers (fill_zero) before the first contribution.
-//
+
 // Note [Optional device capabilities]
 // Most slots are required: every backend implements them. The few marked "(optional, Capability
 // ::x)" below are slots a backend may lack. For those:
-//  - supports(x) says, before any call, whether this device implements the slot. It is true
-//    exactly for the slots the backend implements, and constant for the device's lifetime.
-//  - Every optional slot returns a Status. The default implementation (a backend without the
-//    slot) does nothing, enqueues nothing, and returns unavailable with one line naming the device
-//    and the capability: unsupported(x). A backend that implements the slot never returns
-//    unavailable from it; its Status reports only the slot's own errors.
-//  - For slots that enqueue work (Note [Asynchronous by contract]) the Status says only whether
-//    the backend has the slot; the work itself is enqueued and runs later, as for any op.
+//  - supports(x) says, before any call, whether this device implements the slot; it is constant
+//    for the device's lifetime.
+//  - Every optional slot returns a Status. Without the slot (the default implementation) it does
+//    nothing, enqueues nothing and returns unavailable naming the device and the capability
+//    (unsupported(x)); with it, never unavailable, only the slot's own errors. For a slot that
+//    enqueues work (Note [Asynchronous by contract]) the Status says only whether it exists.
 // A caller with another way to do the work (the CPU optimizer instead of adamw_step, say) asks
-// supports() first and picks its path once; a caller without one checks the Status and
-// propagates it. Neither aborts: a missing capability is a property of the machine, not a bug.
+// supports() once and picks its path; a caller without one propagates the Status. Neither aborts:
+// a missing capability is a property of the machine, not a bug.
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,7 @@
 // matched literally in the text before pre-tokenization, the leftmost occurrence first and the
 // longest of those starting there, and becomes its id; its lstrip/rstrip/single_word/normalized
 // flags are ignored. An added token decodes to its content either way.
-//
+
 // BPE merges a pre-token's byte tokens by rank: the adjacent pair of lowest rank, the leftmost of
 // equal ranks, until no pair has a merge. merge_fast does it with a heap of candidate pairs over
 // a linked list of symbols (O(n log n), Hugging Face's order exactly), merge_naive rescans the

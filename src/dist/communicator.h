@@ -11,7 +11,7 @@
 // state]); the embed group's and the in-memory trainer's are all-reduced. Every rank then computes
 // the same norm, clip factor and skip, and takes the same step on what it holds. Rank 0 logs,
 // writes metrics and traces; every rank writes its checkpoint shard (Note [Sharded checkpoints]).
-//
+
 // Note [Deterministic all-reduce]
 // all_reduce_sum gives every rank the same bits, whatever the timing and whatever the transport:
 // element i is summed by one rank only, in rank order ((x0 + x1) + x2 ...), and that sum is

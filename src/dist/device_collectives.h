@@ -1,20 +1,17 @@
 // Sums over the ranks of buffers in device memory (docs/design.md §12).
 //
 // Note [Collectives on device memory]
-// A gradient computed on a GPU is summed over the ranks either through host memory (copied out,
-// summed by MPI there; for the in-memory trainer copied back in) or where it is: NCCL moves it
-// between the GPUs and the device adds, and the host's cores stay free for the CPU optimizer.
-// Whatever moves it, the sum is Note [Deterministic all-reduce]'s, piece for piece: the rounds
-// of round_pieces; in each, every rank sends piece r of its buffer to rank r, rank r adds the N
-// pieces it receives in rank order ((x0 + x1) + x2 ..., the device's `add`, which is one f32
-// addition per element as sum_in_rank_order's is) and, for an all-reduce, sends the sum to every
-// rank. So the bits are the host path's, and a run's results do not depend on which path summed.
-// A transport gives only grouped point-to-point moves (PeerTransport): NCCL's on a GPU, MPI's on
-// the CPU devices, where CI tests this code under mpirun (tests/dist_collectives.sh,
-// tests/dist_mpi.sh). Users: the in-memory trainer's all-reduce of its whole gradient once per
-// step, and the offloaded plans' collectives on device slots (ScheduleSpec::device_collectives,
-// Note [ZeRO-3 on the device] in sched/schedule_spec.h): net-queue tasks like every collective
-// of a plan (docs/design.md §12 says why).
+// A gradient on a GPU is summed over the ranks either through host memory (copied out, summed by
+// MPI there; for the in-memory trainer copied back in) or where it is: NCCL moves it between the
+// GPUs and the device adds, and the host's cores stay free for the CPU optimizer. Either way the
+// sum is Note [Deterministic all-reduce]'s, piece for piece: in each round of round_pieces every
+// rank sends piece r of its buffer to rank r, which adds the N pieces in rank order with the
+// device's `add` (one f32 addition per element, as sum_in_rank_order) and, for an all-reduce,
+// sends the sum to every rank. So the bits are the host path's. A transport (PeerTransport) gives
+// only grouped point-to-point moves: NCCL's on a GPU, MPI's on the CPU devices, where CI tests
+// this code (tests/dist_collectives.sh, tests/dist_mpi.sh). Users: the in-memory trainer, once per
+// step; the offloaded plans' net tasks on device slots (Note [ZeRO-3 on the device] in
+// sched/schedule_spec.h; docs/design.md §12 says why).
 #pragma once
 
 #include <cstdint>

@@ -3,47 +3,17 @@
 //
 // Note [Checkpoint format]
 // A checkpoint is a directory ROOT/step-%08d (the number of optimizer steps done) holding:
-//   model.safetensors      master weights, f32, under Hugging Face GPT-2 names and layout
-//                          (Note [Hugging Face GPT-2 layout]), in layout order; metadata
-//                          {"format": "strata-checkpoint", "version": "1"}
-//   exp_avg.safetensors    AdamW's first moment, "exp_avg.<name>" per tensor, same layout
-//   exp_avg_sq.safetensors AdamW's second moment, "exp_avg_sq.<name>"; one file per stream:
-//                          Note [Checkpoint tensor streams] in formats/checkpoint_tensors.h. (Version
-//                          1 had both moments in one optimizer.safetensors; loads still read it.)
-//   config.json            the run's Strata config (config_to_json)
-//   trainer_state.json     {"step", "adam_steps", "data_position", "seed", "schedule"}: steps done,
-//                          updates applied (skipped steps excluded: AdamW's bias correction), the
-//                          data loader's next token, the init seed. The learning rate schedule is
-//                          a function of "step"; nothing random is drawn after initialisation, so
-//                          the seed and the data position are the whole RNG state.
-//   manifest.json          written last: {"format": "strata-checkpoint", "version": 2, "step",
-//                          "files": [{"name", "bytes", "crc32c"}]} (crc32c: 8 hex digits)
-// A run of several ranks writes version 3 instead, one state file per rank (Note [Sharded
-// checkpoints] in formats/checkpoint_shards.h); both load through open_checkpoint_state.
-// Publishing: every file is written into ROOT/.tmp-step-%08d-<pid>, fsynced, the directory
-// fsynced, then renamed to ROOT/step-%08d and ROOT fsynced. A crash leaves either no step
-// directory or a complete one, so any step-* directory is complete; leftover .tmp-* directories
-// are removed by the next save. A failed save (a full disk) removes its temporary directory and
-// touches nothing else.
-//
-// The state moves slab by slab, each slab in pieces the trainer chooses (Note [Slab pieces] in
-// model/slab_piece.h), so a checkpoint of a model whose state lives on storage never needs it,
-// or even one slab of it, in memory, writing or reading.
-//
-// Reading is two passes over the files (docs/design.md §8):
-//   1. verify: every file the manifest lists is read front to back in chunks of
-//      CheckpointReadOptions::chunk_bytes through one reused buffer, its size and CRC32C compared
-//      with the manifest. Nothing is used before all of them match.
-//   2. load: the safetensors headers are read (a few KB: names, shapes, offsets) and every
-//      tensor of the three streams looked up and checked; then per piece the trainer hands over
-//      exactly the bytes of the tensor ranges it covers are read with pread into its memory,
-//      converted from HF layout.
-// So the trainer only ever sees bytes that were verified, a corrupt file changes no trainer
-// state, and the checkpoint side's host memory is one tensor of scratch (the largest Conv1D
-// weight, the only tensors HF transposes) plus, when a piece cuts such a tensor, one per stream,
-// plus one verify chunk: never O(slab), never O(model). Saving holds the same. The price is
-// reading the files twice; a published checkpoint is immutable, so the second pass reads what
-// the first one checked. `strata export` reads model.safetensors the same way (formats/hf_export.h).
+//   model.safetensors, exp_avg.safetensors, exp_avg_sq.safetensors: the f32 masters, AdamW's m
+//     and v, under HF names (Note [Checkpoint tensor streams] in formats/checkpoint_tensors.h);
+//     model.safetensors's metadata is {"format": "strata-checkpoint", "version": "1"}
+//   config.json: the run's config (config_to_json); trainer_state.json: CheckpointMeta
+//     {"step", "adam_steps", "data_position", "seed", "schedule", "run_id", "lineage"}
+//   manifest.json, written last: {"format": "strata-checkpoint", "version": 2, "step",
+//     "files": [{"name", "bytes", "crc32c"}]} (crc32c: 8 hex digits)
+// Version 1 (both moments in optimizer.safetensors) still loads; several ranks write version 3
+// (Note [Sharded checkpoints] in formats/checkpoint_shards.h). Any step-* directory is complete;
+// a load uses only bytes verified against the manifest; host memory is O(one tensor), never
+// O(slab). Publishing, the two read passes and the memory bound: docs/design.md §8.
 #pragma once
 
 #include <algorithm>
@@ -72,8 +42,8 @@ struct CheckpointMeta {
   int64_t data_position = 0;
   int64_t seed = 0;
   std::string schedule;
-  // Note [Checkpoint lineage] (formats/checkpoint_lineage.h): the run that wrote it, and the runs it
-  // continues, oldest first, its own id last. Empty in checkpoints written before run ids.
+  // Note [Checkpoint lineage] (formats/checkpoint_lineage.h): the run that wrote it, and the runs
+  // it continues, oldest first, its own id last. Empty in checkpoints written before run ids.
   std::string run_id;
   std::vector<std::string> lineage;
 };

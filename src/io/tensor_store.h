@@ -19,13 +19,13 @@
 // the directories: logical stripe k (bytes [k*su, (k+1)*su)) lives in directory k % ndirs at file
 // offset (k / ndirs) * su. Each directory's file is preallocated (fallocate) to exactly the
 // stripes it holds, so a full disk is found at creation, not in the middle of a run.
-//
+
 // Note [Direct ranges]
 // With options.direct every transfer's offset (within the extent), length and buffer address must
 // be multiples of kDirectIoAlignment. An extent of b bytes may then be transferred up to
 // round_up(b, 4096) (ExtentInfo::io_bytes): the tail past b is padding inside the extent's own
 // stripe, so a 4095-byte tensor moves as one 4096-byte block. Without direct, io_bytes == bytes.
-//
+
 // Note [Extent checksums]
 // With options.checksums each extent is cut into chunks of stripe_unit bytes (the last one ends at
 // the extent's `bytes`, padding excluded) and the store keeps one CRC32C per chunk in memory.

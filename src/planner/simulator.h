@@ -32,7 +32,7 @@
 // the GPU profiles, whose blocks are far larger than any cache). The cost model reads the property
 // from the plan (queue order and slot uses, weights_reused), not from the schedule's name, so a
 // horizontal plan with one block gets it as well as a vertical one.
-//
+
 // Note [Shared cores]
 // On the CPU backend compute (GEMMs over all cores), the CPU optimizer and the storage engine run
 // on the same cores. While compute and the optimizer both have a task, each runs at its own

@@ -186,7 +186,7 @@ inline BlockGradScatter block_grad_scatter(const ScheduleSpec& s) {
 // store]). A rank so writes, reads and stores 1/N of the kept gradient (plus at most two I/O
 // units per part). A kept gradient in host memory stays whole: it is the reduce-scatter's own
 // buffer.
-//
+
 // Note [Shard ranges in a store]
 // A block quantity sharded like its optimizer state (its gradient, its working params) is kept
 // in a rank's store as that rank's shard of each part (Note [Optimizer split]: part 0, then part

@@ -17,7 +17,7 @@
 // sgemm is the exception: OpenBLAS splits the output between threads, and elements at the seams
 // go through different micro-kernels, so its bits depend on the number of threads it uses
 // (measured with 0.3.21). Runs that must agree bit for bit use the same OMP_NUM_THREADS.
-//
+
 // Note [Fast kernels and the sgemm thread pool]
 // We link OpenBLAS's OpenMP build (Note [OpenBLAS on OpenMP] in CMakeLists.txt), so sgemm and
 // the OpenMP kernels use one thread team. The fast kernels still call cblas_sgemm only from

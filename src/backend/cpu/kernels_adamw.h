@@ -5,25 +5,17 @@
 //
 // Note [AdamW operation order]
 // Every version, and any mirror of it (the Python parity scripts), performs exactly these
-// operations. Per call, in double, then rounded once to f32:
-//   beta1, beta2, eps, grad_scale          as given (already f32)
-//   one_minus_beta1 = f32(1 - (double)beta1)
-//   one_minus_beta2 = f32(1 - (double)beta2)
-//   decay           = f32(1 - (double)lr * (double)weight_decay)
-//   step_size       = f32((double)lr / (1 - pow((double)beta1, step)))
-//   bc2_sqrt        = f32(sqrt(1 - pow((double)beta2, step)))
-// Per element, each line one IEEE f32 operation rounded to nearest (no FMA anywhere, so a
-// float32 numpy/torch mirror reproduces the bits):
-//   g  = grad * grad_scale
-//   t1 = beta1 * m;             t2 = one_minus_beta1 * g;   m = t1 + t2
-//   t3 = beta2 * v;             t4 = one_minus_beta2 * g;   t4 = t4 * g;   v = t3 + t4
-//   p  = param * decay
-//   s  = sqrt(v);               s = s / bc2_sqrt;           denom = s + eps
-//   u  = step_size * m;         u = u / denom;              param = p - u
-//   param_bf16 = f32_to_bf16(param)                          (core/dtype.h, only when given)
-// This is torch.optim.AdamW's single-tensor CPU path (decay first, then
-// param.addcdiv_(m, sqrt(v)/sqrt(bc2) + eps, value=-lr/bc1)), except that PyTorch updates m
-// with lerp; the two agree to an ulp of m.
+// operations. Per call, each in double and then rounded once to f32 (beta1, beta2, eps and
+// grad_scale are f32 as given):
+//   one_minus_beta1 = 1 - beta1;  one_minus_beta2 = 1 - beta2;  decay = 1 - lr * weight_decay
+//   step_size = lr / (1 - pow(beta1, step));  bc2_sqrt = sqrt(1 - pow(beta2, step))
+// Per element, each +, -, *, / and sqrt below is one IEEE f32 operation rounded to nearest, no
+// FMA anywhere (so a float32 numpy/torch mirror reproduces the bits); param_bf16 only when given:
+//   g = grad * grad_scale;  m = beta1 * m + one_minus_beta1 * g;  p = param * decay
+//   v = beta2 * v + (one_minus_beta2 * g) * g;  denom = sqrt(v) / bc2_sqrt + eps
+//   param = p - (step_size * m) / denom;  param_bf16 = f32_to_bf16(param)  (core/dtype.h)
+// This is torch.optim.AdamW's single-tensor CPU path (decay first, then param.addcdiv_), except
+// that PyTorch updates m with lerp; the two agree to an ulp of m.
 #pragma once
 
 #include <cstdint>

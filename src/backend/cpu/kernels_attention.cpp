@@ -8,7 +8,7 @@
 // att^T (for dv, dk) needs query rows c0..T only. That skips about half of the full square at
 // the cost of the small triangles on the diagonal, which the softmax (backward) zeroes above
 // the diagonal before anything reads them.
-//
+
 // Note [Attention in phases]
 // Each kernel runs in three phases over all (batch, head) pairs: sgemms, one OpenMP softmax
 // over all rows, sgemms. Going head by head instead would switch between the OpenBLAS and the
@@ -17,33 +17,19 @@
 // with the default OMP_WAIT_POLICY: forward 33-120 ms head by head, 28-34 ms in phases (both
 // ~25 ms with OMP_WAIT_POLICY=passive). The price is that the T x T blocks go through memory
 // between phases instead of staying in cache.
-//
+
 // Note [Decode attention]
 // attention_decode is one query row against a key/value cache: the last row (t = T-1) of
-// attention_forward. It does the forward's float operations in the forward's order wherever that
+// attention_forward, with the forward's float operations in the forward's order wherever that
 // order is this file's to choose:
-//  - score s_t = (q . k_t) * scale: the dot product an FMA chain over i = 0, 1, ..., hs-1 from
-//    +0, then one multiply by scale. That is what an sgemm micro-kernel does for one element of
-//    alpha * q k^T (one accumulator, one FMA per k, alpha applied once at the end).
-//  - the softmax: causal_softmax_row itself, on the row of T scores (max, exp_fast of the
-//    max-subtracted score, the vectorized sum, one reciprocal, one multiply per probability).
+//  - score s_t = (q . k_t) * scale: an FMA chain over i = 0, 1, ..., hs-1 from +0, then one
+//    multiply by scale, as an sgemm micro-kernel computes one element of alpha * q k^T;
+//  - the softmax: causal_softmax_row itself, on the row of T scores;
 //  - out = sum_t p_t v_t: each element an FMA chain over t = 0, 1, ..., T-1 from +0.
-// What it cannot reproduce is the order inside the forward's two sgemms: OpenBLAS chooses its
-// micro-kernels at run time by CPU (DYNAMIC_ARCH), by shape (edge kernels for leftover rows and
-// columns, separate small-matrix kernels) and by thread split, splits K into blocks whose partial
-// sums it adds into C, and not all of those use one FMA chain per element. Measured on 0.3.21
-// with its Cooperlake kernels, T from 1 to 1100 and hs from 1 to 128: decode equals the
-// forward's last row bit for bit in 55 of 140 shapes (hs = 16, 64, 128 with T up to 300, mostly)
-// and is within 1.5e-6 of it, relative to the row's largest value, in the others. So decode
-// agrees with the forward's last row to rounding (tests/test_kernels_decode.cpp states the bound),
-// while the reference pair (cpu::ref, plain loops in one order) agrees bit for bit.
-//
-// Layout and threads: the scores go by (kv head, tile of kDecodeKeyTile keys): the tile is
-// transposed once into a small buffer, so that the FMA chains of its keys run in SIMD lanes, and
-// serves all NH/NKV query heads that read that kv head. The softmax goes by query head, the
-// weighted sum by (query head, block of kDecodeColumns output columns). Every output element and
-// score is one chain in the fixed order above whichever thread computes it: the result does not
-// depend on the thread count. No cblas calls (Note [Fast kernels and the sgemm thread pool]).
+// The order inside the forward's two sgemms is OpenBLAS's (by CPU, shape and thread split), so
+// decode agrees with the forward's last row to rounding, not bit for bit: the bound and the
+// measurements are in tests/test_kernels_decode.cpp. The reference pair (cpu::ref, plain loops in
+// one order) agrees bit for bit. The thread count changes no bit (attention_decode says why).
 #include <cblas.h>
 
 #include <algorithm>
@@ -283,7 +269,13 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 }
 
 // Note [Decode attention]. Three work-shared loops in one parallel region (the barriers between
-// them order scores -> softmax -> weighted sum).
+// them order scores -> softmax -> weighted sum). The scores go by (kv head, tile of
+// kDecodeKeyTile keys): the tile is transposed once into a small buffer, so that the FMA chains of
+// its keys run in SIMD lanes, and serves all NH/NKV query heads that read that kv head. The
+// softmax goes by query head, the weighted sum by (query head, block of kDecodeColumns output
+// columns). Every score and output element is one chain in the Note's fixed order whichever
+// thread computes it: the result does not depend on the thread count. No cblas calls (Note [Fast
+// kernels and the sgemm thread pool]).
 void attention_decode(float* out, float* scratch, const float* q, const float* kv, int64_t T,
                       int64_t NH, int64_t NKV, int64_t hs) {
   STRATA_CHECK(T >= 1 && NKV > 0 && NH % NKV == 0 && hs > 0);

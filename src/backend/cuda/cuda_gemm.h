@@ -9,7 +9,7 @@
 // stored; b given as (N,K) (trans_b) is (K,N) column-major and needs cuBLAS's transpose. The same
 // holds for a. The bias (N) runs along cuBLAS's m, which is what CUBLASLT_EPILOGUE_BIAS
 // broadcasts over the columns.
-//
+
 // Note [GEMM precision and reproducibility]
 // Compute type CUBLAS_COMPUTE_32F everywhere: f32 inputs get f32 multiply-adds (no TF32, so the
 // f32 path matches the CPU within NMSE 1e-5), bf16 inputs get tensor-core products accumulated

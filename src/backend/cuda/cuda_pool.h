@@ -2,23 +2,17 @@
 //
 // Note [CUDA memory pool]
 // cudaMalloc is slow and cudaFree synchronizes the whole device, so the pool never gives memory
-// back to CUDA on the hot path. A freed block goes on the free list of its size class and the next
-// request of that class takes it. Classes (class_bytes):
-//   up to 4 KiB                    4 KiB
-//   4 KiB .. 2 MiB                 2^k * {1, 1.25, 1.5, 1.75}, multiples of 4 KiB: <= 25% over
-//   above 2 MiB                    multiples of 2 MiB: < 2 MiB over
-// Training asks for the same few sizes every iteration (per-block slabs, activations), so exact
-// class matches are the common case and a simple free list per class is enough.
-//
-// Accounting: in_use counts the class bytes of live blocks (what the GPU really holds for Strata,
-// which can exceed the bytes asked for), cached the class bytes of free blocks kept for reuse.
-// With a budget, in_use + cached stays within it: when a new block would pass it, the cached
-// blocks are released first (cudaFree: the one slow path), and only when in_use alone would pass
-// it is the request refused with out_of_memory. Without a budget the same release-and-retry
-// happens when cudaMalloc itself runs out.
-//
-// A freed block is handed out again at once. That is safe by Buffer::reset's contract (the caller
-// guarantees no stream still uses it), exactly as on the CPU device.
+// back to CUDA on the hot path: a freed block goes on the free list of its size class and the
+// next request of that class takes it. Classes (class_bytes): 4 KiB for requests up to 4 KiB;
+// up to 2 MiB, 2^k * {1, 1.25, 1.5, 1.75} in multiples of 4 KiB (<= 25% over); above, multiples
+// of 2 MiB (< 2 MiB over).
+// Training asks for the same few sizes every iteration, so a free list per class is enough.
+// in_use counts the class bytes of live blocks (what the GPU holds for Strata), cached those of
+// free ones. With a budget, in_use + cached stays within it: the cached blocks are released first
+// (cudaFree: the one slow path), and only when in_use alone would pass it is the request refused
+// (out_of_memory). Without one, the same release-and-retry happens when cudaMalloc runs out. A
+// freed block is handed out again at once: Buffer::reset's contract (the caller guarantees no
+// stream still uses it) makes that safe, exactly as on the CPU device.
 #pragma once
 
 #include <cstdint>

@@ -9,32 +9,15 @@
 // With P_ij = exp(s_ij - lse_i) and dP_ij = dO_i . v_j, the backward is
 //   dS_ij = P_ij (dP_ij - D_i);  dq_i += scale sum_j dS_ij k_j;
 //   dk_j += scale sum_i dS_ij q_i;  dv_j += sum_i P_ij dO_i
-// (cpu::ref::attention_backward with datt = dP, and D = sum_j p[j] datt[j]).
-//
-// Tiling. A block of 256 threads owns kOwn = 64 rows of one (b, h) and streams tiles of
-// kStream = 32 rows of the other operand through shared memory, so memory is O(T) per head:
-//   forward   owns 64 queries, streams key/value tiles 0 .. the diagonal; online softmax
-//             (running max m_i and sum l_i, O rescaled by exp(m_old - m_new) per tile).
-//   D pass    the forward kernel again, recomputing O, writing D_i = dO_i . O_i instead of
-//             out and lse. O is not an input of attention_backward, and this costs one forward.
-//   dq        owns 64 queries, streams key tiles 0 .. the diagonal: S, P from lse, dP, dS, dq.
-//   dk, dv    owns 64 keys, streams query tiles from the diagonal to T-1: S^T, P^T, dP^T, dS^T.
-// Note [Deterministic attention backward]: every dq, dk, dv element is accumulated in
-// registers by the one thread that owns it, over the streamed tiles in increasing order, and
-// added to dqkv once at the end: no atomics, no split over blocks, the same bits on every run.
-// The price is that S and dP are computed twice (dq and dk/dv kernels) plus the D pass.
-//
-// Inside a block the 256 threads form a 16 x 16 grid (tx = threadIdx.x % 16, ty = / 16); a
-// thread computes rows ty + 16a of a product and columns tx + 16b, so a row's 16 threads are one
-// half-warp and row reductions are xor shuffles within it. The products read shared-memory
-// tiles whose row length is padded to an odd number of floats (HS + 1, kStream + 1): the 16
-// rows one half-warp reads at the same column then fall in 16 different banks.
-//
-// Head sizes: the kernels are instantiated for padded widths HS in {16, 32, 64, 80, 96, 128};
-// a head of size hs runs the smallest HS >= hs with columns hs .. HS-1 loaded as zeros (they add
-// nothing to any dot product and are never written back). Rows >= T are zeros as well and
-// masked out. Shared memory per block (floats): forward 128 (HS+1) + 64*33; dq 192 (HS+1) +
-// 64*33; dk/dv 192 (HS+1) + 2*64*33 + 64, i.e. 113.5 KiB at HS = 128 (opt-in above 48 KiB).
+// (cpu::ref::attention_backward with datt = dP, and D = sum_j p[j] datt[j]). The kernels stream
+// tiles of the other operand through shared memory, so memory is O(T) per head (the tiling is
+// described at kThreads below); head sizes up to 128 (with_padded_head_size).
+
+// Note [Deterministic attention backward]
+// Every dq, dk, dv element is accumulated in registers by the one thread that owns it, over the
+// streamed tiles in increasing order, and added to dqkv once at the end: no atomics, no split
+// over blocks, the same bits on every run. The price is that S and dP are computed twice (dq and
+// dk/dv kernels) plus the D pass.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -53,6 +36,19 @@ namespace {
 using kernels_detail::group_max;
 using kernels_detail::group_sum;
 
+// Tiling. A block of kThreads threads owns kOwn rows of one (b, h) and streams tiles of kStream
+// rows of the other operand through shared memory:
+//   forward   owns 64 queries, streams key/value tiles 0 .. the diagonal; online softmax
+//             (running max m_i and sum l_i, O rescaled by exp(m_old - m_new) per tile).
+//   D pass    the forward kernel again, recomputing O, writing D_i = dO_i . O_i instead of
+//             out and lse. O is not an input of attention_backward, and this costs one forward.
+//   dq        owns 64 queries, streams key tiles 0 .. the diagonal: S, P from lse, dP, dS, dq.
+//   dk, dv    owns 64 keys, streams query tiles from the diagonal to T-1: S^T, P^T, dP^T, dS^T.
+// Inside a block the 256 threads form a 16 x 16 grid (tx = threadIdx.x % 16, ty = / 16); a
+// thread computes rows ty + 16a of a product and columns tx + 16b, so a row's 16 threads are one
+// half-warp and row reductions are xor shuffles within it. The products read shared-memory
+// tiles whose row length is padded to an odd number of floats (HS + 1, kStream + 1): the 16
+// rows one half-warp reads at the same column then fall in 16 different banks.
 constexpr int kThreads = 256;                   // a 16 x 16 thread grid
 constexpr int kOwn = 64;                        // rows a block owns
 constexpr int kStream = 32;                     // rows per streamed tile
@@ -114,6 +110,8 @@ __device__ __forceinline__ void gemm_tile(float (&acc)[RA][RB], const float* A, 
   }
 }
 
+// Shared memory per block, in floats. dk/dv's is the largest, 113.5 KiB at HS = 128: past the
+// 48 KiB a kernel gets without opting in (launch).
 template <int HS>
 constexpr int forward_smem_floats() {
   return (kOwn + 2 * kStream) * (HS + 1) + kOwn * kLdS;
@@ -454,8 +452,9 @@ void launch(void (*kernel)(Params...), int smem_floats, dim3 grid, cudaStream_t 
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
-// fn(std::integral_constant<int, HS>{}) for the padded width HS the kernels run for head size hs
-// (see the Note at the top).
+// fn(std::integral_constant<int, HS>{}) for the padded width HS the kernels run for head size hs:
+// the smallest HS >= hs, with columns hs .. HS-1 loaded as zeros (they add nothing to any dot
+// product and are never written back). Rows >= T are zeros as well and masked out.
 template <typename Fn>
 void with_padded_head_size(int64_t hs, Fn&& fn) {
   if (hs <= 16) return fn(std::integral_constant<int, 16>{});

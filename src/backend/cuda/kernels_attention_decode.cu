@@ -14,23 +14,16 @@ namespace strata {
 namespace {
 
 // Note [Decode attention on CUDA]
-// Three launches on one stream, for query head h (grid.x) of the newest position:
-//   scores         grid.y tiles of kDecodeThreads keys, one key per thread: s_t = (q_h . k_t) *
-//                  scale, the dot product an fmaf chain over i = 0 .. hs-1 from +0 (q and the key
-//                  tile staged through shared memory kDecodeChunk columns at a time), the scale
-//                  applied with __fmul_rn. Written to scratch (NH,T).
-//   softmax        one block per head: max (exact), e_t = exp_fast(s_t - max), their sum (each
-//                  thread's keys t = tid, tid + 256, ... in order, then block_sum's fixed tree),
-//                  p_t = e_t * (1 / sum). p overwrites the scores in scratch.
-//   weighted sum   grid.y blocks of kDecodeThreads output columns, one column per thread:
-//                  out_d = an fmaf chain over t = 0 .. T-1 from +0 of p_t * v_t[d].
-// This is the CPU's order (Note [Decode attention] in cpu/kernels_attention.cpp) everywhere but
-// the row sum, whose CPU order is GCC's vectorization of an OpenMP simd reduction: the scores
-// and the exponentials are the CPU's bits (explicit fmaf and _rn intrinsics, nothing left for
-// nvcc to contract; exp_fast below is cpu::exp_fast step for step), the sum differs by
-// rounding, and so p and out agree with the CPU to about an ulp. No atomics; fixed shapes:
-// deterministic (Note [Deterministic CUDA reductions]). Any hs: the chunked staging has no size
-// limit. Memory-bound and small; it makes no attempt at the fused forward's tiling.
+// Three launches on one stream, per query head h (grid.x) of the newest position, in the CPU's
+// order (Note [Decode attention] in cpu/kernels_attention.cpp): the scores s_t = (q_h . k_t) *
+// scale, an fmaf chain over i = 0 .. hs-1 from +0, then __fmul_rn, into scratch (NH,T); the
+// softmax in place, e_t = exp_fast(s_t - max), p_t = e_t * (1 / sum); out_d = an fmaf chain over
+// t = 0 .. T-1 from +0 of p_t * v_t[d]. Explicit fmaf and _rn intrinsics leave nvcc nothing to
+// contract and exp_fast below is cpu::exp_fast step for step, so the scores and the exponentials
+// are the CPU's bits. Only the row sum's order differs (the CPU's is GCC's vectorization of an
+// OpenMP simd reduction), so p and out agree with the CPU to about an ulp. No atomics, fixed
+// shapes: deterministic (Note [Deterministic CUDA reductions]). Any hs: the staging is chunked.
+// Memory-bound and small; it makes no attempt at the fused forward's tiling.
 
 constexpr int kDecodeThreads = 128;  // keys per scores block, columns per weighted-sum block
 constexpr int kDecodeChunk = 32;     // key columns staged per step
@@ -65,6 +58,8 @@ __device__ __forceinline__ float exp_fast(float x) {
   return __fmul_rn(p, __int_as_float(scale_bits));
 }
 
+// grid.y tiles of kDecodeThreads keys, one key per thread; q and the key tile are staged through
+// shared memory kDecodeChunk columns at a time.
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_scores_kernel(float* __restrict__ scratch,   // (NH,T)
                                    const float* __restrict__ q,   // (NH*hs)
@@ -98,6 +93,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (t < T) scratch[h * T + t] = __fmul_rn(acc, scale);
 }
 
+// One block per head. The max is exact; each thread sums its keys t = tid, tid + 256, ... in
+// order, then block_sum adds those partial sums in its fixed tree.
 __global__ void __launch_bounds__(kDecodeSoftmaxThreads)
     attention_decode_softmax_kernel(float* __restrict__ scratch,  // (NH,T) scores -> probabilities
                                     int64_t T) {
@@ -118,6 +115,7 @@ __global__ void __launch_bounds__(kDecodeSoftmaxThreads)
   for (int64_t t = threadIdx.x; t < T; t += kDecodeSoftmaxThreads) row[t] = __fmul_rn(row[t], inv);
 }
 
+// grid.y blocks of kDecodeThreads output columns, one column per thread.
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_weighted_sum_kernel(float* __restrict__ out,            // (NH*hs)
                                          const float* __restrict__ scratch,  // (NH,T) probabilities
