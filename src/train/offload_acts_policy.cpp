@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "model/block.h"
 #include "model/init.h"
+#include "sched/plan_checker.h"
 #include "train/offload_spec.h"
 
 namespace strata {
