@@ -2,8 +2,8 @@
 # CTest `sample_torch`: `strata sample` (Note [Sampling] in src/model/sample.h) on a trained
 # checkpoint.
 #  - Greedy (temperature 0) equals a PyTorch greedy loop on the exported weights token for token
-#    (tools/torch_sample.py), for GPT-2 and Llama, past the context length, so both the
-#    key/value cache and the sliding window are exercised.
+#    (tools/torch_sample.py, on the windows Note [Sampling] documents), for GPT-2 and Llama, past
+#    the context length, so both the key/value cache and the window's slides are exercised.
 #  - The same seed gives the same text; another seed other text; top-k 1 is greedy.
 #  - A model larger than the few blocks it holds samples in the memory of a few blocks.
 #  - Bad input exits 2 with one line: a missing checkpoint, a prompt token outside the

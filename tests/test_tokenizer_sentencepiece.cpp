@@ -1,6 +1,7 @@
 // SentencePiece models trained here on the multilingual corpus (libsentencepiece's trainer,
 // unigram and BPE, with byte fallback and an identity normalizer): loading by file, round trips,
-// streamed encoding equal to whole encoding, the models whose text cannot be cut, and errors.
+// streamed encoding equal to whole encoding, the models whose text cannot be cut, decoding ids
+// one at a time as `strata sample` does (Note [Streaming text]), and errors.
 // tests/tokenizer_sentencepiece.sh compares the ids with Python's sentencepiece.
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
@@ -10,6 +11,7 @@
 
 #include "core/file_util.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/text_stream.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
 
@@ -102,6 +104,35 @@ TEST(SentencePiece, NoCutsWithoutTheDummyPrefix) {
   EncodeStats stats;
   EXPECT_EQ(encode_streamed(*t, kCorpus, 64, &stats), encode(*t, *text));
   EXPECT_EQ(stats.pieces, 1);
+}
+
+// Ids decoded as they come (Note [Streaming text]): the pieces written make the text decode gives
+// for all the ids at once, though a piece's text depends on its neighbours (the first piece's
+// space dropped, byte pieces joined into characters), and each piece written is whole UTF-8.
+TEST(SentencePiece, TextStreamWritesTheDecodeOfAllTheIds) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm_stream");
+  auto t = load(train(dir, "bpe", "--model_type=bpe"));
+  ASSERT_TRUE(t);
+  auto text = read_whole_file(kCorpus, "corpus");
+  ASSERT_TRUE(text.ok());
+  const std::vector<int32_t> ids = encode(*t, *text);
+  std::vector<std::string> chunks;
+  TextStream stream(*t, [&](std::string_view b) {
+    chunks.emplace_back(b);
+    return Status();
+  });
+  ASSERT_TRUE(stream.push(std::span<const int32_t>(ids.data(), 3)).ok());  // a prompt
+  for (size_t i = 3; i < ids.size(); ++i) {
+    ASSERT_TRUE(stream.push(std::span<const int32_t>(&ids[i], 1)).ok());
+  }
+  ASSERT_TRUE(stream.finish().ok());
+  std::string all;
+  for (const std::string& c : chunks) {
+    EXPECT_EQ(settled_length(c), c.size()) << c;
+    all += c;
+  }
+  EXPECT_EQ(all, *text);
+  EXPECT_EQ(all, *t->decode(ids));
 }
 
 TEST(SentencePiece, Errors) {

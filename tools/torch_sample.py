@@ -5,9 +5,11 @@ tests/sample_torch.sh.
 usage: torch_sample.py EXPORTED.safetensors "PROMPT TOKEN IDS" N
 
 Prints the prompt followed by N greedy tokens, space-separated, as `strata sample
---temperature 0 --print-tokens` does: each step runs the model on the last context_length
-tokens and appends the argmax of the last position's logits (the lowest index among equal
-maxima, as torch.argmax).
+--temperature 0 --print-tokens` does: each step runs the model on the window Note [Sampling]
+(src/model/sample.h) documents and appends the argmax of the last position's logits (the lowest
+index among equal maxima, as torch.argmax). The window starts as the prompt's last
+context_length tokens; when it would pass context_length it slides to keep its last
+max(1, context_length // 2) tokens, and grows again from there.
 """
 
 import os
@@ -28,9 +30,13 @@ def main():
     model = arch.make(cfg)
     arch.module.load_params(model, tec.load_export(exported, cfg, arch))
     tokens = [int(t) for t in prompt.split()]
+    context = cfg.context_length
+    start = max(0, len(tokens) - context)
     with torch.no_grad():
         for _ in range(n):
-            window = torch.tensor([tokens[-cfg.context_length:]], dtype=torch.long)
+            if len(tokens) - start > context:
+                start = len(tokens) - max(1, context // 2)
+            window = torch.tensor([tokens[start:]], dtype=torch.long)
             logits, _ = model(window)
             tokens.append(int(torch.argmax(logits[0, -1])))
     print(" ".join(str(t) for t in tokens))

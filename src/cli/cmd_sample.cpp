@@ -1,21 +1,39 @@
 // `strata sample`: text from a checkpoint's weights (Note [Sampling] in model/sample.h). The
 // checkpoint is verified first; its master weights are read tensor by tensor from
-// model.safetensors as each slab is needed, so a model larger than memory samples too.
+// model.safetensors as each slab is needed, so a model larger than memory samples too. The text
+// is written to stdout as it is made (Note [Sample output]).
+//
+// Note [Sample output]
+// The prompt, then each new token as soon as it is picked, is written to stdout with write(2), no
+// buffer in between: as text (Note [Streaming text] in data/text_stream.h) or as ids with
+// --print-tokens; a newline ends it. A failed write (a full disk, a closed pipe: SIGPIPE is
+// ignored here unless a handler is installed, so it is EPIPE) ends the command with one line
+// naming stdout, exit 1. The first SIGINT or SIGTERM (Note [Stopping on a signal]) ends it after
+// the token being made: what was made is written, the newline too, exit 128 + the signal.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/gathered_checkpoint.h"
+#include "cli/stop_signals.h"
 #include "core/file_util.h"
+#include "core/log.h"
+#include "data/text_stream.h"
 #include "data/tokenizer.h"
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_tensors.h"
@@ -104,22 +122,6 @@ int64_t half_available_memory() {
   return kb > 0 ? static_cast<int64_t>(kb) * 1024 / 2 : 0;
 }
 
-// The text of `ids`. A model's vocabulary may be padded beyond its tokenizer's (GPT-2's 50257
-// to 50304): an id the tokenizer lacks is written "<|id N|>" rather than failing the run.
-Result<std::string> detokenize(const Tokenizer& t, const std::vector<int32_t>& ids) {
-  std::string text;
-  size_t run = 0;  // the start of the current run of ids the tokenizer has
-  for (size_t i = 0; i <= ids.size(); ++i) {
-    if (i < ids.size() && ids[i] >= 0 && ids[i] < t.vocab_size()) continue;
-    STRATA_ASSIGN_OR_RETURN(std::string piece,
-                            t.decode(std::span<const int32_t>(ids.data() + run, i - run)));
-    text += piece;
-    if (i < ids.size()) text += "<|id " + std::to_string(ids[i]) + "|>";
-    run = i + 1;
-  }
-  return text;
-}
-
 // The generation flags: --tokens, --temperature, --top-k, --seed, --no-kv-cache,
 // --resident-bytes. invalid_argument naming the flag.
 Result<SampleOptions> sample_options(const ParsedArgs& a) {
@@ -144,6 +146,83 @@ Result<SampleOptions> sample_options(const ParsedArgs& a) {
   }
 
   return o;
+}
+
+// All of `bytes` to stdout, retrying interrupted and short writes (Note [Sample output]);
+// io_error naming stdout.
+Status write_stdout(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(STDOUT_FILENO, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return io_error("cannot write the sample to stdout: " +
+                      (n < 0 ? errno_text(errno) : std::string("nothing written")));
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status();
+}
+
+// Note [Sample output]: the prompt, then each new token, as text or (--print-tokens) ids.
+class SampleWriter {
+ public:
+  SampleWriter(const Tokenizer& t, bool ids) : ids_(ids), text_(t, write_stdout) {}
+  Status add(std::span<const int32_t> ids) {
+    if (!ids_) return text_.push(ids);
+    std::string words;
+    for (int32_t id : ids) words += (count_++ == 0 ? "" : " ") + std::to_string(id);
+    return write_stdout(words);
+  }
+  Status finish() {
+    if (!ids_) STRATA_RETURN_IF_ERROR(text_.finish());
+    return write_stdout("\n");
+  }
+
+ private:
+  const bool ids_;
+  int64_t count_ = 0;  // ids written
+  TextStream text_;
+};
+
+// Note [Sample output]: a closed pipe becomes EPIPE, unless a SIGPIPE handler is installed.
+void ignore_default_sigpipe() {
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
+// Generates the sample into stdout as it is made (Note [Sample output]); the exit status.
+int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tokenizer& tokenizer,
+                 const std::vector<int32_t>& prompt, const SampleOptions& o, bool print_ids) {
+  if (Status s = check_prompt(plan.model, prompt); !s.ok()) return fail(s.message(), 2);
+  install_stop_signals();
+  ignore_default_sigpipe();
+  SampleWriter writer(tokenizer, print_ids);
+  if (Status s = writer.add(prompt); !s.ok()) return fail(s.message(), 1);
+  Status write_error;  // the output's, told from the model's
+  int64_t made = 0;
+  SampleHooks hooks;
+  hooks.on_token = [&](int32_t token) {
+    ++made;
+    write_error = writer.add(std::span<const int32_t>(&token, 1));
+    return write_error;
+  };
+  hooks.stop = [] { return stop_signal() != 0; };
+  auto dev = create_cpu_device();
+  auto out = generate(
+      *dev, plan.model, [&](int64_t slab, float* dst) { return weights.read(slab, dst); }, prompt,
+      o, hooks);
+  if (!out.ok()) {
+    const bool input = write_error.ok() && out.status().code() == ErrorCode::invalid_argument;
+    return fail(out.status().message(), input ? 2 : 1);
+  }
+  if (Status s = writer.finish(); !s.ok()) return fail(s.message(), 1);
+  const int sig = stop_signal();
+  if (sig == 0 || made == o.new_tokens) return 0;
+  log_info(std::string("stopped by ") + signal_name(sig) + " after " + std::to_string(made) +
+           " of " + std::to_string(o.new_tokens) + " tokens");
+  return 128 + sig;
 }
 
 const std::vector<FlagSpec> kSampleFlags = {
@@ -192,24 +271,7 @@ int sample_main(const ParsedArgs& a) {
   }
   auto weights = CheckpointWeights::open(*plan);
   if (!weights.ok()) return fail(weights.status().message(), 2);
-  auto dev = create_cpu_device();
-  auto out = generate(
-      *dev, plan->model, [&](int64_t slab, float* dst) { return weights->read(slab, dst); }, prompt,
-      o);
-  if (!out.ok()) {
-    const bool input = out.status().code() == ErrorCode::invalid_argument;
-    return fail(out.status().message(), input ? 2 : 1);
-  }
-  if (a.has("print-tokens")) {
-    for (size_t i = 0; i < out->size(); ++i) std::printf(i == 0 ? "%d" : " %d", (*out)[i]);
-    std::printf("\n");
-    return 0;
-  }
-  auto text = detokenize(**tokenizer, *out);
-  if (!text.ok()) return fail(text.status().message(), 1);
-  std::fwrite(text->data(), 1, text->size(), stdout);
-  std::printf("\n");
-  return 0;
+  return write_sample(*plan, *weights, **tokenizer, prompt, o, a.has("print-tokens"));
 }
 
 }  // namespace

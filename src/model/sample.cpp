@@ -200,9 +200,7 @@ Status Sampler::logits(int64_t row, float* host_logits) {
 
 }  // namespace
 
-Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
-                                      const SlabWeightsFn& weights, std::vector<int32_t> prompt,
-                                      const SampleOptions& o) {
+Status check_prompt(const ModelConfig& model, const std::vector<int32_t>& prompt) {
   if (prompt.empty()) return invalid_argument("the prompt has no tokens");
   for (int32_t t : prompt) {
     if (t < 0 || t >= model.vocab_size) {
@@ -210,27 +208,47 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
                               std::to_string(model.vocab_size) + " tokens)");
     }
   }
+  return Status();
+}
+
+Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
+                                      const SlabWeightsFn& weights, std::vector<int32_t> prompt,
+                                      const SampleOptions& o, const SampleHooks& hooks) {
+  STRATA_RETURN_IF_ERROR(check_prompt(model, prompt));
   Sampler sampler(dev, model, weights, o.resident_bytes);
   STRATA_RETURN_IF_ERROR(sampler.allocate());
   const int64_t Tmax = model.context_length;
+  const int64_t keep = std::max<int64_t>(1, Tmax / 2);  // a slide's window (Note [Sampling])
+  SampleStats local;
+  SampleStats& stats = hooks.stats != nullptr ? *hooks.stats : local;
+  stats = SampleStats();
   std::vector<float> host_logits(static_cast<size_t>(model.vocab_size));
   Rng rng(o.seed);
   std::vector<int32_t> out = std::move(prompt);
-  int64_t cached = 0;  // positions of `out` whose keys and values are in the cache
+  // The window is out[start, len); the keys and values of its first `cached` tokens are cached.
+  int64_t start = std::max<int64_t>(0, static_cast<int64_t>(out.size()) - Tmax);
+  int64_t cached = 0;
   for (int64_t n = 0; n < o.new_tokens; ++n) {
+    if (hooks.stop && hooks.stop()) break;
     const auto len = static_cast<int64_t>(out.size());
+    if (len - start > Tmax) {  // the window is full: slide, every position moves
+      start = len - keep;
+      cached = 0;
+    }
+    const int64_t T = len - start;
     int64_t row = 0;
-    if (o.kv_cache && len <= Tmax && cached == len - 1) {  // one new token at the next position
-      STRATA_RETURN_IF_ERROR(sampler.decode(out.back(), len - 1));
-      cached = len;
-    } else {  // the first window, or one that slid: its positions all moved
-      const int64_t T = std::min(len, Tmax);
-      STRATA_RETURN_IF_ERROR(sampler.prefill(out.data() + (len - T), T));
-      cached = len <= Tmax ? T : 0;
+    if (o.kv_cache && cached > 0 && cached == T - 1) {  // one new token at the next position
+      STRATA_RETURN_IF_ERROR(sampler.decode(out.back(), T - 1));
+      ++stats.decodes;
+    } else {  // the first window, or one that slid
+      STRATA_RETURN_IF_ERROR(sampler.prefill(out.data() + start, T));
+      ++stats.prefills;
       row = T - 1;
     }
+    cached = T;
     STRATA_RETURN_IF_ERROR(sampler.logits(row, host_logits.data()));
     out.push_back(pick_token(host_logits.data(), model.vocab_size, o, rng));
+    if (hooks.on_token) STRATA_RETURN_IF_ERROR(hooks.on_token(out.back()));
   }
   return out;
 }
