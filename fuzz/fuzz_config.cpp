@@ -1,7 +1,7 @@
-// The config parser: a config file's text (read_json_file's parse, comments allowed), merged over
-// the default and validated; parse_config of the raw value (which merges itself); and every line
-// of the input as a --set assignment. A config that parses must survive config_to_json and
-// parse_config unchanged (config.h's round-trip promise).
+// The config parser: a config file's text (read_json_file's parse: comments allowed, a key twice
+// refused), merged over the default and validated; parse_config of the raw value (which merges
+// itself); and every line of the input as a --set assignment. A config that parses must survive
+// config_to_json and parse_config unchanged (config.h's round-trip promise).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -32,8 +32,15 @@ void check_round_trip(const TrainConfig& c) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
 
-  auto j = strata::parse_json(text, "fuzz config", strata::JsonSyntax{.comments = true});
+  auto j = strata::parse_json(text, "fuzz config",
+                              strata::JsonSyntax{.comments = true, .unique_keys = true});
   if (j.ok()) {
+    // Note [Duplicate keys]: the check refuses, never changes, what the parser makes.
+    auto plain = strata::parse_json(text, "fuzz config", strata::JsonSyntax{.comments = true});
+    if (!plain.ok() || *plain != *j) {
+      std::fprintf(stderr, "unique_keys changed the parse\n");
+      std::abort();
+    }
     nlohmann::json base = strata::default_config_json();
     if (strata::merge_config(base, *j, "fuzz config").ok()) {
       auto c = strata::parse_config(base);

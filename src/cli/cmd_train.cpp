@@ -235,7 +235,8 @@ const std::vector<FlagSpec> kTrainFlags = {
     {"metrics", true, false},        {"trace", true, false},  {"save-every", true, false},
     {"checkpoint-dir", true, false}, {"keep", true, false},   {"resume", true, false},
     {"quiet", false, false},         {"auto", false, false},  {"profile", true, false},
-    {"save-sync", false, false},     {"report", true, false}, {"init-from", true, false}};
+    {"save-sync", false, false},     {"report", true, false}, {"init-from", true, false},
+    {"allow-changes", true, false}};
 
 // The step a run starts from: its checkpoint's with --resume, else 0 (with --init-from's
 // weights). A failure is one line and its exit code.

@@ -18,6 +18,8 @@ const char* const kUsage =
     "            --config FILE  --set key=value ...  --device cpu|cuda|cpu-discrete\n"
     "            --metrics FILE  --trace FILE  --report FILE.html (needs --metrics)  --quiet\n"
     "            --save-every N --checkpoint-dir DIR [--keep K] [--save-sync]  --resume DIR\n"
+    "            --allow-changes KEY[,KEY] (resume with a changed batch, seq_len, grad_accum,\n"
+    "            data.train or data.format: the run leaves the checkpoint's token stream)\n"
     "            --auto --profile HW.json (the planner picks schedule, B x M, placement, alpha)\n"
     "            --profile HW.json alone: optim.alpha \"auto\" is simulated with it\n"
     "            --init-from HF_DIR (start from a Hugging Face GPT-2 or Llama: config + weights)\n"

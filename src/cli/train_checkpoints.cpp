@@ -1,5 +1,6 @@
 // Where a run's state comes from (--resume, --init-from) and goes to (checkpoints, at a
 // standstill or behind training: Note [Asynchronous checkpoints]).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -41,10 +42,85 @@ void note_saved(const CheckpointSaveStats& saved, const CheckpointReport& r, Pro
   progress.note(line);
 }
 
+// --allow-changes KEY[,KEY]: keys of the config's field table.
+Result<std::vector<std::string>> allowed_changes(const ParsedArgs& a) {
+  std::vector<std::string> keys;
+  if (!a.has("allow-changes")) return keys;
+  if (!a.has("resume")) {
+    return invalid_argument(
+        "--allow-changes needs --resume DIR: it names fields a resumed run "
+        "may change");
+  }
+  const std::string list = a.get("allow-changes");
+  for (size_t start = 0; start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string key = list.substr(start, comma - start);
+    if (!is_config_key(key)) {
+      return invalid_argument("--allow-changes: '" + excerpt(key) +
+                              "' is not a config key (e.g. train.batch_size)");
+    }
+    keys.push_back(key);
+    start = comma + 1;
+  }
+  return keys;
+}
+
+// Note [Resuming with changed fields]: the fields the config changes from the checkpoint's, each
+// logged; refused (one line naming them all and the flag) when one moves the data stream and
+// --allow-changes does not name it.
+Status check_changes(const std::string& dir, const TrainConfig& saved, const TrainConfig& cfg,
+                     const std::vector<std::string>& allowed) {
+  std::string refused, keys;
+  for (const FieldDifference& d : data_stream_changes(saved, cfg)) {
+    if (std::find(allowed.begin(), allowed.end(), d.key) != allowed.end()) continue;
+    refused += (refused.empty() ? "" : ", ") + d.key + " " + d.a + " -> " + d.b;
+    keys += (keys.empty() ? "" : ",") + d.key;
+  }
+  if (!refused.empty()) {
+    return invalid_argument("resuming " + dir + " with " + refused +
+                            " would read other tokens than the checkpoint's run did; keep the "
+                            "checkpoint's value, or pass --allow-changes " +
+                            keys);
+  }
+  for (const FieldDifference& d : config_differences(saved, cfg)) {
+    log_info("changed since the checkpoint: " + d.key + " " + d.a + " -> " + d.b);
+  }
+  if (saved.ranks != cfg.ranks) {
+    log_info("changed since the checkpoint: ranks " + std::to_string(saved.ranks) + " -> " +
+             std::to_string(cfg.ranks));
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
 
+std::optional<SetupError> check_resume(const ParsedArgs& a, TrainRun& run) {
+  auto allowed = allowed_changes(a);
+  if (!allowed.ok()) return SetupError{allowed.status().message()};
+  if (run.ckpt.resume.empty()) return std::nullopt;
+  auto dir = resolve_checkpoint(run.ckpt.resume);
+  if (!dir.ok()) return SetupError{dir.status().message(), exit_code_for_load(dir.status())};
+  auto head = read_checkpoint_head(*dir, run.cfg);
+  if (!head.ok()) return SetupError{head.status().message(), exit_code_for_load(head.status())};
+  const int64_t step = head->meta.step;
+  if (step >= run.cfg.steps) {
+    return SetupError{"checkpoint " + *dir + " is at step " + std::to_string(step) +
+                      " and train.steps is " + std::to_string(run.cfg.steps) +
+                      ": nothing to train (raise train.steps above " + std::to_string(step) + ")"};
+  }
+  TrainConfig saved = head->config;
+  saved.ranks = static_cast<int32_t>(head->ranks);
+  Status changes = check_changes(*dir, saved, run.cfg, *allowed);
+  if (!changes.ok()) return SetupError{changes.message()};
+  run.ckpt.resume_dir = *dir;
+  return std::nullopt;
+}
+
 Result<int64_t> resume(TrainRun& run) {
-  STRATA_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(run.ckpt.resume));
+  // check_resume's checkpoint: the one whose config and step it checked.
+  STRATA_ASSIGN_OR_RETURN(std::string dir, run.ckpt.resume_dir.empty()
+                                               ? resolve_checkpoint(run.ckpt.resume)
+                                               : Result<std::string>(run.ckpt.resume_dir));
   auto meta = load_checkpoint(dir, run.cfg, [&](int64_t slab, const SlabPieceFn& fill) {
     return run.trainer->write_slab_pieces(slab, fill);
   });

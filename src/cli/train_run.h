@@ -42,6 +42,7 @@ struct CheckpointOptions {
   std::string dir;
   int64_t keep = 3;
   std::string resume;
+  std::string resume_dir;  // --resume's checkpoint, resolved and checked (check_resume)
   // Note [Asynchronous checkpoints]: checkpoints before the last step are written behind
   // training; --save-sync writes every one at a standstill.
   bool behind = true;
@@ -105,6 +106,10 @@ std::string human_count(double n);
 
 // ---- train_checkpoints.cpp ----------------------------------------------------------------------
 
+// --resume DIR, before the run creates anything: the checkpoint found and its small files read;
+// refused when it is at or past train.steps, or when the config changes a field of Note
+// [Resuming with changed fields] that --allow-changes does not name; each changed field logged.
+std::optional<SetupError> check_resume(const ParsedArgs& a, TrainRun& run);
 // --resume DIR: the trainer's state, the data position and the step counters from the
 // checkpoint. Returns the step to start from.
 Result<int64_t> resume(TrainRun& run);

@@ -7,12 +7,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/train_run.h"
+#include "core/format.h"
+#include "core/json_util.h"
 #include "core/log.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
 #include "formats/checkpoint.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
+#include "io/storage_dirs.h"
 #include "model/hf_config.h"
 #include "planner/planner.h"
 
@@ -128,7 +131,9 @@ Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& 
     without["model"] = model;
     if (!parse_config(without).ok()) return cfg.status();
     for (const auto& [key, value] : j["model"].items()) {
-      if (value != model[key]) return disagrees({"model." + key, value.dump(), model[key].dump()});
+      if (value != model[key]) {
+        return disagrees({"model." + key, json_preview(value, kMaxShownValue), model[key].dump()});
+      }
     }
     return cfg.status();
   }
@@ -331,6 +336,12 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   if (auto err = configure(a, run, predicted)) return err;
   if (auto err = load_data(run)) return err;
   if (auto err = check_output_flags(a, run)) return err;
+  if (auto err = check_resume(a, run)) return err;
+  // Note [Storage directories checked first].
+  if (is_offloaded(run.cfg.schedule)) {
+    Status dirs = prepare_storage_dirs(run.cfg.io.dirs);
+    if (!dirs.ok()) return SetupError{dirs.message(), exit_code_for(dirs)};
+  }
   if (auto err = open_outputs(a, run)) return err;
   if (auto err = set_up_trainer(run, predicted)) return err;
   run.quiet = a.has("quiet") || !writes_outputs(run);

@@ -29,10 +29,12 @@ using config_fields::shortest_text;
 // ---------------------------------------------------------------------------------------------
 // Message helpers. Every error is one line, so user text is escaped before it goes into one.
 
-// A JSON value as it would appear in the file; long values are cut so the line stays readable,
-// and only what is shown is read (Note [Bounded JSON nesting]).
+// A JSON value as it would appear in the file; long values are cut so the line stays readable
+// (a string by excerpt, Note [Bounded echoes]), and only what is shown is read (Note [Bounded
+// JSON nesting]).
 std::string show(const json& v) {
-  return json_preview(v);
+  if (v.is_string()) return "\"" + excerpt(v.get_ref<const std::string&>()) + "\"";
+  return json_preview(v, kMaxShownValue);
 }
 
 // A string a config value holds. It must be UTF-8, since the config is written back out as JSON
@@ -148,7 +150,7 @@ Status merge_value(json& base, const json& v, const std::string& key, const std:
 Status merge_object(json& base, const json& overlay, const std::string& prefix,
                     const std::string& source) {
   for (const auto& [k, v] : overlay.items()) {
-    std::string key = join_key(prefix, printable(k));
+    std::string key = join_key(prefix, excerpt(k));
     auto it = base.find(k);
     if (it == base.end()) {
       return invalid_argument("unknown key '" + key + "' in " + source);
@@ -166,8 +168,10 @@ json default_config_json() {
 
 Result<json> read_json_file(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "file"));
-  // Comments are allowed: a config is often annotated by hand.
-  return parse_json(text, printable(path), JsonSyntax{.comments = true});
+  // Comments are allowed: a config is often annotated by hand, and so is a key given twice by
+  // mistake (Note [Duplicate keys]).
+  return parse_json(text, excerpt(path, kMaxShownPath),
+                    JsonSyntax{.comments = true, .unique_keys = true});
 }
 
 Status merge_config(json& base, const json& overlay, const std::string& source) {
@@ -183,9 +187,7 @@ Status merge_config(json& base, const json& overlay, const std::string& source) 
 
 Status apply_set(json& base, const std::string& assignment) {
   // Named in every error; a long value is cut so the message stays one readable line.
-  constexpr size_t kMaxShown = 80;
-  std::string source = "--set " + printable(assignment.substr(0, kMaxShown));
-  if (assignment.size() > kMaxShown) source += "...";
+  const std::string source = "--set " + excerpt(assignment);
   size_t eq = assignment.find('=');
   if (eq == std::string::npos) {
     return invalid_argument(source + ": expected key=value, e.g. train.steps=100");
@@ -203,7 +205,7 @@ Status apply_set(json& base, const std::string& assignment) {
   }
   for (const auto& part : path) {
     if (part.empty()) {
-      return invalid_argument(source + ": '" + printable(key) +
+      return invalid_argument(source + ": '" + excerpt(key) +
                               "' is not a dotted key like train.steps");
     }
   }

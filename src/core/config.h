@@ -17,10 +17,12 @@
 // says why. test_config checks README.md's config block against the default the rows give.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config_enums.h"
@@ -248,7 +250,8 @@ nlohmann::json default_config_json();
 
 // Reads a JSON file (// and /* */ comments allowed). Errors: not_found naming the path when it
 // does not exist; bad_format with path, line, column and the parser's reason when malformed or
-// nested deeper than kMaxJsonDepth (Note [Bounded JSON nesting] in core/json_util.h).
+// nested deeper than kMaxJsonDepth (Note [Bounded JSON nesting] in core/json_util.h); bad_format
+// naming the key when an object has a key twice (Note [Duplicate keys]).
 Result<nlohmann::json> read_json_file(const std::string& path);
 
 // Deep-merges overlay into base. Every key of overlay must exist in base, and its JSON type must
@@ -281,6 +284,28 @@ struct FieldDifference {
   std::string key, a, b;
 };
 std::optional<FieldDifference> model_difference(const ModelConfig& a, const ModelConfig& b);
+
+// Every field in which two configs differ, in the field table's order, the values as bounded
+// JSON text (Note [Bounded echoes]); the walk is the table's, so a new row is compared too.
+std::vector<FieldDifference> config_differences(const TrainConfig& a, const TrainConfig& b);
+
+// Whether `key` ("train.batch_size") names a row of the field table.
+bool is_config_key(std::string_view key);
+
+// Note [Resuming with changed fields]
+// A resumed run reads data.train (as data.format) on from the checkpoint's data_position, in
+// micro-batches of train.batch_size x train.seq_len, grad_accum x ranks of them per step: change
+// one and the steps after the resume read other tokens than the run would have, so `strata train
+// --resume` refuses it unless --allow-changes names it (grad_accum x ranks is what counts: 2
+// ranks x 2 resumed as 1 x 4 read on). Any other field may change, each logged old -> new:
+// train.steps, the learning rate; train.precision (a checkpoint holds the f32 masters whatever
+// the precision, so either reads them); train.seed (it seeds only the initial weights, which a
+// resumed run takes from the checkpoint, and the logged samples). The model may not change.
+inline constexpr std::array<std::string_view, 5> kDataStreamKeys = {
+    "train.batch_size", "train.seq_len", "train.grad_accum", "data.train", "data.format"};
+// The changes from a (a checkpoint's config, its ranks set) to b among kDataStreamKeys, in that
+// order; train.grad_accum's values say the ranks when they differ ("2 x 2 ranks").
+std::vector<FieldDifference> data_stream_changes(const TrainConfig& a, const TrainConfig& b);
 
 // The inverse of parse_config: parse_config(config_to_json(c)) gives c back exactly.
 nlohmann::json config_to_json(const TrainConfig& c);

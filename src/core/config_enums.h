@@ -104,8 +104,7 @@ Result<E> parse_enum(std::string_view field, std::string_view text) {
     if (text == names[i]) return static_cast<E>(i);
     choices += (choices.empty() ? "" : ", ") + std::string(names[i]);
   }
-  return invalid_argument(std::string(field) + " '" + printable(text) + "' is not one of " +
-                          choices);
+  return invalid_argument(std::string(field) + " '" + excerpt(text) + "' is not one of " + choices);
 }
 
 // Whether a schedule streams state through a plan (horizontal, vertical).

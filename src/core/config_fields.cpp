@@ -7,11 +7,19 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "core/json_util.h"
 
 namespace strata::config_fields {
 
 using json = nlohmann::json;
+
+// The JSON pointer of a dotted key ("model.rope_scaling.type").
+json::json_pointer key_pointer(const std::string& key) {
+  std::string p = "/" + key;
+  std::replace(p.begin(), p.end(), '.', '/');
+  return json::json_pointer(p);
+}
 
 namespace {
 
@@ -23,13 +31,6 @@ json float_json(float f) {
   auto r = std::from_chars(s.data(), s.data() + s.size(), d);
   STRATA_CHECK(r.ec == std::errc());
   return json(d);
-}
-
-// The JSON pointer of a dotted key ("model.rope_scaling.type").
-json::json_pointer key_pointer(const std::string& key) {
-  std::string p = "/" + key;
-  std::replace(p.begin(), p.end(), '.', '/');
-  return json::json_pointer(p);
 }
 
 // A row's value from the merged JSON, refused against the row's rule. After the merge every key
@@ -153,3 +154,60 @@ json fields_json(const TrainConfig& c) {
 }
 
 }  // namespace strata::config_fields
+
+namespace strata {
+
+namespace {
+
+// A value in a message, bounded (Note [Bounded echoes]).
+std::string shown(const nlohmann::json& v) {
+  if (v.is_string()) return "\"" + excerpt(v.get_ref<const std::string&>()) + "\"";
+  return json_preview(v, kMaxShownValue);
+}
+
+}  // namespace
+
+std::vector<FieldDifference> config_differences(const TrainConfig& a, const TrainConfig& b) {
+  const nlohmann::json ja = config_to_json(a), jb = config_to_json(b);
+  std::vector<FieldDifference> out;
+  (void)config_fields::for_each_field(
+      a, [&](const std::string& key, const auto&, const char*, const auto&) {
+        const auto at = config_fields::key_pointer(key);
+        if (ja.at(at) != jb.at(at)) out.push_back({key, shown(ja.at(at)), shown(jb.at(at))});
+        return Status::ok_status();
+      });
+  return out;
+}
+
+std::vector<FieldDifference> data_stream_changes(const TrainConfig& a, const TrainConfig& b) {
+  const std::vector<FieldDifference> all = config_differences(a, b);
+  std::vector<FieldDifference> out;
+  for (std::string_view key : kDataStreamKeys) {
+    if (key == "train.grad_accum") {  // the step's micro-batches, over all ranks
+      if (a.grad_accum * a.ranks == b.grad_accum * b.ranks) continue;
+      auto per_step = [&](const TrainConfig& c) {
+        return std::to_string(c.grad_accum) +
+               (a.ranks == b.ranks ? "" : " x " + std::to_string(c.ranks) + " ranks");
+      };
+      out.push_back({std::string(key), per_step(a), per_step(b)});
+      continue;
+    }
+    for (const FieldDifference& d : all) {
+      if (d.key == key) out.push_back(d);
+    }
+  }
+  return out;
+}
+
+bool is_config_key(std::string_view key) {
+  bool found = false;
+  const TrainConfig c;
+  (void)config_fields::for_each_field(
+      c, [&](const std::string& k, const auto&, const char*, const auto&) {
+        found = found || k == key;
+        return Status::ok_status();
+      });
+  return found;
+}
+
+}  // namespace strata

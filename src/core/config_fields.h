@@ -104,6 +104,9 @@ Status for_each_field(C& c, Visit&& visit) {
 // named.
 Status read_fields(const nlohmann::json& merged, TrainConfig& c);
 
+// The JSON pointer of a dotted key ("model.rope_scaling.type").
+nlohmann::json::json_pointer key_pointer(const std::string& key);
+
 // Every row as config_to_json writes it; floats as their shortest decimal.
 nlohmann::json fields_json(const TrainConfig& c);
 

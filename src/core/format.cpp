@@ -55,6 +55,13 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+std::string excerpt(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return printable(s);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) cut--;  // continuation
+  return printable(s.substr(0, cut)) + "...(" + std::to_string(s.size()) + " bytes)";
+}
+
 int64_t invalid_utf8_offset(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const size_t len = utf8_sequence_length(s, i);

@@ -128,6 +128,42 @@ std::string json_preview(const nlohmann::ordered_json& v, size_t max_chars) {
 
 namespace detail {
 
+std::string KeyTracker::child_name() const {
+  if (stack_.empty()) return "";
+  const Frame& f = stack_.back();
+  if (!f.object) return f.name + "[" + std::to_string(f.index) + "]";
+  return f.name.empty() ? f.current : f.name + "." + f.current;
+}
+
+void KeyTracker::open(bool object) {
+  Frame f;
+  f.object = object;
+  f.name = child_name();
+  stack_.push_back(std::move(f));
+}
+
+void KeyTracker::close() {
+  if (!stack_.empty()) stack_.pop_back();
+  value();  // the closed object or array was its parent's element
+}
+
+void KeyTracker::key(const std::string& k) {
+  if (stack_.empty()) return;
+  Frame& f = stack_.back();
+  // Shown, not compared: bounded, so 64 levels under a 100 MB key hold 64 short names, not 6 GB.
+  f.current = excerpt(k);
+  if (!f.keys.insert(k).second && duplicate_.empty()) duplicate_ = child_name();
+}
+
+void KeyTracker::value() {
+  if (!stack_.empty() && !stack_.back().object) stack_.back().index++;
+}
+
+Status duplicate_key_error(const std::string& what, const std::string& key) {
+  return bad_format(what + ": duplicate key \"" + key +
+                    "\" (each key may appear once in an object: remove one)");
+}
+
 Status json_parse_failure(std::string_view text, const std::string& what, size_t byte,
                           const char* what_arg) {
   // what() is "[json.exception.parse_error.101] parse error at line 4, column 0: <reason>" or

@@ -183,7 +183,7 @@ void TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
 }
 
 Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
-  const std::string what = "data file " + path;
+  const std::string what = "data file " + excerpt(path, kMaxShownPath);  // Note [Bounded echoes]
   STRATA_ASSIGN_OR_RETURN(const FileMapping m, map_file(path, what));
   TokenFile f;  // from here on its destructor unmaps on every error path
   f.path_ = path;

@@ -24,8 +24,8 @@
 #include "formats/checkpoint_publish.h"
 #include "formats/checkpoint_shards.h"
 #include "formats/checkpoint_tensors.h"
-#include "io/crc32c.h"
 #include "formats/safetensors.h"
+#include "io/crc32c.h"
 #include "io/sequential_file.h"
 #include "model/hf_names.h"
 
@@ -230,6 +230,7 @@ struct ManifestFile {
 
 struct Manifest {
   int version = 0;
+  int64_t step = -1;  // -1: not given
   std::vector<ManifestFile> files;
   nlohmann::json shards;  // version 3's (Note [Sharded checkpoints])
 };
@@ -278,6 +279,14 @@ Result<Manifest> read_manifest(const std::string& dir) {
                       std::to_string(kShardedCheckpointVersion) + " (this build's)");
   }
   out.version = version.get<int>();
+  if (const auto step = m.find("step"); step != m.end()) {
+    if (!step->is_number_integer() || step->get<int64_t>() < 0 ||
+        step->get<int64_t>() > kMaxSteps) {
+      return bad_format("checkpoint manifest " + mpath + ": step must be an integer in [0, " +
+                        std::to_string(kMaxSteps) + "], got " + json_preview(*step));
+    }
+    out.step = step->get<int64_t>();
+  }
   if (out.version == kShardedCheckpointVersion) {
     if (!m.contains("shards")) return bad_format("checkpoint manifest " + mpath + " has no shards");
     out.shards = m["shards"];
@@ -397,6 +406,28 @@ Status check_model_shape(const std::string& dir, const TrainConfig& cfg) {
   return Status();
 }
 
+// The step a checkpoint is at, said three times: by its directory's name (when it is a
+// step-NNNNNNNN), its manifest and trainer_state.json. A directory renamed or copied over another
+// step's would resume at a step its name does not say: refused naming both.
+Status check_checkpoint_step(const std::string& dir, const Manifest& manifest,
+                             const CheckpointMeta& meta) {
+  if (manifest.step >= 0 && manifest.step != meta.step) {
+    return bad_format("checkpoint " + dir + ": manifest.json says step " +
+                      std::to_string(manifest.step) + ", trainer_state.json step " +
+                      std::to_string(meta.step));
+  }
+  std::string path = dir;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string base = fs::path(path).filename().string();
+  char* end = nullptr;
+  if (base.rfind("step-", 0) != 0 || base.size() <= 5) return Status();
+  const long long named = std::strtoll(base.c_str() + 5, &end, 10);
+  if (*end != '\0' || named == meta.step) return Status();
+  return bad_format("checkpoint " + dir + " is named for step " + std::to_string(named) +
+                    " but holds step " + std::to_string(meta.step) +
+                    " (its manifest and trainer_state.json): renamed or copied over another?");
+}
+
 }  // namespace
 
 Result<int> checkpoint_version(const std::string& dir) {
@@ -478,6 +509,25 @@ Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
     meta.lineage = line->get<std::vector<std::string>>();
   }
   return meta;
+}
+
+Result<CheckpointHead> read_checkpoint_head(const std::string& dir, const TrainConfig& cfg) {
+  STRATA_RETURN_IF_ERROR(verify_checkpoint_files(dir, {"config.json", "trainer_state.json"}));
+  STRATA_ASSIGN_OR_RETURN(Manifest manifest, read_manifest(dir));
+  STRATA_RETURN_IF_ERROR(check_model_shape(dir, cfg));
+  CheckpointHead head;
+  STRATA_ASSIGN_OR_RETURN(head.config, read_checkpoint_config(dir));
+  STRATA_ASSIGN_OR_RETURN(head.meta, read_trainer_state(dir));
+  STRATA_RETURN_IF_ERROR(check_checkpoint_step(dir, manifest, head.meta));
+  if (manifest.version == kShardedCheckpointVersion) {
+    const auto ranks = manifest.shards.find("ranks");
+    if (ranks == manifest.shards.end() || !ranks->is_number_integer() ||
+        ranks->get<int64_t>() < 1 || ranks->get<int64_t>() > 65536) {
+      return bad_format("checkpoint " + dir + ": its manifest's shards.ranks is not 1 to 65536");
+    }
+    head.ranks = ranks->get<int64_t>();
+  }
+  return head;
 }
 
 Result<std::unique_ptr<StateSource>> open_checkpoint_state(const std::string& dir,

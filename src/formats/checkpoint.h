@@ -28,8 +28,8 @@
 #include "core/file_util.h"
 #include "core/status.h"
 #include "formats/checkpoint_tensors.h"
-#include "io/io_engine.h"
 #include "formats/safetensors.h"
+#include "io/io_engine.h"
 #include "model/layout.h"
 #include "model/slab_piece.h"
 #include "model/state_snapshot.h"
@@ -117,6 +117,17 @@ Result<int> checkpoint_version(const std::string& dir);
 
 // config.json of a checkpoint directory (bad_format naming the file).
 Result<TrainConfig> read_checkpoint_config(const std::string& dir);
+
+// What a resume checks before it sets anything up: config.json and trainer_state.json verified
+// against the manifest (not the tensors) and read, the model shape checked against cfg.model as
+// load_checkpoint does, and the step the directory's name, the manifest and trainer_state.json
+// give checked to be one (bad_format naming them otherwise).
+struct CheckpointHead {
+  TrainConfig config;  // the config the checkpoint's run had
+  CheckpointMeta meta;
+  int64_t ranks = 1;  // the ranks that wrote it (Note [Sharded checkpoints])
+};
+Result<CheckpointHead> read_checkpoint_head(const std::string& dir, const TrainConfig& cfg);
 
 // Everything load_checkpoint does before the state moves: verifies `dir`, checks its model shape
 // against cfg.model and reads trainer_state.json into *meta; then the state's source, either

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "core/rng.h"
 
 namespace strata {
@@ -189,10 +190,11 @@ Result<std::shared_ptr<FaultInjector>> parse_fault_spec(const std::string& spec)
   std::vector<std::string> items = split(spec, ',');
   for (size_t n = 0; n < items.size(); n++) {
     const std::string& item = items[n];
-    std::string where = "fault spec item " + std::to_string(n + 1) + " '" + item + "'";
+    std::string where = "fault spec item " + std::to_string(n + 1) + " '" + excerpt(item) + "'";
     if (item.rfind("seed=", 0) == 0) {
       if (!parse_uint(item.substr(5), seed)) {
-        return invalid_argument(where + ": '" + item.substr(5) + "' is not an unsigned integer");
+        return invalid_argument(where + ": '" + excerpt(item.substr(5)) +
+                                "' is not an unsigned integer");
       }
       continue;
     }
@@ -208,19 +210,20 @@ Result<std::shared_ptr<FaultInjector>> parse_fault_spec(const std::string& spec)
     } else if (f[0] == "any") {
       rule.op = FaultOp::any;
     } else {
-      return invalid_argument(where + ": '" + f[0] + "' is not read, write or any");
+      return invalid_argument(where + ": '" + excerpt(f[0]) + "' is not read, write or any");
     }
     if (f[1] == "*") {
       rule.which = FaultWhich::every;
     } else if (!f[1].empty() && f[1][0] == 'p') {
       rule.which = FaultWhich::probability;
       if (!parse_probability(f[1].substr(1), rule.probability)) {
-        return invalid_argument(where + ": '" + f[1] + "' is not p<probability in [0, 1]>");
+        return invalid_argument(where + ": '" + excerpt(f[1]) +
+                                "' is not p<probability in [0, 1]>");
       }
     } else {
       rule.which = FaultWhich::nth;
       if (!parse_uint(f[1], rule.nth)) {
-        return invalid_argument(where + ": '" + f[1] +
+        return invalid_argument(where + ": '" + excerpt(f[1]) +
                                 "' is not a request number, 'p<probability>' or '*'");
       }
     }
@@ -238,15 +241,16 @@ Result<std::shared_ptr<FaultInjector>> parse_fault_spec(const std::string& spec)
     } else if (k.rfind("delay_us=", 0) == 0) {
       rule.kind = FaultKind::delay;
       if (!parse_uint(k.substr(9), rule.delay_us)) {
-        return invalid_argument(where + ": '" + k.substr(9) + "' is not a delay in microseconds");
+        return invalid_argument(where + ": '" + excerpt(k.substr(9)) +
+                                "' is not a delay in microseconds");
       }
     } else {
-      return invalid_argument(where + ": '" + k +
+      return invalid_argument(where + ": '" + excerpt(k) +
                               "' is not eio, enospc, short, eintr, eagain or delay_us=N");
     }
     rules.push_back(rule);
   }
-  if (rules.empty()) return invalid_argument("fault spec '" + spec + "' has no rules");
+  if (rules.empty()) return invalid_argument("fault spec '" + excerpt(spec) + "' has no rules");
   return std::make_shared<FaultInjector>(std::move(rules), seed);
 }
 
