@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/scratch_files.h"
 #include "core/status.h"
 #include "io/io_engine.h"
 
@@ -174,7 +175,10 @@ class TensorStore {
   std::vector<ExtentInfo> extents_;
   std::unordered_map<std::string, size_t> by_name_;
   std::vector<std::unique_ptr<IoFile>> files_;  // one per dir
-  std::vector<uint64_t> file_bytes_;            // one per dir
+  // The files, for a signal or crash to remove (Note [Scratch files]): registered from the moment
+  // this store holds them, so a stop while the store is being sized and filled leaves nothing.
+  std::vector<ScratchFile> scratch_;
+  std::vector<uint64_t> file_bytes_;  // one per dir
   uint64_t logical_bytes_ = 0;
   std::string file_name_;
 
