@@ -82,7 +82,7 @@ python3 -c "print('the bird flew off. ' * 600000)" >"$work/big2.txt"
 "$STRATA_BIN" prepare --in "$work/big1.txt" --out "$work/ref1.bin" 2>/dev/null
 "$STRATA_BIN" prepare --in "$work/big2.txt" --out "$work/ref2.bin" 2>/dev/null
 mkdir "$work/race"
-for round in 1 2 3; do
+for round in 1 2 3 4; do
   "$STRATA_BIN" prepare --in "$work/big1.txt" --out "$work/race/out.bin" 2>"$work/race/1.log" &
   p1=$!
   "$STRATA_BIN" prepare --in "$work/big2.txt" --out "$work/race/out.bin" 2>"$work/race/2.log" &

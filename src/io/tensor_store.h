@@ -130,7 +130,7 @@ class TensorStore {
   Status wait(IoBatch& batch);
 
   // Persist / restore the checksum table (Note [Extent checksums]). The file is binary, ends
-  // with its own CRC32C, and is replaced atomically (write to path.tmp, fsync, rename). load
+  // with its own CRC32C, and is replaced atomically (Note [Writing an output file]). load
   // refuses (bad_format naming the field) a file made for another layout.
   Status save_checksums(const std::string& path) const;
   Status load_checksums(const std::string& path);
