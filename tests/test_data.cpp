@@ -63,7 +63,7 @@ TEST(TokenFile, LlmcWriteReadRoundTrip) {
   std::string path = dir + "/train.bin";
   ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 1000).ok());
   EXPECT_EQ(std::filesystem::file_size(path), 1024u + 2000u);
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(test::files_in(dir), std::vector<std::string>{"train.bin"});
 
   for (TokenFormat fmt : {TokenFormat::llmc, TokenFormat::auto_detect}) {
     auto f = TokenFile::open(path, fmt);
@@ -377,11 +377,12 @@ TEST(TokenFile, Uint32WriteReadRoundTrip) {
     ASSERT_TRUE(w->append(std::span<const int32_t>(ids).first(1000)).ok());
     ASSERT_TRUE(w->append(std::span<const int32_t>(ids).subspan(1000)).ok());
     EXPECT_EQ(w->tokens(), 3000);
-    EXPECT_TRUE(std::filesystem::exists(path + ".tmp"));
-    EXPECT_FALSE(std::filesystem::exists(path));
+    const std::vector<std::string> names = test::files_in(dir);
+    ASSERT_EQ(names.size(), 1u);
+    EXPECT_EQ(names[0].rfind(".big.bin.tmp-", 0), 0u) << names[0];
     ASSERT_TRUE(w->finish().ok());
   }
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(test::files_in(dir), std::vector<std::string>{"big.bin"});
   EXPECT_EQ(std::filesystem::file_size(path), 1024u + 4u * 3000u);
 
   // The header, read by hand: magic, version 2, count.
@@ -438,10 +439,9 @@ TEST(TokenFile, Uint32RangeAndWriterErrors) {
     const int32_t negative[1] = {-1};
     expect_error(w->append(negative), ErrorCode::invalid_argument, {"token -1"});
   }
-  EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
-  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_EQ(test::files_in(dir), std::vector<std::string>{"huge.bin"});
   expect_error(TokenFileWriter::create(dir + "/no/such/x.bin", 4).status(), ErrorCode::io_error,
-               {dir + "/no/such/x.bin.tmp"});
+               {"data file " + dir + "/no/such/x.bin", "create " + dir + "/no/such/.x.bin.tmp-"});
 }
 
 // The loader reads a uint32 file's tokens as it reads a uint16 file's.

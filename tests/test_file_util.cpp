@@ -35,7 +35,7 @@ TEST(FileUtil, AtomicWriteReplacesTheFileAndLeavesNoTemporary) {
   ASSERT_TRUE(write_file_atomically(path, "first", "shard index").ok());
   ASSERT_TRUE(write_file_atomically(path, "second", "shard index").ok());
   EXPECT_EQ(*read_whole_file(path, "shard index"), "second");
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(test::files_in(dir), std::vector<std::string>{"index.json"});
   const std::string missing = dir + "/no/such/dir/index.json";
   test::expect_error(write_file_atomically(missing, "x", "shard index"), ErrorCode::io_error,
                      {"cannot write shard index " + missing});

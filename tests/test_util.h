@@ -64,6 +64,8 @@ Task make_task(Resource r, std::string label, std::vector<int32_t> deps = {});
 void expect_error(const Status& s, ErrorCode code, std::initializer_list<std::string> parts);
 // A fresh empty directory under the build tree for one test.
 std::string make_temp_dir(const std::string& name);
+// The names in `dir`, sorted: to check that a writer left no temporary file beside its output.
+std::vector<std::string> files_in(const std::string& dir);
 
 // Note [Optional device capabilities] (backend/backend.h), exercised the same way on every
 // backend. run_optional_slot calls capability c's slot(s) on `device` with small valid arguments

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/scratch_files.h"
 #include "io/configured_engine.h"
 #include "io/io_bench.h"
 
@@ -103,6 +104,8 @@ int bench_io_main(const ParsedArgs& a) {
   auto engine = create_configured_engine(*io, dir);
   if (!engine.ok()) return fail(engine.status().message(), 2);
 
+  ScratchFile scratch;  // a file we named: a signal removes it too (Note [Scratch files])
+  if (remove_after) scratch = ScratchFile(o->path);
   auto r = run_io_bench(*engine.value(), *o);
   if (remove_after) std::filesystem::remove(o->path);
   if (!r.ok()) return fail(r.status().message(), 1);

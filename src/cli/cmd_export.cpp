@@ -43,6 +43,9 @@ int export_main(const ParsedArgs& a) {
     if (*size == 0) return fail("--shard-size must be positive", 2);
     shard_bytes = static_cast<int64_t>(*size);
   }
+  // Refused before anything is written, the gathered copy of a sharded checkpoint included.
+  Status out_ok = check_hf_export_out(a.get("out"));
+  if (!out_ok.ok()) return fail(out_ok.message(), exit_status(out_ok));
   // A run's checkpoint root stands for its newest complete step, as for resuming.
   auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/file_util.h"
 #include "core/format.h"
+#include "core/output_file.h"
 #include "model/layout.h"
 #include "planner/planner.h"
 #include "sched/executor.h"
@@ -331,8 +332,10 @@ int plan_main(const ParsedArgs& a) {
   }
   if (a.has("trace")) {
     const std::string trace = execution_trace_json(best->plan, best->sim.report).dump() + "\n";
-    Status written = write_whole_file(a.get("trace"), trace, "trace file");
-    if (!written.ok()) return fail(written.message(), 1);
+    Status written = write_output_file(a.get("trace"), trace, "trace file");
+    if (!written.ok()) {
+      return fail(written.message(), written.code() == ErrorCode::invalid_argument ? 2 : 1);
+    }
   }
   return 0;
 }

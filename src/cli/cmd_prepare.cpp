@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/log.h"
+#include "core/output_file.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 
@@ -20,6 +21,10 @@ const std::vector<FlagSpec> kPrepareFlags = {{"in", true, false},
 int prepare_main(const ParsedArgs& a) {
   if (!a.has("in") || !a.has("out")) {
     return fail("strata prepare: --in TEXT and --out FILE.bin are both required", 2);
+  }
+  // Note [Writing an output file]: refused before the tokenizer and the text are read.
+  if (Status usable = check_output_path(a.get("out"), "data file"); !usable.ok()) {
+    return fail(usable.message(), usable.code() == ErrorCode::invalid_argument ? 2 : 1);
   }
   TokenizerOptions options;
   options.special_tokens = a.has("special-tokens");

@@ -26,6 +26,8 @@
 #include "cli/commands.h"
 #include "core/file_util.h"
 #include "core/log.h"
+#include "core/output_file.h"
+#include "core/scratch_files.h"
 #include "io/configured_engine.h"
 #include "io/io_bench.h"
 #include "planner/planner.h"
@@ -210,6 +212,8 @@ Status measure_storage(const std::vector<std::string>& dirs, uint64_t io_size, b
                        HardwareProfile& prof) {
   for (const std::string& dir : dirs) {
     if (!quiet) log_info("profile: storage " + dir);
+    // Note [Scratch files]: a signal during the measurement removes the file too.
+    const ScratchFile scratch((std::filesystem::path(dir) / "strata-profile.tmp").string());
     auto w = bench_dir(dir, IoOp::write, io_size);
     if (!w.ok()) return Status(w.status().code(), "storage " + dir + ": " + w.status().message());
     auto r = bench_dir(dir, IoOp::read, io_size);
@@ -274,8 +278,10 @@ int profile_main(const ParsedArgs& a) {
   for (const char* k : {"compute", "link", "storage", "cpu_optimizer", "cores", "capacity"}) {
     prof.sources[k] = how;
   }
-  Status written = write_whole_file(a.get("out"), profile_to_json(prof).dump(2) + "\n", "profile");
-  if (!written.ok()) return fail(written.message(), 1);
+  Status written = write_output_file(a.get("out"), profile_to_json(prof).dump(2) + "\n", "profile");
+  if (!written.ok()) {
+    return fail(written.message(), written.code() == ErrorCode::invalid_argument ? 2 : 1);
+  }
   if (!quiet) log_info("profile written to " + a.get("out"));
   return 0;
 }

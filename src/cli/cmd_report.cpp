@@ -8,6 +8,7 @@
 #include "core/file_util.h"
 #include "core/json_util.h"
 #include "core/log.h"
+#include "core/output_file.h"
 #include "report/run_report.h"
 
 namespace strata::cli {
@@ -41,6 +42,10 @@ int report_main(const ParsedArgs& a, std::string metrics) {
     return fail("strata report: METRICS.jsonl and --out FILE.html are both required", 2);
   }
   const std::string out = a.get("out");
+  // Note [Writing an output file]: refused before the metrics are read.
+  if (Status usable = check_output_path(out, "report"); !usable.ok()) {
+    return fail(usable.message(), usable.code() == ErrorCode::invalid_argument ? 2 : 1);
+  }
   Status st = write_run_report(metrics, a.get("trace"), out, "Strata run: " + metrics);
   if (!st.ok()) {
     return fail(st.message(),

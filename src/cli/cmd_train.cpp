@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/file_util.h"
 #include "core/log.h"
+#include "core/output_file.h"
 #include "formats/checkpoint.h"
 #include "model/gpt.h"
 #include "model/sample.h"
@@ -54,7 +55,7 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
 
 Status write_trace(const Trainer& trainer, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json trace, trainer.last_step_trace());
-  return write_whole_file(path, trace.dump() + "\n", "trace file");
+  return write_output_file(path, trace.dump() + "\n", "trace file");
 }
 
 // Validation is due after `done` steps: every train.eval_every steps, and after the last one
@@ -338,12 +339,12 @@ int finish_run(TrainRun& run, Progress& progress, const LossRange& loss,
 int train(const ParsedArgs& parsed, TrainRun& run) {
   if (auto err = set_up(parsed, run)) return fail(err->message, err->code);
   log_run(run);
-  install_stop_signals();
-  if (!set_scratch_files(run.trainer->scratch_files())) {
-    log_warn("the store's file names are too long or too many to be removed after a crash");
-  }
   int64_t start_step = 0;
   if (auto err = start_from(run, start_step)) return fail(err->message, err->code);
+  // Until here a signal stopped the process at once, removing the store (Note [Stopping on a
+  // signal]); from here it stops at a step boundary, and the metrics file is the run's to keep.
+  stop_at_step_boundaries();
+  run.metrics_scratch.release();
   Progress progress(start_step, run.cfg.steps, run.cfg.log_every, run.quiet);
   LossRange loss;
   const auto t_start = std::chrono::steady_clock::now();

@@ -4,8 +4,11 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 
 int main(int argc, char** argv) {
+  // Before anything is created (Note [Stopping on a signal]).
+  strata::cli::install_stop_signals();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::fputs(strata::cli::usage_text(), args.empty() ? stderr : stdout);

@@ -59,16 +59,10 @@ void Progress::on_step(const StepStats& st, double tokens_per_s) {
   if (quiet_) return;
   const bool keep = (st.step + 1) % log_every_ == 0 || st.step == 0 || st.step + 1 == total_steps_;
   if (terminal_) {
-    std::fprintf(stderr, "\r\033[K%s", format(st, tokens_per_s).c_str());
-    line_open_ = true;
-    if (keep) {
-      std::fputc('\n', stderr);
-      line_open_ = false;
-    }
-    std::fflush(stderr);
+    write_stderr("\r\033[K" + format(st, tokens_per_s) + (keep ? "\n" : ""));
+    line_open_ = !keep;
   } else if (keep) {
-    std::fprintf(stderr, "%s\n", format(st, tokens_per_s).c_str());
-    std::fflush(stderr);
+    write_stderr(format(st, tokens_per_s) + "\n");
   }
 }
 
@@ -78,7 +72,7 @@ void Progress::note(const std::string& line) {
 }
 
 void Progress::finish() {
-  if (line_open_) std::fputc('\n', stderr);
+  if (line_open_) write_stderr("\n");
   line_open_ = false;
 }
 

@@ -7,29 +7,37 @@
 #include <csignal>
 #include <cstring>
 
+#include "core/log.h"
+#include "core/scratch_files.h"
+
 namespace strata::cli {
 
 namespace {
 
-constexpr int kMaxFiles = 16;
-constexpr size_t kMaxPath = 4096;
-
-// Read by the handlers: plain static storage, published through the count.
-char g_files[kMaxFiles][kMaxPath];
-std::atomic<int> g_file_count{0};
 std::atomic<int> g_stop{0};
+std::atomic<bool> g_at_boundaries{false};
 bool g_installed = false;
 
-void unlink_scratch_files() {
-  const int n = g_file_count.load();
-  for (int i = 0; i < n; ++i) ::unlink(g_files[i]);
+// One line on stderr, from a handler: write(2) only. Its result is of no use here.
+void say(const char* a, const char* b) {
+  const char* parts[] = {"strata: stopped at once by ", a, b, "\n"};
+  for (const char* p : parts) {
+    if (::write(STDERR_FILENO, p, std::strlen(p)) < 0) return;
+  }
+}
+
+void stop_now(int sig, const char* why) {
+  unlink_scratch_files();
+  say(signal_name(sig), why);
+  ::_exit(128 + sig);
 }
 
 void on_stop(int sig) {
+  if (!g_at_boundaries.load()) stop_now(sig, "");
   int expected = 0;
   if (g_stop.compare_exchange_strong(expected, sig)) return;  // the first: at the step boundary
-  unlink_scratch_files();
-  ::_exit(128 + sig);
+  if (sig == SIGPIPE) return;  // each write to the closed pipe raises one; the write fails
+  stop_now(sig, " (the second signal)");
 }
 
 void on_fatal(int sig) {
@@ -42,6 +50,9 @@ void install(int sig, void (*handler)(int)) {
   struct sigaction sa {};
   sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
+  // One stop handler at a time: a line written to a closed pipe while stopping on SIGTERM must
+  // not turn the exit into SIGPIPE's.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&sa.sa_mask, s);
   sa.sa_flags = SA_RESTART;
   ::sigaction(sig, &sa, nullptr);
 }
@@ -51,26 +62,17 @@ void install(int sig, void (*handler)(int)) {
 void install_stop_signals() {
   if (g_installed) return;
   g_installed = true;
-  install(SIGINT, on_stop);
-  install(SIGTERM, on_stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) install(sig, on_stop);
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) install(sig, on_fatal);
 }
 
-int stop_signal() {
-  return g_stop.load();
+void stop_at_step_boundaries() {
+  g_at_boundaries.store(true);
 }
 
-bool set_scratch_files(const std::vector<std::string>& paths) {
-  g_file_count.store(0);
-  if (paths.size() > static_cast<size_t>(kMaxFiles)) return false;
-  for (const std::string& p : paths) {
-    if (p.size() >= kMaxPath) return false;
-  }
-  for (size_t i = 0; i < paths.size(); ++i) {
-    std::memcpy(g_files[i], paths[i].c_str(), paths[i].size() + 1);
-  }
-  g_file_count.store(static_cast<int>(paths.size()));
-  return true;
+int stop_signal() {
+  const int sig = g_stop.load();
+  return sig != 0 ? sig : stderr_closed() ? SIGPIPE : 0;
 }
 
 const char* signal_name(int sig) {
@@ -79,6 +81,10 @@ const char* signal_name(int sig) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGPIPE:
+      return "SIGPIPE";
     default:
       return "a signal";
   }

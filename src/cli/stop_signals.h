@@ -1,33 +1,28 @@
-// Stopping training on a signal without losing work or leaving the store behind.
+// Stopping any command on a signal without leaving its files behind; stopping training at a step
+// boundary without losing work.
 //
 // Note [Stopping on a signal]
-// SIGINT and SIGTERM ask `strata train` to stop. The first one stops at the next step boundary:
-// the training loop polls stop_signal(), applies pending steps, writes a checkpoint when
-// checkpointing is configured, prints where to resume from, and returns 128 + the signal (130,
-// 143); the trainer's destructor removes the store on the way out, as on every other return.
-// A second one stops at once: the handler unlinks the files registered with
-// set_scratch_files (the run's store) and _exits with 128 + the signal. A crash (SIGSEGV,
-// SIGBUS, SIGFPE, SIGILL) and an abort (SIGABRT: an uncaught exception, a failed CHECK) unlink
-// them too, then take the signal's default action, so the exit status and any core dump stay
-// what they would have been. unlink and _exit are async-signal-safe; the names are copied into
-// static storage beforehand, so the handler touches nothing else. SIGKILL cannot be caught: the
-// next run in the same directory takes over the unlocked leftover (Note [One run per store
-// file] in io/tensor_store.cpp).
+// main installs the handlers first: SIGINT, SIGTERM, SIGHUP and SIGPIPE (a reader that closed
+// our pipe) stop any command. Until train's loop runs, a signal stops at once: the handler
+// unlinks the scratch files (Note [Scratch files]: a store being made, an output's temporary
+// file), writes one line and _exits 128+N. In the loop, the first one is polled at the next step
+// boundary: a checkpoint when configured, the resume hint, 128+N, the store removed on the way
+// out. A second one stops at once as above; a repeated SIGPIPE never does (every write to the
+// closed pipe raises one, and the write just fails with EPIPE). A crash or abort unlinks them
+// too, then takes the signal's default action. SIGKILL cannot be caught: the next run takes the
+// leftover store over (Note [One run per store file]). Why so: docs/design.md §10.
 #pragma once
-
-#include <string>
-#include <vector>
 
 namespace strata::cli {
 
 // Installs the handlers (SA_RESTART, so interrupted system calls resume). Idempotent.
 void install_stop_signals();
-// 0, or the first SIGINT/SIGTERM received since install_stop_signals.
+// From now on the first signal is only recorded, for stop_signal() at a step boundary.
+void stop_at_step_boundaries();
+// 0, or the first signal received since stop_at_step_boundaries; SIGPIPE once a write to stderr
+// failed with EPIPE (stderr_closed in core/log.h).
 int stop_signal();
-// The files a crash or a second signal must remove (the run's store); replaces the previous
-// set. Names beyond the static capacity (16 paths of 4 KiB) are refused: false.
-bool set_scratch_files(const std::vector<std::string>& paths);
-// "SIGINT", "SIGTERM", ... for messages.
+// "SIGINT", "SIGTERM", ... for messages; async-signal-safe.
 const char* signal_name(int sig);
 
 }  // namespace strata::cli

@@ -16,6 +16,7 @@
 #include "cli/background_save.h"
 #include "cli/progress.h"
 #include "core/config.h"
+#include "core/scratch_files.h"
 #include "core/status.h"
 #include "data/dataloader.h"
 #include "data/token_file.h"
@@ -68,6 +69,9 @@ struct TrainRun {
   std::optional<double> last_val_loss;     // for the summary line
   std::ofstream metrics;
   std::string metrics_path, trace_path, report_path;
+  // A metrics file this run made, removed by a signal during set-up (Note [Stopping on a
+  // signal]); released once training starts.
+  ScratchFile metrics_scratch;
   CheckpointOptions ckpt;
   std::optional<HfImportPlan> import;  // --init-from: the model's weights, checked
   std::unique_ptr<IoEngine> ckpt_engine;

@@ -10,6 +10,7 @@
 #include "core/format.h"
 #include "core/json_util.h"
 #include "core/log.h"
+#include "core/output_file.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
 #include "formats/checkpoint.h"
@@ -240,6 +241,12 @@ std::optional<SetupError> check_output_flags(const ParsedArgs& a, TrainRun& run)
   if (a.has("report") && !a.has("metrics")) {
     return SetupError{"--report needs --metrics FILE: the report is drawn from the metrics"};
   }
+  // Note [Writing an output file]: refused now, not after the run.
+  for (const char* flag : {"metrics", "trace", "report"}) {
+    if (!a.has(flag)) continue;
+    Status usable = check_output_path(a.get(flag), std::string("--") + flag + " file");
+    if (!usable.ok()) return SetupError{usable.message(), exit_code_for(usable)};
+  }
   return std::nullopt;
 }
 
@@ -249,6 +256,9 @@ std::optional<SetupError> check_output_flags(const ParsedArgs& a, TrainRun& run)
 std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
   if (a.has("metrics") && writes_outputs(run)) {
     run.metrics_path = a.get("metrics");
+    std::error_code ec;
+    if (!std::filesystem::exists(run.metrics_path, ec))
+      run.metrics_scratch = ScratchFile(run.metrics_path);
     run.metrics.open(run.metrics_path, std::ios::out | std::ios::trunc);
     if (!run.metrics)
       return SetupError{"cannot open metrics file " + run.metrics_path + " for writing"};

@@ -8,9 +8,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <utility>
+
+#include "core/output_file.h"
 
 namespace strata {
 
@@ -46,55 +47,9 @@ Status write_whole_file(const std::string& path, const std::string& text, const 
   return Status::ok_status();
 }
 
-namespace {
-
-Status write_failed(const std::string& what, const std::string& path, const std::string& step,
-                    int err) {
-  return errno_error("cannot write " + what + " " + path + ": " + step, err);
-}
-
-// All of `text` to fd, retrying interrupted and short writes; the errno of a failure.
-int write_all(int fd, const std::string& text) {
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t put = ::write(fd, p, left);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += put;
-    left -= static_cast<size_t>(put);
-  }
-  return 0;
-}
-
-}  // namespace
-
 Status write_file_atomically(const std::string& path, const std::string& text,
                              const std::string& what) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return write_failed(what, path, "open " + tmp, errno);
-  int err = write_all(fd, text);
-  std::string step = "write";
-  const auto fail_at = [&](const std::string& what_step) {
-    err = errno;
-    step = what_step;
-  };
-  if (err == 0 && ::fsync(fd) != 0) fail_at("fsync");
-  if (::close(fd) != 0 && err == 0) fail_at("close");
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) fail_at("rename " + tmp);
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    return write_failed(what, path, step, err);
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return write_failed(what, path, "open its directory", errno);
-  err = ::fsync(dfd) == 0 ? 0 : errno;
-  ::close(dfd);
-  return err == 0 ? Status::ok_status() : write_failed(what, path, "fsync its directory", err);
+  return write_output_file(path, text, what);
 }
 
 Result<ReadOnlyFile> ReadOnlyFile::open(const std::string& path, const std::string& what) {

@@ -1,6 +1,7 @@
 #include "core/log.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <mutex>
 
@@ -12,6 +13,7 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::info)};
 std::mutex g_log_mutex;           // one line at a time, whatever thread logs
 std::string g_source = "strata";  // set before any thread logs (set_log_rank)
+std::atomic<bool> g_stderr_closed{false};
 
 const char* level_name(LogLevel level) {
   switch (level) {
@@ -39,11 +41,23 @@ LogLevel log_level() {
   return static_cast<LogLevel>(g_level.load());
 }
 
+void write_stderr(const std::string& text) {
+  errno = 0;
+  const bool written = std::fwrite(text.data(), 1, text.size(), stderr) == text.size();
+  if (std::fflush(stderr) != 0 || !written) {
+    if (errno == EPIPE) g_stderr_closed.store(true);
+    std::clearerr(stderr);  // nothing else to do: stderr is where errors would go
+  }
+}
+
+bool stderr_closed() {
+  return g_stderr_closed.load();
+}
+
 void log_message(LogLevel level, const std::string& message) {
   if (static_cast<int>(level) < g_level.load()) return;
   std::lock_guard<std::mutex> lock(g_log_mutex);
-  std::fprintf(stderr, "%s: %s: %s\n", g_source.c_str(), level_name(level), message.c_str());
-  std::fflush(stderr);
+  write_stderr(g_source + ": " + level_name(level) + ": " + message + "\n");
 }
 
 namespace detail {

@@ -14,6 +14,12 @@ void set_log_level(LogLevel level);
 void set_log_rank(int rank);
 LogLevel log_level();
 void log_message(LogLevel level, const std::string& message);
+// `text` on stderr, flushed: how log lines and train's progress are written. A write that fails
+// with EPIPE (the reader of our pipe is gone) is remembered for stderr_closed(), so training
+// stops at the next step boundary even where SIGPIPE was set to be ignored (Note [Stopping on a
+// signal] in cli/stop_signals.h).
+void write_stderr(const std::string& text);
+bool stderr_closed();
 
 inline void log_debug(const std::string& m) {
   log_message(LogLevel::debug, m);

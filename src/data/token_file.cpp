@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/output_file.h"
 
 namespace strata {
 
@@ -23,36 +24,6 @@ static_assert(std::endian::native == std::endian::little,
               "token files assume a little-endian host");
 
 namespace {
-
-// write(2) may write less than asked, or be interrupted; loop until all of it is down.
-Status write_all(int fd, const void* data, int64_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t put = ::write(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, 1 << 30)));
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return errno_error("cannot write " + path, errno);
-    }
-    p += put;
-    bytes -= put;
-  }
-  return Status::ok_status();
-}
-
-// Makes the rename itself durable. Some file systems cannot fsync a directory (EINVAL); the
-// data is already synced there, so that is not an error.
-Status sync_parent_dir(const std::string& path) {
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::string dir = parent.empty() ? std::string(1, '.') : parent.string();
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open directory " + dir + ": " + errno_text(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0 && err != EINVAL)
-    return io_error("cannot fsync directory " + dir + ": " + errno_text(err));
-  return Status::ok_status();
-}
 
 // "its first bytes are 54 68 65 20" (at most 4), for a file that is not what it should be.
 std::string first_bytes_text(const void* base, int64_t bytes) {
@@ -215,33 +186,15 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
 
 Result<TokenFileWriter> TokenFileWriter::create(const std::string& path, int token_bytes) {
   STRATA_CHECK(token_bytes == 2 || token_bytes == 4);
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error("cannot create " + tmp, errno);
-  TokenFileWriter w(path, fd, token_bytes);
+  STRATA_ASSIGN_OR_RETURN(OutputFile out, OutputFile::create(path, "data file"));
+  TokenFileWriter w(path, std::move(out), token_bytes);
   // The header is written last, when the count is known; until then it is zeros.
   const int32_t zeros[256] = {};
-  STRATA_RETURN_IF_ERROR(write_all(fd, zeros, sizeof zeros, tmp));
+  STRATA_RETURN_IF_ERROR(w.out_.write(zeros, sizeof zeros));
   return w;
 }
 
-TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      token_bytes_(other.token_bytes_),
-      n_(other.n_),
-      buf_(std::move(other.buf_)) {}
-
-TokenFileWriter::~TokenFileWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink((path_ + ".tmp").c_str());  // best effort: unfinished
-  }
-}
-
 Status TokenFileWriter::append(std::span<const int32_t> ids) {
-  STRATA_CHECK(fd_ >= 0);
-  const std::string tmp = path_ + ".tmp";
   if (n_ + static_cast<int64_t>(ids.size()) > std::numeric_limits<int32_t>::max()) {
     return invalid_argument("data file " + path_ + ": more than " +
                             std::to_string(std::numeric_limits<int32_t>::max()) +
@@ -263,34 +216,25 @@ Status TokenFileWriter::append(std::span<const int32_t> ids) {
       std::memcpy(buf_.data() + 4 * i, &v, 4);
     }
   }
-  STRATA_RETURN_IF_ERROR(write_all(fd_, buf_.data(), static_cast<int64_t>(buf_.size()), tmp));
+  STRATA_RETURN_IF_ERROR(out_.write(buf_.data(), static_cast<int64_t>(buf_.size())));
   n_ += static_cast<int64_t>(ids.size());
   return Status::ok_status();
 }
 
 Status TokenFileWriter::finish() {
-  STRATA_CHECK(fd_ >= 0);
-  const std::string tmp = path_ + ".tmp";
+  if (out_.fd() < 0) {
+    return internal_error("data file " + path_ + ": finished twice or after a failed write");
+  }
   int32_t header[256] = {};
   header[0] = kLlmcMagic;
   header[1] = token_bytes_ == 2 ? kLlmcVersion : kLlmcVersionU32;
   header[2] = static_cast<int32_t>(n_);
-  Status s;
-  if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
-    s = errno_error("cannot write the header of " + tmp, errno);
+  if (::pwrite(out_.fd(), header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
+    const int err = errno;
+    out_.discard();
+    return errno_error("cannot write the header of data file " + path_, err);
   }
-  if (s.ok() && ::fsync(fd_) != 0) s = errno_error("cannot fsync " + tmp, errno);
-  // close can report a delayed write error (NFS, quota), so it is checked too.
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0 && s.ok()) s = errno_error("cannot close " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path_.c_str()) != 0) {
-    s = io_error("cannot rename " + tmp + " to " + path_ + ": " + errno_text(errno));
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // best effort: the error already says what went wrong
-    return s;
-  }
-  return sync_parent_dir(path_);
+  return out_.commit();
 }
 
 Status write_token_file_llmc(const std::string& path, const uint16_t* tokens, int64_t n) {

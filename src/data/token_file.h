@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/config_enums.h"
+#include "core/output_file.h"
 #include "core/status.h"
 
 namespace strata {
@@ -95,18 +96,18 @@ class TokenFile {
 };
 
 // Writes an llm.c .bin of token_bytes-wide tokens (2: version 1, 4: version 2) as they come:
-// to path.tmp, then on finish the header, fsync, rename over path, fsync the directory, so a
-// crash leaves either the old file or the whole new one; a writer destroyed unfinished removes
-// path.tmp.
+// to an OutputFile (Note [Writing an output file] in core/output_file.h), then on finish the
+// header and the commit, so a crash leaves either the old file or the whole new one; a writer
+// destroyed unfinished removes its temporary file.
 class TokenFileWriter {
  public:
-  // io_error or no_space naming path.tmp when it cannot be created.
+  // invalid_argument when path is not a new or regular file; io_error or no_space naming it
+  // when its temporary file cannot be created.
   static Result<TokenFileWriter> create(const std::string& path, int token_bytes);
-  TokenFileWriter(TokenFileWriter&& other) noexcept;
+  TokenFileWriter(TokenFileWriter&& other) noexcept = default;
   TokenFileWriter& operator=(TokenFileWriter&&) = delete;
   TokenFileWriter(const TokenFileWriter&) = delete;
   TokenFileWriter& operator=(const TokenFileWriter&) = delete;
-  ~TokenFileWriter();
 
   // invalid_argument for an id that does not fit the width (or is negative), or when the file
   // would exceed the header's int32 count; the write's errors.
@@ -115,11 +116,11 @@ class TokenFileWriter {
   int64_t tokens() const { return n_; }
 
  private:
-  TokenFileWriter(std::string path, int fd, int token_bytes)
-      : path_(std::move(path)), fd_(fd), token_bytes_(token_bytes) {}
+  TokenFileWriter(std::string path, OutputFile out, int token_bytes)
+      : path_(std::move(path)), out_(std::move(out)), token_bytes_(token_bytes) {}
 
   std::string path_;
-  int fd_ = -1;  // of path.tmp; -1 once finished or moved from
+  OutputFile out_;  // uncommitted: removed with the writer
   int token_bytes_ = 2;
   int64_t n_ = 0;
   std::vector<char> buf_;

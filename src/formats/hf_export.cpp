@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/file_util.h"
+#include "core/output_file.h"
 #include "model/hf_config.h"
 #include "model/hf_names.h"
 #include "model/layout.h"
@@ -175,6 +176,16 @@ Result<std::vector<std::string>> remove_stale(const ExportTarget& target,
 
 }  // namespace
 
+Status check_hf_export_out(const std::string& out) {
+  if (out.empty()) return invalid_argument("--out is empty");
+  const ExportTarget target = export_target(out);
+  STRATA_RETURN_IF_ERROR(check_output_dir(target.dir.string(), "export directory"));
+  for (const std::string& name : {target.single, target.index(), std::string("config.json")}) {
+    STRATA_RETURN_IF_ERROR(check_output_path((target.dir / name).string(), "export file"));
+  }
+  return Status::ok_status();
+}
+
 Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
                                     const CheckpointReadOptions& options) {
   // The weights and the config come from bytes the manifest vouched for, so a torn or corrupted
@@ -218,7 +229,7 @@ std::vector<std::vector<size_t>> group_into_shards(const std::vector<int64_t>& t
 
 Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::string& out,
                                       int64_t shard_bytes, const CheckpointReadOptions& options) {
-  if (out.empty()) return invalid_argument("--out is empty");
+  STRATA_RETURN_IF_ERROR(check_hf_export_out(out));
   if (options.chunk_bytes <= 0) {
     return invalid_argument("export copy chunk of " + std::to_string(options.chunk_bytes) +
                             " bytes; it must be positive");

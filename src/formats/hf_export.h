@@ -9,9 +9,11 @@
 // `out` is DIR/BASE.safetensors, or a directory (existing, or ending in '/') for BASE "model", the
 // name HF's loaders look for. Sharded (data over shard_bytes > 0): BASE-00001-of-0000N.safetensors
 // ..., whole tensors in layout order up to shard_bytes each (a larger one alone), and HF's index
-// BASE.safetensors.index.json. config.json goes to DIR. Each file is fsynced under a temporary
-// name, then renamed (the index after its shards, config.json last); files of the other layout
-// under those names, which loaders could prefer, are removed once the export is complete.
+// BASE.safetensors.index.json. config.json goes to DIR. Each file is an OutputFile (Note [Writing
+// an output file]): DIR must be a directory, each file new or regular, all checked before the
+// first byte is written (check_hf_export_out); each is fsynced under a temporary name, then renamed
+// (the index after its shards, config.json last); files of the other layout under those names,
+// which loaders could prefer, are removed once the export is complete.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,11 @@ struct HfExportFiles {
 // Writes the plan's tensors to `out` (Note [Streaming export]). invalid_argument when `out` is in
 // the checkpoint or its directory cannot be made; no_space on a full disk; io_error for other
 // read or write failures.
+// Refuses (invalid_argument) an `out` whose directory exists and is not a directory, or whose
+// weights, index or config.json path exists and is not a regular file (a link, a device, a FIFO).
+// write_hf_export checks it first too; `strata export` also calls it before gathering anything.
+Status check_hf_export_out(const std::string& out);
+
 Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::string& out,
                                       int64_t shard_bytes,
                                       const CheckpointReadOptions& options = {});

@@ -17,6 +17,7 @@
 #include "core/file_util.h"
 #include "core/format.h"
 #include "core/json_util.h"
+#include "core/output_file.h"
 
 namespace strata {
 
@@ -39,10 +40,6 @@ std::string shown(const std::string& name) {
   return printable(name.substr(0, kMax)) + (name.size() > kMax ? "..." : "");
 }
 
-Status write_error(const std::string& what, const std::string& path, int err) {
-  return errno_error(where(path) + ": " + what, err);
-}
-
 bool parse_dtype(const std::string& s, StDType* out) {
   for (StDType t : {StDType::f32, StDType::bf16, StDType::f16, StDType::i32, StDType::u16}) {
     if (s == st_dtype_name(t)) {
@@ -63,34 +60,6 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
   }
   return n;
 }
-
-Status write_full(int fd, const std::string& path, const void* buf, int64_t n) {
-  auto* p = static_cast<const uint8_t*>(buf);
-  while (n > 0) {
-    ssize_t put = ::write(fd, p, static_cast<size_t>(n));
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return write_error("write", path, errno);
-    }
-    p += put;
-    n -= put;
-  }
-  return Status::ok_status();
-}
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The entries (header order, offsets from the start of the file) and metadata of a parsed
 // header whose data section starts at `data_start` and holds `data_size` bytes.
@@ -435,14 +404,6 @@ Result<std::string> header_for(const std::string& path, const std::vector<StEntr
   return safetensors_header_bytes(header);
 }
 
-Status fsync_parent_directory(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  Fd dir_fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() < 0) return write_error("open directory", path, errno);
-  if (::fsync(dir_fd.get()) != 0) return write_error("fsync directory", path, errno);
-  return Status::ok_status();
-}
-
 }  // namespace
 
 Result<SafeTensorsWriter> SafeTensorsWriter::create(
@@ -450,24 +411,10 @@ Result<SafeTensorsWriter> SafeTensorsWriter::create(
     const std::map<std::string, std::string>& metadata) {
   int64_t data_bytes = 0;
   STRATA_ASSIGN_OR_RETURN(std::string head, header_for(path, tensors, metadata, &data_bytes));
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return write_error("open " + tmp, path, errno);
-  SafeTensorsWriter w(path, fd, data_bytes);
-  STRATA_RETURN_IF_ERROR(write_full(fd, path, head.data(), static_cast<int64_t>(head.size())));
+  STRATA_ASSIGN_OR_RETURN(OutputFile out, OutputFile::create(path, "safetensors"));
+  SafeTensorsWriter w(path, std::move(out), data_bytes);
+  STRATA_RETURN_IF_ERROR(w.out_.write(head.data(), static_cast<int64_t>(head.size())));
   return w;
-}
-
-SafeTensorsWriter::SafeTensorsWriter(SafeTensorsWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      data_bytes_(other.data_bytes_),
-      written_(other.written_) {}
-
-SafeTensorsWriter::~SafeTensorsWriter() {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  ::unlink(tmp_path().c_str());
 }
 
 Status SafeTensorsWriter::append(const void* data, int64_t bytes) {
@@ -476,7 +423,7 @@ Status SafeTensorsWriter::append(const void* data, int64_t bytes) {
                             std::to_string(written_) + " run past the " +
                             std::to_string(data_bytes_) + " bytes the header describes");
   }
-  STRATA_RETURN_IF_ERROR(write_full(fd_, path_, data, bytes));
+  STRATA_RETURN_IF_ERROR(out_.write(data, bytes));
   written_ += bytes;
   return Status::ok_status();
 }
@@ -487,17 +434,7 @@ Status SafeTensorsWriter::finish() {
                             " bytes of data written, the header describes " +
                             std::to_string(data_bytes_));
   }
-  if (::fsync(fd_) != 0) return write_error("fsync", path_, errno);
-  const int rc = ::close(std::exchange(fd_, -1));
-  Status s = rc == 0 ? Status::ok_status() : write_error("close", path_, errno);
-  if (s.ok() && ::rename(tmp_path().c_str(), path_.c_str()) != 0) {
-    s = write_error("rename " + tmp_path(), path_, errno);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp_path().c_str());
-    return s;
-  }
-  return fsync_parent_directory(path_);  // makes the rename itself durable
+  return out_.commit();
 }
 
 Status write_safetensors(const std::string& path, const SafeTensors& st) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/output_file.h"
 #include "core/status.h"
 
 namespace strata {
@@ -113,39 +114,38 @@ std::string safetensors_header_bytes(const nlohmann::ordered_json& header);
 // A safetensors file written in pieces, for files larger than memory. The header comes from
 // `tensors` (names, dtypes and shapes; laid out back to back in that order, their `offset` and
 // `bytes` are ignored); then append() takes every tensor's bytes in that order, in as many calls
-// as the caller likes. It writes to path + ".tmp"; finish() checks that every byte came, fsyncs,
-// renames over path and fsyncs the directory, so a crash leaves the old file or the new one. A
-// writer dropped before finish() removes its temporary file.
+// as the caller likes. It writes an OutputFile (Note [Writing an output file] in
+// core/output_file.h); finish() checks that every byte came and commits it, so a crash leaves the
+// old file or the new one. A writer dropped before finish() removes its temporary file.
 class SafeTensorsWriter {
  public:
-  // invalid_argument for a duplicate or reserved name or a bad shape (before anything is
-  // written); no_space when the disk is full, io_error for other write failures.
+  // invalid_argument for a duplicate or reserved name, a bad shape or a path that is not a new
+  // or regular file (before anything is written); no_space when the disk is full, io_error for
+  // other write failures.
   static Result<SafeTensorsWriter> create(const std::string& path,
                                           const std::vector<StEntry>& tensors,
                                           const std::map<std::string, std::string>& metadata);
-  SafeTensorsWriter(SafeTensorsWriter&& other) noexcept;
+  SafeTensorsWriter(SafeTensorsWriter&& other) noexcept = default;
   SafeTensorsWriter& operator=(SafeTensorsWriter&&) = delete;
   SafeTensorsWriter(const SafeTensorsWriter&) = delete;
   SafeTensorsWriter& operator=(const SafeTensorsWriter&) = delete;
-  ~SafeTensorsWriter();
 
   // The next `bytes` of the data section; invalid_argument past its end.
   Status append(const void* data, int64_t bytes);
   Status finish();
 
  private:
-  SafeTensorsWriter(std::string path, int fd, int64_t data_bytes)
-      : path_(std::move(path)), fd_(fd), data_bytes_(data_bytes) {}
-  std::string tmp_path() const { return path_ + ".tmp"; }
+  SafeTensorsWriter(std::string path, OutputFile out, int64_t data_bytes)
+      : path_(std::move(path)), out_(std::move(out)), data_bytes_(data_bytes) {}
 
   std::string path_;
-  int fd_ = -1;  // the temporary file; -1 once finished or given up
+  OutputFile out_;  // uncommitted: removed with the writer
   int64_t data_bytes_ = 0, written_ = 0;
 };
 
-// Writes to path + ".tmp", fsyncs, then renames over path (and fsyncs the directory), so a crash
-// leaves either the old file or the new one. Fails with invalid_argument on duplicate names or a
-// data size that does not match the shape; no_space when the disk is full.
+// Writes by SafeTensorsWriter, so a crash leaves either the old file or the new one. Fails with
+// invalid_argument on duplicate names or a data size that does not match the shape; no_space when
+// the disk is full.
 Status write_safetensors(const std::string& path, const SafeTensors& st);
 
 }  // namespace strata

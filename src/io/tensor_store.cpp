@@ -239,6 +239,7 @@ Result<std::unique_ptr<TensorStore>> TensorStore::create(IoEngine& engine,
 Status TensorStore::open_files(const std::string& name, uint64_t stripes, bool* busy) {
   const uint64_t ndirs = options_.dirs.size(), su = options_.stripe_unit;
   CreatedFiles created;
+  std::vector<ScratchFile> scratch;
   std::vector<std::unique_ptr<IoFile>> files;
   std::vector<uint64_t> sizes;
   for (uint64_t d = 0; d < ndirs; d++) {
@@ -263,6 +264,7 @@ Status TensorStore::open_files(const std::string& name, uint64_t stripes, bool* 
       *busy = true;
       return Status::ok_status();
     }
+    scratch.emplace_back(path);  // ours from here: a signal while it is sized removes it
     const uint64_t dir_stripes = stripes > d ? (stripes - d + ndirs - 1) / ndirs : 0;
     const uint64_t bytes = dir_stripes * su;
     STRATA_RETURN_IF_ERROR(preallocate(**file, dir, bytes));
@@ -271,6 +273,7 @@ Status TensorStore::open_files(const std::string& name, uint64_t stripes, bool* 
   }
   created.keep = true;
   files_ = std::move(files);
+  scratch_ = std::move(scratch);
   file_bytes_ = std::move(sizes);
   file_name_ = name;
   return Status::ok_status();

@@ -43,6 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/scratch_files.h"
 #include "core/status.h"
 #include "io/io_engine.h"
 
@@ -129,7 +130,7 @@ class TensorStore {
   Status wait(IoBatch& batch);
 
   // Persist / restore the checksum table (Note [Extent checksums]). The file is binary, ends
-  // with its own CRC32C, and is replaced atomically (write to path.tmp, fsync, rename). load
+  // with its own CRC32C, and is replaced atomically (Note [Writing an output file]). load
   // refuses (bad_format naming the field) a file made for another layout.
   Status save_checksums(const std::string& path) const;
   Status load_checksums(const std::string& path);
@@ -174,7 +175,10 @@ class TensorStore {
   std::vector<ExtentInfo> extents_;
   std::unordered_map<std::string, size_t> by_name_;
   std::vector<std::unique_ptr<IoFile>> files_;  // one per dir
-  std::vector<uint64_t> file_bytes_;            // one per dir
+  // The files, for a signal or crash to remove (Note [Scratch files]): registered from the moment
+  // this store holds them, so a stop while the store is being sized and filled leaves nothing.
+  std::vector<ScratchFile> scratch_;
+  std::vector<uint64_t> file_bytes_;  // one per dir
   uint64_t logical_bytes_ = 0;
   std::string file_name_;
 

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/file_util.h"
+#include "core/output_file.h"
 #include "io/crc32c.h"
 #include "io/tensor_store.h"
 
@@ -57,40 +58,11 @@ struct Reader {
   }
 };
 
-Status checksum_write_error(const std::string& what, const std::string& path, int err) {
-  return errno_error("checksum file " + path + ": " + what, err);
-}
-
-// Writes path.tmp, fsyncs it, renames it over path and fsyncs the directory: a crash leaves
-// either the old table or the new one.
+// Note [Writing an output file]: a crash leaves either the old table or the new one.
 Status write_atomically(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return checksum_write_error("open " + tmp, path, errno);
-  Status s;
-  for (size_t done = 0; done < bytes.size() && s.ok();) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) s = checksum_write_error("write", path, errno);
-    if (n > 0) done += static_cast<size_t>(n);
-  }
-  if (s.ok() && ::fsync(fd) != 0) s = checksum_write_error("fsync", path, errno);
-  if (::close(fd) != 0 && s.ok()) s = checksum_write_error("close", path, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    s = checksum_write_error("rename", path, errno);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  size_t slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return checksum_write_error("open directory", path, errno);
-  int rc = ::fsync(dfd);
-  int err = errno;
-  ::close(dfd);
-  if (rc != 0) return checksum_write_error("fsync directory", path, err);
-  return Status();
+  STRATA_ASSIGN_OR_RETURN(OutputFile out, OutputFile::create(path, "checksum file"));
+  STRATA_RETURN_IF_ERROR(out.write(bytes.data(), static_cast<int64_t>(bytes.size())));
+  return out.commit();
 }
 
 }  // namespace

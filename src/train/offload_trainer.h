@@ -67,7 +67,6 @@ class OffloadTrainer final : public Trainer {
   // Block by block over every batch, each block's working weights read once (offload_eval.cpp).
   Result<double> evaluate(const int32_t* inputs, const int32_t* targets, int64_t batches) override;
   Status read_params(float* host) override;
-  std::vector<std::string> scratch_files() const override { return state_->store_files(); }
   // Pieces (Note [Slab pieces]): a block's optimizer parts, each in its host slot or read into
   // optimizer stage 0; the embed group's slabs straight from its state on host, or on storage
   // chunk by chunk through optimizer stage 0 (the chunks of Note [Embed step in chunks]).

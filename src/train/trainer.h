@@ -112,11 +112,6 @@ class Trainer {
   virtual const ParamLayout& layout() const = 0;
   virtual int64_t tokens_per_step() const = 0;
 
-  // ---- scratch files (optional) -----------------------------------------------------------------
-  // Files the run owns and removes when it ends (the offloaded trainer's store), for a crash
-  // handler to remove too (Note [Stopping on a signal] in cli/stop_signals.h).
-  virtual std::vector<std::string> scratch_files() const { return {}; }
-
   // ---- reporting (optional: the in-memory trainer has nothing to add) -------------------------
   // Lines for the run's log before step 1 (the plan's memory per tier, the store).
   virtual std::vector<std::string> describe() const { return {}; }
