@@ -6,10 +6,11 @@
 // Note [Sample output]
 // The prompt, then each new token as soon as it is picked, is written to stdout with write(2), no
 // buffer in between: as text (Note [Streaming text] in data/text_stream.h) or as ids with
-// --print-tokens; a newline ends it. A failed write (a full disk, a closed pipe: SIGPIPE is
-// ignored here unless a handler is installed, so it is EPIPE) ends the command with one line
-// naming stdout, exit 1. The first SIGINT or SIGTERM (Note [Stopping on a signal]) ends it after
-// the token being made: what was made is written, the newline too, exit 128 + the signal.
+// --print-tokens; a newline ends it. A failed write (a full disk) ends the command with one line
+// naming stdout, exit 1; a closed pipe (EPIPE) is a stop by SIGPIPE, one line and 141. The first
+// SIGINT, SIGTERM or SIGHUP (Note [Stopping on a signal]: sample polls per token, as training
+// does per step) ends it after the token being made: what was made is written, the newline too,
+// exit 128 + the signal.
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,12 +149,15 @@ Result<SampleOptions> sample_options(const ParsedArgs& a) {
   return o;
 }
 
+bool g_stdout_closed = false;  // a write to stdout failed with EPIPE: its reader left
+
 // All of `bytes` to stdout, retrying interrupted and short writes (Note [Sample output]);
 // io_error naming stdout.
 Status write_stdout(std::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(STDOUT_FILENO, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EPIPE) g_stdout_closed = true;
     if (n <= 0) {
       return io_error("cannot write the sample to stdout: " +
                       (n < 0 ? errno_text(errno) : std::string("nothing written")));
@@ -184,12 +188,12 @@ class SampleWriter {
   TextStream text_;
 };
 
-// Note [Sample output]: a closed pipe becomes EPIPE, unless a SIGPIPE handler is installed.
-void ignore_default_sigpipe() {
-  struct sigaction old {};
-  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-    std::signal(SIGPIPE, SIG_IGN);
-  }
+// A failed write's exit (Note [Sample output]): a closed stdout is a stop by SIGPIPE.
+int write_failed(const Status& s, int64_t made, int64_t asked) {
+  if (!g_stdout_closed) return fail(s.message(), 1);
+  log_info("stopped by SIGPIPE (stdout was closed) after " + std::to_string(made) + " of " +
+           std::to_string(asked) + " tokens");
+  return 128 + SIGPIPE;
 }
 
 // Generates the sample into stdout as it is made (Note [Sample output]); the exit status.
@@ -197,9 +201,9 @@ int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tok
                  const std::vector<int32_t>& prompt, const SampleOptions& o, bool print_ids) {
   if (Status s = check_prompt(plan.model, prompt); !s.ok()) return fail(s.message(), 2);
   install_stop_signals();
-  ignore_default_sigpipe();
+  stop_at_step_boundaries();  // a signal ends the sample after the token being made
   SampleWriter writer(tokenizer, print_ids);
-  if (Status s = writer.add(prompt); !s.ok()) return fail(s.message(), 1);
+  if (Status s = writer.add(prompt); !s.ok()) return write_failed(s, 0, o.new_tokens);
   Status write_error;  // the output's, told from the model's
   int64_t made = 0;
   SampleHooks hooks;
@@ -213,11 +217,12 @@ int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tok
   auto out = generate(
       *dev, plan.model, [&](int64_t slab, float* dst) { return weights.read(slab, dst); }, prompt,
       o, hooks);
+  if (!write_error.ok()) return write_failed(write_error, made - 1, o.new_tokens);
   if (!out.ok()) {
-    const bool input = write_error.ok() && out.status().code() == ErrorCode::invalid_argument;
+    const bool input = out.status().code() == ErrorCode::invalid_argument;
     return fail(out.status().message(), input ? 2 : 1);
   }
-  if (Status s = writer.finish(); !s.ok()) return fail(s.message(), 1);
+  if (Status s = writer.finish(); !s.ok()) return write_failed(s, made, o.new_tokens);
   const int sig = stop_signal();
   if (sig == 0 || made == o.new_tokens) return 0;
   log_info(std::string("stopped by ") + signal_name(sig) + " after " + std::to_string(made) +
