@@ -9,11 +9,9 @@
 // `out` is DIR/BASE.safetensors, or a directory (existing, or ending in '/') for BASE "model", the
 // name HF's loaders look for. Sharded (data over shard_bytes > 0): BASE-00001-of-0000N.safetensors
 // ..., whole tensors in layout order up to shard_bytes each (a larger one alone), and HF's index
-// BASE.safetensors.index.json. config.json goes to DIR. Each file is an OutputFile (Note [Writing
-// an output file]): DIR must be a directory, each file new or regular, all checked before the
-// first byte is written (check_hf_export_out); each is fsynced under a temporary name, then renamed
-// (the index after its shards, config.json last); files of the other layout under those names,
-// which loaders could prefer, are removed once the export is complete.
+// BASE.safetensors.index.json; config.json goes to DIR. Each file is an OutputFile (Note [Writing
+// an output file]), all checked before the first byte (check_hf_export_out) and renamed in place
+// index after shards, config.json last; the other layout's files are then removed.
 #pragma once
 
 #include <cstdint>
