@@ -10,8 +10,8 @@
 // name HF's loaders look for. Sharded (data over shard_bytes > 0): BASE-00001-of-0000N.safetensors
 // ..., whole tensors in layout order up to shard_bytes each (a larger one alone), and HF's index
 // BASE.safetensors.index.json; config.json goes to DIR. Each file is an OutputFile (Note [Writing
-// an output file]), all checked before the first byte (check_hf_export_out) and renamed in place
-// index after shards, config.json last; the other layout's files are then removed.
+// an output file]), all checked before the first byte (check_hf_export_out), then renamed in:
+// the index after its shards, config.json last; the other layout's files are then removed.
 #pragma once
 
 #include <cstdint>
