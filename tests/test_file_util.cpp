@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/file_util.h"
+#include "core/output_file.h"
 #include "test_util.h"
 
 namespace strata {
@@ -32,12 +33,12 @@ TEST(FileUtil, WriteThenReadBackAndErrorsNameTheFile) {
 TEST(FileUtil, AtomicWriteReplacesTheFileAndLeavesNoTemporary) {
   const std::string dir = test::make_temp_dir("file_util_atomic");
   const std::string path = dir + "/index.json";
-  ASSERT_TRUE(write_file_atomically(path, "first", "shard index").ok());
-  ASSERT_TRUE(write_file_atomically(path, "second", "shard index").ok());
+  ASSERT_TRUE(write_output_file(path, "first", "shard index").ok());
+  ASSERT_TRUE(write_output_file(path, "second", "shard index").ok());
   EXPECT_EQ(*read_whole_file(path, "shard index"), "second");
   EXPECT_EQ(test::files_in(dir), std::vector<std::string>{"index.json"});
   const std::string missing = dir + "/no/such/dir/index.json";
-  test::expect_error(write_file_atomically(missing, "x", "shard index"), ErrorCode::io_error,
+  test::expect_error(write_output_file(missing, "x", "shard index"), ErrorCode::io_error,
                      {"cannot write shard index " + missing});
 }
 

@@ -23,8 +23,8 @@ Status write_run_report(const std::string& metrics_path, const std::string& trac
     STRATA_ASSIGN_OR_RETURN(trace, parse_json(text, "trace file " + trace_path));
   }
   if (!metrics.warning.empty()) log_warn(metrics.warning);
-  return write_file_atomically(
-      out, report::render_report(metrics, has_trace ? &trace : nullptr, title), "report");
+  return write_output_file(out, report::render_report(metrics, has_trace ? &trace : nullptr, title),
+                           "report");
 }
 
 namespace {

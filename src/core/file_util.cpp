@@ -11,8 +11,6 @@
 #include <fstream>
 #include <utility>
 
-#include "core/output_file.h"
-
 namespace strata {
 
 Result<std::string> read_whole_file(const std::string& path, const std::string& what) {
@@ -45,11 +43,6 @@ Status write_whole_file(const std::string& path, const std::string& text, const 
   out.flush();
   if (!out) return io_error("cannot write " + what + " " + path);
   return Status::ok_status();
-}
-
-Status write_file_atomically(const std::string& path, const std::string& text,
-                             const std::string& what) {
-  return write_output_file(path, text, what);
 }
 
 Result<ReadOnlyFile> ReadOnlyFile::open(const std::string& path, const std::string& what) {

@@ -18,13 +18,6 @@ Result<std::string> read_whole_file(const std::string& path, const std::string& 
 // when it cannot be opened or written.
 Status write_whole_file(const std::string& path, const std::string& text, const std::string& what);
 
-// write_output_file (Note [Writing an output file] in core/output_file.h): a temporary file of
-// its own beside `path`, fsynced and renamed over it, so a crash leaves the old file or the new
-// one; invalid_argument when `path` is not a new or regular file, no_space when the disk is full,
-// io_error naming <what> <path> and the step otherwise.
-Status write_file_atomically(const std::string& path, const std::string& text,
-                             const std::string& what);
-
 // What the reads of some files asked for, for tests that bound a reader's memory by the largest
 // buffer it ever filled.
 struct ReadStats {

@@ -98,6 +98,10 @@ OutputFile::~OutputFile() {
 void OutputFile::discard() {
   if (fd_ < 0) return;
   ::close(std::exchange(fd_, -1));  // given up: a close error changes nothing
+  remove_temp();
+}
+
+void OutputFile::remove_temp() {
   ::unlink(temp_.c_str());
   scratch_.release();
 }
@@ -128,9 +132,7 @@ Status OutputFile::commit() {
   // close can report a delayed write error (NFS, quota), so it is checked too.
   if (::close(std::exchange(fd_, -1)) != 0) {
     const int err = errno;
-    fd_ = -1;
-    ::unlink(temp_.c_str());
-    scratch_.release();
+    remove_temp();
     return errno_error("cannot write " + what_ + " " + path_ + ": close", err);
   }
   // Once more just before the rename: something put there meanwhile is not replaced.
@@ -139,8 +141,7 @@ Status OutputFile::commit() {
     target = errno_error("cannot write " + what_ + " " + path_ + ": rename " + temp_, errno);
   }
   if (!target.ok()) {
-    ::unlink(temp_.c_str());
-    scratch_.release();
+    remove_temp();
     return target;
   }
   scratch_.release();

@@ -57,6 +57,7 @@ class OutputFile {
         fd_(fd),
         scratch_(temp_) {}
   Status failed(const std::string& step, int err);
+  void remove_temp();  // unlinks the temporary file and leaves the scratch registry
 
   std::string path_, what_, temp_;
   int fd_ = -1;

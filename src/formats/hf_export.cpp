@@ -261,13 +261,12 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
   }
   if (sharded) {
     files.index = (target.dir / target.index()).string();
-    STRATA_RETURN_IF_ERROR(write_file_atomically(
+    STRATA_RETURN_IF_ERROR(write_output_file(
         files.index, shard_index_json(plan.tensors, shards, target), "shard index"));
     written.insert(target.index());
   }
   files.config = (target.dir / "config.json").string();
-  STRATA_RETURN_IF_ERROR(
-      write_file_atomically(files.config, hf_config_json_for(plan.model), "config"));
+  STRATA_RETURN_IF_ERROR(write_output_file(files.config, hf_config_json_for(plan.model), "config"));
   STRATA_ASSIGN_OR_RETURN(files.removed, remove_stale(target, written, sharded));
   return files;
 }
