@@ -73,7 +73,7 @@ TEST(TokenFile, LlmcWriteReadRoundTrip) {
     ASSERT_EQ(f->size(), 1000);
     EXPECT_EQ(f->token_bytes(), 2);
     std::vector<int32_t> got(1000);
-    f->copy_tokens(0, 1000, got.data());
+    ASSERT_TRUE(f->copy_tokens(0, 1000, got.data()).ok());
     EXPECT_EQ(got, std::vector<int32_t>(tokens.begin(), tokens.end()));
   }
   // Overwriting replaces the file whole.
@@ -106,7 +106,7 @@ TEST(TokenFile, AutoReadsOnlyLlmcRawNeedsToBeAskedFor) {
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->format(), TokenFormat::raw_u16);
   ASSERT_EQ(f->size(), 7);
-  for (int64_t i = 0; i < 7; i++) EXPECT_EQ(f->token(i), tokens[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < 7; i++) EXPECT_EQ(*f->token(i), tokens[static_cast<size_t>(i)]);
   // A forced raw read of an llm.c file sees its header as tokens: the caller asked for that.
   std::string bin = dir + "/x.bin";
   write_bytes(bin, llmc_bytes(20240520, 1, 3, {1, 2, 3}));
@@ -127,7 +127,7 @@ TEST(TokenFile, MoveKeepsTheMapping) {
   EXPECT_EQ(a.size(), 0);
   EXPECT_EQ(a.view().size(), 0);
   ASSERT_EQ(b.size(), 3);
-  EXPECT_EQ(b.token(2), 7);
+  EXPECT_EQ(*b.token(2), 7);
 }
 
 TEST(TokenFile, WrongMagicAndVersion) {
@@ -222,7 +222,7 @@ TEST(DataLoader, BatchContentsAndWrapAround) {
     for (int64_t batch = 0; batch < 2; batch++) {
       // The wrap happens inside next_batch, so position() still reads 16 before pass 2.
       EXPECT_EQ(dl->position(), pass > 0 && batch == 0 ? 2 * B * T : batch * B * T);
-      dl->next_batch(x.data(), y.data());
+      ASSERT_TRUE(dl->next_batch(x.data(), y.data()).ok());
       for (int64_t i = 0; i < B * T; i++) {
         ASSERT_EQ(x[i], batch * B * T + i) << "pass " << pass << " batch " << batch;
         ASSERT_EQ(y[i], batch * B * T + i + 1);
@@ -239,11 +239,11 @@ TEST(DataLoader, UsesTheLastTokenWhenItFitsExactly) {
   auto dl = DataLoader::create(tokens.data(), n, B, T, "t");
   ASSERT_TRUE(dl.ok());
   int32_t x[3], y[3];
-  dl->next_batch(x, y);
-  dl->next_batch(x, y);
+  ASSERT_TRUE(dl->next_batch(x, y).ok());
+  ASSERT_TRUE(dl->next_batch(x, y).ok());
   EXPECT_EQ(x[0], 13);
   EXPECT_EQ(y[2], 16);
-  dl->next_batch(x, y);
+  ASSERT_TRUE(dl->next_batch(x, y).ok());
   EXPECT_EQ(x[0], 10);
 }
 
@@ -254,12 +254,12 @@ TEST(DataLoader, SetPosition) {
   ASSERT_TRUE(dl->set_position(37).ok());
   EXPECT_EQ(dl->position(), 37);
   std::vector<int32_t> x(10), y(10);
-  dl->next_batch(x.data(), y.data());
+  ASSERT_TRUE(dl->next_batch(x.data(), y.data()).ok());
   EXPECT_EQ(x[0], 37);
   EXPECT_EQ(y[9], 47);
   EXPECT_EQ(dl->position(), 47);
   ASSERT_TRUE(dl->set_position(95).ok());  // too close to the end: wraps
-  dl->next_batch(x.data(), y.data());
+  ASSERT_TRUE(dl->next_batch(x.data(), y.data()).ok());
   EXPECT_EQ(x[0], 0);
   expect_error(dl->set_position(-1), ErrorCode::invalid_argument, {"position -1"});
   expect_error(dl->set_position(101), ErrorCode::invalid_argument, {"position 101", "100 tokens"});
@@ -343,7 +343,7 @@ TEST(ByteTokenizer, PrepareTextFile) {
   EXPECT_EQ(f->format(), TokenFormat::llmc);
   ASSERT_EQ(f->size(), static_cast<int64_t>(text.size()));
   std::vector<uint16_t> got;
-  for (int64_t i = 0; i < f->size(); i++) got.push_back(static_cast<uint16_t>(f->token(i)));
+  for (int64_t i = 0; i < f->size(); i++) got.push_back(static_cast<uint16_t>(*f->token(i)));
   EXPECT_EQ(byte_detokenize(got.data(), f->size()), text);
   EXPECT_TRUE(check_token_range(*f, 256).ok());
 
@@ -398,12 +398,40 @@ TEST(TokenFile, Uint32WriteReadRoundTrip) {
   EXPECT_EQ(f->token_bytes(), 4);
   ASSERT_EQ(f->size(), 3000);
   std::vector<int32_t> got(3000);
-  f->copy_tokens(0, 3000, got.data());
+  ASSERT_TRUE(f->copy_tokens(0, 3000, got.data()).ok());
   EXPECT_EQ(got, ids);
-  EXPECT_EQ(f->token(8), 65536);
+  EXPECT_EQ(*f->token(8), 65536);
   expect_error(
       check_token_range(*f, 200000), ErrorCode::invalid_argument,
       {"data file " + path, "token 2147483647 at position 9", "outside model.vocab_size 200000"});
+}
+
+// Note [Reading token files]: a file cut short under an open TokenFile (and a DataLoader on it)
+// is an io_error naming the file and the missing bytes, never a SIGBUS; what is still there
+// reads as before, and a failed batch leaves the loader's position where it was.
+TEST(TokenFile, ShrinkingUnderAReaderIsAnError) {
+  std::string dir = test::make_temp_dir("data_shrinks");
+  std::string path = dir + "/shrinks.bin";
+  std::vector<uint16_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<uint16_t>(i % 250);
+  ASSERT_TRUE(write_token_file_llmc(path, tokens.data(), 4096).ok());
+  auto f = TokenFile::open(path, TokenFormat::auto_detect);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto dl = DataLoader::create(f->view(), 4, 64, "data file " + path);
+  ASSERT_TRUE(dl.ok());
+  std::vector<int32_t> x(256), y(256);
+  ASSERT_TRUE(dl->next_batch(x.data(), y.data()).ok());
+  EXPECT_EQ(x[5], 5);
+
+  std::filesystem::resize_file(path, 1024 + 2 * 1000);  // 1000 tokens left of 4096
+  EXPECT_EQ(*f->token(999), 999 % 250);
+  expect_error(f->token(1000).status(), ErrorCode::io_error,
+               {"data file " + path, "shrank while in use", "now 3024 bytes", "do not rewrite"});
+  ASSERT_TRUE(dl->set_position(3000).ok());
+  expect_error(dl->next_batch(x.data(), y.data()), ErrorCode::io_error,
+               {"data file " + path, "shrank while in use", "bytes 7024 .. 7536 are gone"});
+  EXPECT_EQ(dl->position(), 3000);
+  expect_error(check_token_range(*f, 250), ErrorCode::io_error, {"shrank while in use"});
 }
 
 TEST(TokenFile, Uint32RangeAndWriterErrors) {
@@ -455,8 +483,8 @@ TEST(DataLoader, Uint32TokensBatchLikeUint16) {
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<int32_t> ia(16), ta(16), ib(16), tb(16);
   for (int step = 0; step < 30; step++) {
-    a->next_batch(ia.data(), ta.data());
-    b->next_batch(ib.data(), tb.data());
+    ASSERT_TRUE(a->next_batch(ia.data(), ta.data()).ok());
+    ASSERT_TRUE(b->next_batch(ib.data(), tb.data()).ok());
     for (int i = 0; i < 16; i++) {
       const int64_t pos = a->position() - 16 + i;
       EXPECT_EQ(ib[i], pos == 50 ? 100000 : ia[i]);

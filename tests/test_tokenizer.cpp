@@ -722,7 +722,7 @@ TEST(Prepare, Uint32ForLargeVocabularies) {
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->token_bytes(), 4);
   std::vector<int32_t> ids(6);
-  f->copy_tokens(0, 6, ids.data());
+  ASSERT_TRUE(f->copy_tokens(0, 6, ids.data()).ok());
   EXPECT_EQ(ids, (std::vector<int32_t>{256, ' ', 256, 70000, 'b', 'a'}));
   EXPECT_TRUE(check_token_range(*f, 70001).ok());
   EXPECT_FALSE(check_token_range(*f, 70000).ok());

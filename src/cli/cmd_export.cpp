@@ -17,12 +17,6 @@ namespace strata::cli {
 
 namespace {
 
-// Bad input (a checkpoint that is missing, corrupt or disagrees with its config, an --out that
-// cannot be used, a full disk: the user's to fix) is 2; failures while reading or writing are 1.
-int exit_status(const Status& s) {
-  return s.code() == ErrorCode::io_error ? 1 : 2;
-}
-
 std::string written_text(const HfExportFiles& files) {
   if (files.index.empty()) return files.weights.front() + " and " + files.config;
   return std::to_string(files.weights.size()) + " shards (" + files.weights.front() + " ...), " +
@@ -45,7 +39,7 @@ int export_main(const ParsedArgs& a) {
   }
   // Refused before anything is written, the gathered copy of a sharded checkpoint included.
   Status out_ok = check_hf_export_out(a.get("out"));
-  if (!out_ok.ok()) return fail(out_ok.message(), exit_status(out_ok));
+  if (!out_ok.ok()) return fail(out_ok.message(), exit_status_for(out_ok, Stage::before_work));
   // A run's checkpoint root stands for its newest complete step, as for resuming.
   auto dir = resolve_checkpoint(a.get("checkpoint"));
   if (!dir.ok()) return fail(dir.status().message(), 2);
@@ -56,11 +50,14 @@ int export_main(const ParsedArgs& a) {
       out_path.has_filename() ? out_path.parent_path().string() : out_path.string();
   if (out_dir.empty()) out_dir = ".";
   auto readable = HfReadableCheckpoint::open(*dir, out_dir);
-  if (!readable.ok()) return fail(readable.status().message(), exit_status(readable.status()));
+  if (!readable.ok())
+    return fail(readable.status().message(),
+                exit_status_for(readable.status(), Stage::before_work));
   auto plan = plan_hf_export(readable->dir());
   if (!plan.ok()) return fail(plan.status().message(), 2);
   auto files = write_hf_export(*plan, a.get("out"), shard_bytes);
-  if (!files.ok()) return fail(files.status().message(), exit_status(files.status()));
+  if (!files.ok())
+    return fail(files.status().message(), exit_status_for(files.status(), Stage::running));
   for (const std::string& path : files->removed) {
     log_info("removed " + path + " of an earlier export to the same place");
   }

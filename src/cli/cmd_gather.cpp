@@ -25,7 +25,7 @@ int gather_main(const ParsedArgs& a) {
   if (!dir.ok()) return fail(dir.status().message(), 2);
   auto saved = gather_into(*dir, a.get("out"));
   if (!saved.ok()) {
-    return fail(saved.status().message(), saved.status().code() == ErrorCode::io_error ? 1 : 2);
+    return fail(saved.status().message(), exit_status_for(saved.status(), Stage::running));
   }
   log_info("gathered checkpoint " + *dir + " into " + saved->dir + " (" +
            format_bytes(saved->bytes) + ")");

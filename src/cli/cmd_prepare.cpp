@@ -24,7 +24,7 @@ int prepare_main(const ParsedArgs& a) {
   }
   // Note [Writing an output file]: refused before the tokenizer and the text are read.
   if (Status usable = check_output_path(a.get("out"), "data file"); !usable.ok()) {
-    return fail(usable.message(), usable.code() == ErrorCode::invalid_argument ? 2 : 1);
+    return fail(usable.message(), exit_status_for(usable, Stage::before_work));
   }
   TokenizerOptions options;
   options.special_tokens = a.has("special-tokens");
@@ -34,12 +34,8 @@ int prepare_main(const ParsedArgs& a) {
     log_info("prepare: the text is encoded in one piece, in memory: " + why);
   }
   auto stats = prepare_token_file(**tok, a.get("in"), a.get("out"));
-  if (!stats.ok()) {
-    const ErrorCode code = stats.status().code();
-    const bool input = code == ErrorCode::invalid_argument || code == ErrorCode::not_found ||
-                       code == ErrorCode::bad_format;
-    return fail(stats.status().message(), input ? 2 : 1);
-  }
+  if (!stats.ok())
+    return fail(stats.status().message(), exit_status_for(stats.status(), Stage::running));
   char line[256];
   const double mb = static_cast<double>(stats->text_bytes) / 1e6;
   std::snprintf(line, sizeof line,

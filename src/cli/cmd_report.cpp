@@ -44,13 +44,10 @@ int report_main(const ParsedArgs& a, std::string metrics) {
   const std::string out = a.get("out");
   // Note [Writing an output file]: refused before the metrics are read.
   if (Status usable = check_output_path(out, "report"); !usable.ok()) {
-    return fail(usable.message(), usable.code() == ErrorCode::invalid_argument ? 2 : 1);
+    return fail(usable.message(), exit_status_for(usable, Stage::before_work));
   }
   Status st = write_run_report(metrics, a.get("trace"), out, "Strata run: " + metrics);
-  if (!st.ok()) {
-    return fail(st.message(),
-                st.code() == ErrorCode::io_error || st.code() == ErrorCode::no_space ? 1 : 2);
-  }
+  if (!st.ok()) return fail(st.message(), exit_status_for(st, Stage::running));
   log_info("report written to " + out);
   return 0;
 }

@@ -218,10 +218,7 @@ int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tok
       *dev, plan.model, [&](int64_t slab, float* dst) { return weights.read(slab, dst); }, prompt,
       o, hooks);
   if (!write_error.ok()) return write_failed(write_error, made - 1, o.new_tokens);
-  if (!out.ok()) {
-    const bool input = out.status().code() == ErrorCode::invalid_argument;
-    return fail(out.status().message(), input ? 2 : 1);
-  }
+  if (!out.ok()) return fail(out.status().message(), exit_status_for(out.status(), Stage::running));
   if (Status s = writer.finish(); !s.ok()) return write_failed(s, made, o.new_tokens);
   const int sig = stop_signal();
   if (sig == 0 || made == o.new_tokens) return 0;

@@ -74,7 +74,8 @@ Result<double> validate(TrainRun& run) {
   std::vector<int32_t> targets(inputs.size());               // (eval_batches, B, T)
   STRATA_RETURN_IF_ERROR(run.val_loader->set_position(0));
   for (int64_t b = 0; b < n; ++b) {
-    run.val_loader->next_batch(inputs.data() + b * BT, targets.data() + b * BT);
+    STRATA_RETURN_IF_ERROR(
+        run.val_loader->next_batch(inputs.data() + b * BT, targets.data() + b * BT));
   }
   return run.trainer->evaluate(inputs.data(), targets.data(), n);
 }
@@ -175,8 +176,7 @@ int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
     auto collected = collect_save(run, progress);
     if (!collected.ok()) {
       progress.finish();
-      return fail(stopped + ", but its checkpoint failed: " + collected.status().to_string(),
-                  collected.status().code() == ErrorCode::no_space ? 2 : 1);
+      return fail(stopped + ", but its checkpoint failed: " + collected.status().to_string(), 1);
     }
   }
   std::string resume_from;
@@ -185,8 +185,7 @@ int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
       auto saved = save_at_standstill(run, done, progress);
       if (!saved.ok()) {
         progress.finish();
-        return fail(stopped + ", but its checkpoint failed: " + saved.status().to_string(),
-                    saved.status().code() == ErrorCode::no_space ? 2 : 1);
+        return fail(stopped + ", but its checkpoint failed: " + saved.status().to_string(), 1);
       }
     }
     auto dir = resolve_checkpoint(run.ckpt.dir);
@@ -205,20 +204,21 @@ int stop_at_boundary(TrainRun& run, int sig, int64_t done, Progress& progress) {
 // Note [Data parallel ranks]: of the step's ranks x M micro-batches from the data stream, this
 // rank's M, (M, B, T) each; the others' are read past, so every rank's loader stays at the
 // stream's position.
-void next_micro_batches(TrainRun& run, int32_t* inputs, int32_t* targets) {
+Status next_micro_batches(TrainRun& run, int32_t* inputs, int32_t* targets) {
   const int64_t BT = run.cfg.batch_size * run.cfg.seq_len, M = run.cfg.grad_accum;
   std::vector<int32_t> past_in, past_tg;  // (B, T) each: another rank's micro-batch
   for (int r = 0; r < run.cfg.ranks; ++r) {
     for (int64_t k = 0; k < M; ++k) {
       if (r == run.world->rank()) {
-        run.loader->next_batch(inputs + k * BT, targets + k * BT);
+        STRATA_RETURN_IF_ERROR(run.loader->next_batch(inputs + k * BT, targets + k * BT));
         continue;
       }
       past_in.resize(static_cast<size_t>(BT));
       past_tg.resize(static_cast<size_t>(BT));
-      run.loader->next_batch(past_in.data(), past_tg.data());
+      STRATA_RETURN_IF_ERROR(run.loader->next_batch(past_in.data(), past_tg.data()));
     }
   }
+  return Status::ok_status();
 }
 
 // The stop signal every rank acts on at this boundary (Note [Stopping on a signal]): the largest
@@ -245,11 +245,14 @@ std::optional<SetupError> start_from(TrainRun& run, int64_t& start_step) {
   start_step = 0;
   if (!run.ckpt.resume.empty()) {
     auto step = resume(run);
-    if (!step.ok()) return SetupError{step.status().message(), exit_code_for_load(step.status())};
+    if (!step.ok())
+      return SetupError{step.status().message(),
+                        exit_status_for(step.status(), Stage::before_work)};
     start_step = *step;
   } else if (run.import) {
     Status imported = init_from(run);
-    if (!imported.ok()) return SetupError{imported.message(), exit_code_for_import(imported)};
+    if (!imported.ok())
+      return SetupError{imported.message(), exit_status_for(imported, Stage::before_work)};
   }
   return std::nullopt;
 }
@@ -275,7 +278,11 @@ std::optional<int> run_steps(TrainRun& run, int64_t start_step, Progress& progre
     auto sig = agreed_stop_signal(run);
     if (!sig.ok()) return fail("training stopped: " + sig.status().to_string(), 1);
     if (*sig) return stop_at_boundary(run, *sig, step, progress);
-    next_micro_batches(run, inputs.data(), targets.data());
+    Status batch = next_micro_batches(run, inputs.data(), targets.data());
+    if (!batch.ok()) {
+      progress.finish();
+      return fail("training stopped: " + batch.to_string(), 1);
+    }
     // The trace shows the last step: steady state, with the previous step's pending work.
     if (!run.trace_path.empty()) trainer.set_record_trace(step == cfg.steps - 1);
     auto st = trainer.train_step(inputs.data(), targets.data());
@@ -288,10 +295,9 @@ std::optional<int> run_steps(TrainRun& run, int64_t start_step, Progress& progre
     loss.last = st->loss;
     progress.on_step(*st, tokens_per_s);
     Status after = after_step(run, *st, tokens_per_s, flops_per_step, progress);
-    if (!after.ok()) {  // a full disk under a checkpoint is the user's to fix (2)
+    if (!after.ok()) {  // a full disk under a checkpoint too: a failure while running (1)
       progress.finish();
-      return fail("training stopped: " + after.to_string(),
-                  after.code() == ErrorCode::no_space ? 2 : 1);
+      return fail("training stopped: " + after.to_string(), 1);
     }
   }
   auto sig = agreed_stop_signal(run);

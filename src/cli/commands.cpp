@@ -82,6 +82,21 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
+int exit_status_for(const Status& s, Stage stage) {
+  switch (s.code()) {
+    case ErrorCode::invalid_argument:
+    case ErrorCode::not_found:
+    case ErrorCode::bad_format:
+    case ErrorCode::unavailable:
+      return 2;
+    case ErrorCode::no_space:
+    case ErrorCode::out_of_memory:
+      return stage == Stage::before_work ? 2 : 1;
+    default:  // io_error, internal (ok is not an error: a caller's bug, reported as a failure)
+      return 1;
+  }
+}
+
 int run_command(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs,
                 const std::string& command, const std::function<int(const ParsedArgs&)>& body) {
   for (const std::string& a : args) {

@@ -31,6 +31,17 @@ std::string command_usage(const std::string& command);
 // Prints "strata: error: <message>" as one line and returns `code`.
 int fail(const std::string& message, int code);
 
+// Note [Exit status]: one rule for every command. 0: done as asked. 2: bad input, the user's
+// to fix before anything runs: a field, flag or file that is wrong, missing or malformed, a
+// device that cannot run here, and, found before any work (the store's preallocation, an
+// output's creation), a full disk or a budget the plan does not fit. 1: a failure while
+// running: an I/O error, a full disk or an exhausted budget met under training, a checkpoint
+// or an output being written, a bug. 128 + N: stopped by signal N (Note [Stopping on a
+// signal]). README's "Exit status" and design.md say the same; cli_bad_input.sh,
+// cli_host_budget.sh, cli_checkpoint_full_disk.sh, cli_data_shrinks.sh, stop_signals.sh test it.
+enum class Stage { before_work, running };
+int exit_status_for(const Status& s, Stage stage);
+
 // `strata <command>`: `body` on its flags as parse_args reads them with `specs`, or a flag it
 // refuses as one line and exit status 2; --help or -h anywhere prints the command's usage and
 // exits 0. Returns the exit status.

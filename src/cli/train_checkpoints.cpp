@@ -99,9 +99,11 @@ std::optional<SetupError> check_resume(const ParsedArgs& a, TrainRun& run) {
   if (!allowed.ok()) return SetupError{allowed.status().message()};
   if (run.ckpt.resume.empty()) return std::nullopt;
   auto dir = resolve_checkpoint(run.ckpt.resume);
-  if (!dir.ok()) return SetupError{dir.status().message(), exit_code_for_load(dir.status())};
+  if (!dir.ok())
+    return SetupError{dir.status().message(), exit_status_for(dir.status(), Stage::before_work)};
   auto head = read_checkpoint_head(*dir, run.cfg);
-  if (!head.ok()) return SetupError{head.status().message(), exit_code_for_load(head.status())};
+  if (!head.ok())
+    return SetupError{head.status().message(), exit_status_for(head.status(), Stage::before_work)};
   const int64_t step = head->meta.step;
   if (step >= run.cfg.steps) {
     return SetupError{"checkpoint " + *dir + " is at step " + std::to_string(step) +

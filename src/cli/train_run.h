@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/background_save.h"
+#include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/config.h"
 #include "core/scratch_files.h"
@@ -100,11 +101,6 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run);
 void log_run(const TrainRun& run);
 // Rank 0 alone writes metrics, traces and reports and publishes checkpoints.
 bool writes_outputs(const TrainRun& run);
-// A checkpoint that is missing, corrupt or of another model is bad input (2); an I/O failure 1.
-int exit_code_for_load(const Status& s);
-// A Hugging Face model that is missing, malformed or not one Strata trains is bad input (2);
-// a failed read, or a trainer that does not take it, 1.
-int exit_code_for_import(const Status& s);
 // "1.23M": a count for people.
 std::string human_count(double n);
 

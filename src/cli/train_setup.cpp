@@ -92,15 +92,6 @@ Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
   return o;
 }
 
-// A plan that does not fit, a bad placement, a full disk, a device that cannot run here: the
-// user's to fix (2); the rest 1.
-int exit_code_for(const Status& s) {
-  const ErrorCode c = s.code();
-  return c == ErrorCode::invalid_argument || c == ErrorCode::no_space || c == ErrorCode::unavailable
-             ? 2
-             : 1;
-}
-
 // --init-from DIR: the run's model is DIR/config.json's. The config's layers apply as without it
 // (the embedded default, --config, each --set, --device), except that the default's model
 // section is DIR's, so a model field the user leaves alone takes DIR's value. A model field the
@@ -188,7 +179,9 @@ std::optional<SetupError> configure(const ParsedArgs& a, TrainRun& run, AlphaCho
           "and optimizer state come from its checkpoint"};
     }
     auto plan = plan_hf_import(a.get("init-from"));
-    if (!plan.ok()) return SetupError{plan.status().message(), exit_code_for_import(plan.status())};
+    if (!plan.ok())
+      return SetupError{plan.status().message(),
+                        exit_status_for(plan.status(), Stage::before_work)};
     run.import = std::move(*plan);
     cfg = config_over_import(a, *run.import);
   } else {
@@ -245,7 +238,8 @@ std::optional<SetupError> check_output_flags(const ParsedArgs& a, TrainRun& run)
   for (const char* flag : {"metrics", "trace", "report"}) {
     if (!a.has(flag)) continue;
     Status usable = check_output_path(a.get(flag), std::string("--") + flag + " file");
-    if (!usable.ok()) return SetupError{usable.message(), exit_code_for(usable)};
+    if (!usable.ok())
+      return SetupError{usable.message(), exit_status_for(usable, Stage::before_work)};
   }
   return std::nullopt;
 }
@@ -266,7 +260,9 @@ std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
   run.lineage = {new_run_id()};
   if (run.ckpt.save_every > 0 && writes_outputs(run)) {
     auto lock = CheckpointDirLock::acquire(run.ckpt.dir);
-    if (!lock.ok()) return SetupError{lock.status().message(), exit_code_for(lock.status())};
+    if (!lock.ok())
+      return SetupError{lock.status().message(),
+                        exit_status_for(lock.status(), Stage::before_work)};
     run.ckpt_lock.emplace(std::move(*lock));
     if (run.ckpt.resume.empty()) {  // a resumed run claims the directory once it knows its step
       auto claimed = claim_checkpoint_root(run.ckpt.dir, run.lineage, -1);
@@ -295,14 +291,19 @@ std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
 std::optional<SetupError> set_up_trainer(TrainRun& run, const AlphaChoice& predicted) {
   const TrainConfig& c = run.cfg;
   auto device = create_configured_device(c, run.world->local_rank());
-  if (!device.ok()) return SetupError{device.status().message(), exit_code_for(device.status())};
+  if (!device.ok())
+    return SetupError{device.status().message(),
+                      exit_status_for(device.status(), Stage::before_work)};
   run.device = std::move(*device);
   auto transport = create_configured_transport(c, *run.device, *run.world);
   if (!transport.ok()) {
-    return SetupError{transport.status().message(), exit_code_for(transport.status())};
+    return SetupError{transport.status().message(),
+                      exit_status_for(transport.status(), Stage::before_work)};
   }
   auto trainer = create_trainer(*run.device, c, *run.world, std::move(*transport));
-  if (!trainer.ok()) return SetupError{trainer.status().message(), exit_code_for(trainer.status())};
+  if (!trainer.ok())
+    return SetupError{trainer.status().message(),
+                      exit_status_for(trainer.status(), Stage::before_work)};
   run.trainer = std::move(*trainer);
   if (predicted.wait_iter_s > 0) {
     run.trainer->set_speculation_costs(predicted.iter_s, predicted.wait_iter_s, predicted.repair_s,
@@ -326,17 +327,6 @@ std::string human_count(double n) {
   return buf;
 }
 
-int exit_code_for_load(const Status& s) {
-  return s.code() == ErrorCode::io_error ? 1 : 2;
-}
-
-int exit_code_for_import(const Status& s) {
-  const ErrorCode c = s.code();
-  return c == ErrorCode::not_found || c == ErrorCode::bad_format || c == ErrorCode::invalid_argument
-             ? 2
-             : 1;
-}
-
 bool writes_outputs(const TrainRun& run) {
   return run.world->rank() == 0;
 }
@@ -350,7 +340,7 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   // Note [Storage directories checked first].
   if (is_offloaded(run.cfg.schedule)) {
     Status dirs = prepare_storage_dirs(run.cfg.io.dirs);
-    if (!dirs.ok()) return SetupError{dirs.message(), exit_code_for(dirs)};
+    if (!dirs.ok()) return SetupError{dirs.message(), exit_status_for(dirs, Stage::before_work)};
   }
   if (auto err = open_outputs(a, run)) return err;
   if (auto err = set_up_trainer(run, predicted)) return err;

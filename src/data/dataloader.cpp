@@ -28,12 +28,13 @@ Result<DataLoader> DataLoader::create(TokenView tokens, int64_t B, int64_t T,
   return DataLoader(tokens, B, T, source_name);
 }
 
-void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
+Status DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   const int64_t bt = B_ * T_;
-  if (pos_ + bt + 1 > n_) pos_ = 0;
-  tokens_.copy(pos_, bt, inputs);
-  tokens_.copy(pos_ + 1, bt, targets);
-  pos_ += bt;
+  const int64_t start = pos_ + bt + 1 > n_ ? 0 : pos_;
+  STRATA_RETURN_IF_ERROR(tokens_.copy(start, bt, inputs));
+  STRATA_RETURN_IF_ERROR(tokens_.copy(start + 1, bt, targets));
+  pos_ = start + bt;
+  return Status::ok_status();
 }
 
 Status DataLoader::set_position(int64_t pos) {

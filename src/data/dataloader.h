@@ -3,8 +3,8 @@
 // A batch takes the B*T+1 tokens starting at position(): inputs[i] = tok[pos + i] and
 // targets[i] = tok[pos + i + 1] for i < B*T, then the position advances by B*T. When fewer than
 // B*T+1 tokens remain, the position first goes back to 0, so every batch is whole and the tail
-// shorter than a batch is skipped on each pass. The loader does not own the tokens (an mmap'd
-// TokenFile of either width or an in-memory vector); they must outlive it.
+// shorter than a batch is skipped on each pass. The loader does not own the tokens (a TokenFile
+// of either width or an in-memory vector); they must outlive it.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +27,9 @@ class DataLoader {
     return create(TokenView(tokens, n), B, T, source_name);
   }
 
-  // inputs, targets: (B, T) each.
-  void next_batch(int32_t* inputs, int32_t* targets);
+  // inputs, targets: (B, T) each. The tokens' read errors (a file that shrank: Note [Reading
+  // token files] in data/token_file.h); the position advances only on success.
+  Status next_batch(int32_t* inputs, int32_t* targets);
 
   // Where the next batch starts (before any wrap). Saved in checkpoints so a resumed run sees
   // the same batches.

@@ -1,7 +1,6 @@
 #include "data/token_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,7 +18,7 @@
 
 namespace strata {
 
-// Tokens are mapped and used in place, and the headers are little-endian on disk.
+// The headers and tokens are little-endian on disk and copied as they are.
 static_assert(std::endian::native == std::endian::little,
               "token files assume a little-endian host");
 
@@ -42,15 +41,30 @@ int32_t read_i32(const void* base, int64_t index) {
   return v;
 }
 
-// A whole file mapped read-only.
-struct FileMapping {
-  void* data;
-  int64_t bytes;
-};
+// Reads `bytes` at `offset` of fd into out, retrying short reads and EINTR. io_error naming
+// `what` when the file ends first (it shrank: Note [Reading token files]) or the read fails.
+Status pread_all(int fd, void* out, int64_t bytes, int64_t offset, const std::string& what) {
+  char* p = static_cast<char*>(out);
+  for (int64_t done = 0; done < bytes;) {
+    const ssize_t got = ::pread(fd, p + done, static_cast<size_t>(bytes - done), offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return errno_error("cannot read " + what, errno);
+    if (got == 0) {
+      struct stat st;
+      const std::string now =
+          ::fstat(fd, &st) == 0 ? std::to_string(st.st_size) + " bytes" : "shorter";
+      return io_error(what + " shrank while in use: it is now " + now + ", and bytes " +
+                      std::to_string(offset + done) + " .. " + std::to_string(offset + bytes) +
+                      " are gone; do not rewrite a token file under a running job");
+    }
+    done += got;
+  }
+  return Status::ok_status();
+}
 
-// Maps the file at `path` (called `what` in messages): not_found when it does not exist,
-// invalid_argument when it is not a regular file, bad_format when it is empty.
-Result<FileMapping> map_file(const std::string& path, const std::string& what) {
+// Opens `path` (called `what` in messages) read-only: its fd and size. not_found when it does
+// not exist, invalid_argument when it is not a regular file, bad_format when it is empty.
+Result<std::pair<int, int64_t>> open_file(const std::string& path, const std::string& what) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
@@ -67,28 +81,25 @@ Result<FileMapping> map_file(const std::string& path, const std::string& what) {
     ::close(fd);
     return invalid_argument(what + " is not a regular file");
   }
-  const int64_t bytes = static_cast<int64_t>(st.st_size);
-  if (bytes == 0) {
+  if (st.st_size == 0) {
     ::close(fd);
     return bad_format(what + " is empty");
   }
-  void* map = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_err = errno;
-  ::close(fd);  // the mapping keeps the file open; a read-only close has nothing to lose
-  if (map == MAP_FAILED) return io_error("cannot mmap " + what + ": " + errno_text(map_err));
-  return FileMapping{map, bytes};
+  return std::make_pair(fd, static_cast<int64_t>(st.st_size));
 }
 
-// The tokens of an llm.c .bin file mapped at map (bytes long): the 1024-byte header (magic,
-// version, token count), then the uint16 (version 1) or uint32 (version 2) tokens.
-Result<TokenView> llmc_tokens(const void* map, int64_t bytes, const std::string& what) {
+// The token count and width of an llm.c .bin file of `bytes` bytes whose header is `head`
+// (min(bytes, 1024) bytes): the 1024-byte header (magic, version, token count), then the uint16
+// (version 1) or uint32 (version 2) tokens.
+Result<std::pair<int64_t, int>> llmc_tokens(const char* head, int64_t bytes,
+                                            const std::string& what) {
   if (bytes < kLlmcHeaderBytes) {
     return bad_format(what + ": " + std::to_string(bytes) +
                       " bytes is too short for the 1024-byte llm.c header");
   }
-  int32_t magic = read_i32(map, 0);
-  int32_t version = read_i32(map, 1);
-  int64_t n = read_i32(map, 2);
+  int32_t magic = read_i32(head, 0);
+  int32_t version = read_i32(head, 1);
+  int64_t n = read_i32(head, 2);
   if (magic != kLlmcMagic) {
     return bad_format(what + ": magic " + std::to_string(magic) + " is not " +
                       std::to_string(kLlmcMagic) + " (llm.c .bin)");
@@ -97,16 +108,14 @@ Result<TokenView> llmc_tokens(const void* map, int64_t bytes, const std::string&
     return bad_format(what + ": llm.c version " + std::to_string(version) +
                       " is not supported (1: uint16 tokens, 2: uint32 tokens)");
   }
-  const int64_t width = version == kLlmcVersion ? 2 : 4;
+  const int width = version == kLlmcVersion ? 2 : 4;
   if (n < 0 || kLlmcHeaderBytes + width * n != bytes) {
     return bad_format(what + ": header says " + std::to_string(n) + " tokens (" +
                       std::to_string(kLlmcHeaderBytes + width * n) + " bytes) but file has " +
                       std::to_string(bytes) + " bytes");
   }
   if (n == 0) return bad_format(what + " holds no tokens");
-  const char* payload = static_cast<const char*>(map) + kLlmcHeaderBytes;
-  if (width == 2) return TokenView(reinterpret_cast<const uint16_t*>(payload), n);
-  return TokenView(reinterpret_cast<const uint32_t*>(payload), n);
+  return std::make_pair(n, width);
 }
 
 }  // namespace
@@ -117,33 +126,36 @@ TokenFile::TokenFile(TokenFile&& other) noexcept {
 
 TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   if (this != &other) {
-    unmap();
+    close_file();
     path_ = std::move(other.path_);
     format_ = other.format_;
-    map_ = std::exchange(other.map_, nullptr);
-    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    fd_ = std::exchange(other.fd_, -1);
     view_ = std::exchange(other.view_, TokenView());
   }
   return *this;
 }
 
 TokenFile::~TokenFile() {
-  unmap();
+  close_file();
 }
 
-void TokenFile::unmap() {
-  if (map_ != nullptr) {
-    // munmap fails only for an invalid range, which would be a bug here.
-    int rc = ::munmap(map_, static_cast<size_t>(map_bytes_));
-    STRATA_CHECK(rc == 0);
-  }
-  map_ = nullptr;
-  map_bytes_ = 0;
+void TokenFile::close_file() {
+  if (fd_ >= 0) ::close(fd_);  // read-only: a failed close loses nothing
+  fd_ = -1;
   view_ = TokenView();
 }
 
-void TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
+Status TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
   STRATA_CHECK(first >= 0 && n >= 0 && first + n <= n_);
+  if (fd_ >= 0) {
+    // Widened in place from the back, so the narrow tokens are read into out itself.
+    STRATA_RETURN_IF_ERROR(pread_all(fd_, out, n * bytes_, offset_ + first * bytes_, *what_));
+    if (bytes_ == 2) {
+      const uint16_t* t = reinterpret_cast<const uint16_t*>(out);
+      for (int64_t i = n - 1; i >= 0; i--) out[i] = t[i];
+    }
+    return Status::ok_status();
+  }
   if (bytes_ == 2) {
     const uint16_t* t = static_cast<const uint16_t*>(data_) + first;
     for (int64_t i = 0; i < n; i++) out[i] = t[i];
@@ -151,20 +163,30 @@ void TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
     const uint32_t* t = static_cast<const uint32_t*>(data_) + first;
     for (int64_t i = 0; i < n; i++) out[i] = static_cast<int32_t>(t[i]);
   }
+  return Status::ok_status();
+}
+
+Result<int32_t> TokenFile::token(int64_t i) const {
+  int32_t t = 0;
+  STRATA_RETURN_IF_ERROR(view_.copy(i, 1, &t));
+  return t;
 }
 
 Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
-  const std::string what = "data file " + excerpt(path, kMaxShownPath);  // Note [Bounded echoes]
-  STRATA_ASSIGN_OR_RETURN(const FileMapping m, map_file(path, what));
-  TokenFile f;  // from here on its destructor unmaps on every error path
+  auto what = std::make_shared<const std::string>(
+      "data file " + excerpt(path, kMaxShownPath));  // Note [Bounded echoes]
+  STRATA_ASSIGN_OR_RETURN(const auto opened, open_file(path, *what));
+  const auto [fd, bytes] = opened;
+  TokenFile f;  // from here on its destructor closes the file on every error path
   f.path_ = path;
-  f.map_ = m.data;
-  f.map_bytes_ = m.bytes;
+  f.fd_ = fd;
+  char head[kLlmcHeaderBytes];
+  STRATA_RETURN_IF_ERROR(pread_all(fd, head, std::min(bytes, kLlmcHeaderBytes), 0, *what));
 
   if (format == TokenFormat::auto_detect) {
-    if (m.bytes < 4 || read_i32(m.data, 0) != kLlmcMagic) {
-      return bad_format(what + " does not start with llm.c's magic " + std::to_string(kLlmcMagic) +
-                        " (" + first_bytes_text(m.data, m.bytes) +
+    if (bytes < 4 || read_i32(head, 0) != kLlmcMagic) {
+      return bad_format(*what + " does not start with llm.c's magic " + std::to_string(kLlmcMagic) +
+                        " (" + first_bytes_text(head, bytes) +
                         "); data.format auto reads only llm.c .bin files, set data.format=raw_u16 "
                         "for headerless uint16 tokens");
     }
@@ -173,14 +195,15 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
   f.format_ = format;
 
   if (format == TokenFormat::raw_u16) {
-    if (m.bytes % 2 != 0) {
-      return bad_format(what + ": " + std::to_string(m.bytes) +
+    if (bytes % 2 != 0) {
+      return bad_format(*what + ": " + std::to_string(bytes) +
                         " bytes is an odd size for raw uint16 tokens");
     }
-    f.view_ = TokenView(static_cast<const uint16_t*>(m.data), m.bytes / 2);
+    f.view_ = TokenView(fd, 0, bytes / 2, 2, what);
     return f;
   }
-  STRATA_ASSIGN_OR_RETURN(f.view_, llmc_tokens(m.data, m.bytes, what));
+  STRATA_ASSIGN_OR_RETURN(const auto nw, llmc_tokens(head, bytes, *what));
+  f.view_ = TokenView(fd, kLlmcHeaderBytes, nw.first, nw.second, what);
   return f;
 }
 
@@ -256,13 +279,17 @@ Status write_token_file_llmc(const std::string& path, const uint16_t* tokens, in
 Status check_token_range(const TokenFile& f, int64_t vocab_size) {
   const TokenView v = f.view();
   if (v.token_bytes() == 2 && vocab_size > 65535) return Status::ok_status();  // every uint16 fits
-  for (int64_t i = 0; i < v.size(); i++) {
-    const int32_t t = v.token(i);
-    if (t < 0 || t >= vocab_size) {
+  std::vector<int32_t> chunk;                                                  // (up to 1M tokens)
+  for (int64_t first = 0; first < v.size(); first += chunk.size()) {
+    chunk.resize(static_cast<size_t>(std::min<int64_t>(v.size() - first, 1 << 20)));
+    STRATA_RETURN_IF_ERROR(v.copy(first, static_cast<int64_t>(chunk.size()), chunk.data()));
+    for (size_t k = 0; k < chunk.size(); k++) {
+      const int32_t t = chunk[k];
+      if (t >= 0 && t < vocab_size) continue;
       // A negative token is a uint32 above INT32_MAX.
       const int64_t shown = t < 0 ? int64_t{t} + (int64_t{1} << 32) : int64_t{t};
       return invalid_argument("data file " + f.path() + ": token " + std::to_string(shown) +
-                              " at position " + std::to_string(i) +
+                              " at position " + std::to_string(first + static_cast<int64_t>(k)) +
                               " is outside model.vocab_size " + std::to_string(vocab_size));
     }
   }

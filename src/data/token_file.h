@@ -1,4 +1,4 @@
-// Token files: a read-only memory map of tokens, in llm.c's .bin format or headerless.
+// Token files: tokens read from a file, in llm.c's .bin format or headerless.
 //
 // llm.c .bin: a header of 256 little-endian int32, header[0] = 20240520 (magic), header[1] =
 // version, header[2] = number of tokens n; then n little-endian tokens:
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,30 +39,38 @@ inline int token_bytes_for_vocab(int64_t vocab_size) {
   return vocab_size <= 65536 ? 2 : 4;
 }
 
-// Tokens of either width, read in place; not owned. Tokens of a uint32 file above INT32_MAX
-// come out negative from token() and copy(): check_token_range refuses them first.
+// Tokens of either width, not owned: in memory (read in place) or in an open token file (read
+// with pread, Note [Reading token files]). Tokens of a uint32 file above INT32_MAX come out
+// negative from copy(): check_token_range refuses them first.
 class TokenView {
  public:
   TokenView() = default;
   TokenView(const uint16_t* t, int64_t n) : data_(t), n_(n), bytes_(2) {}
   TokenView(const uint32_t* t, int64_t n) : data_(t), n_(n), bytes_(4) {}
+  // The n tokens of width `bytes` at byte `offset` of the open file `fd`, named `what` in errors.
+  TokenView(int fd, int64_t offset, int64_t n, int bytes, std::shared_ptr<const std::string> what)
+      : fd_(fd), offset_(offset), n_(n), bytes_(bytes), what_(std::move(what)) {}
 
   int64_t size() const { return n_; }
   int token_bytes() const { return bytes_; }  // 2 or 4
-  int32_t token(int64_t i) const {
-    return bytes_ == 2 ? static_cast<const uint16_t*>(data_)[i]
-                       : static_cast<int32_t>(static_cast<const uint32_t*>(data_)[i]);
-  }
-  // out[k] = token(first + k) for k < n; the range must be inside the view.
-  void copy(int64_t first, int64_t n, int32_t* out) const;
+  // out[k] = token(first + k) for k < n; the range must be inside the view. io_error naming the
+  // file when a file's tokens cannot be read (it shrank under the run, or the disk failed).
+  Status copy(int64_t first, int64_t n, int32_t* out) const;
 
  private:
-  const void* data_ = nullptr;
+  const void* data_ = nullptr;  // in memory, or
+  int fd_ = -1;                 // in a file, from byte offset_
+  int64_t offset_ = 0;
   int64_t n_ = 0;
   int bytes_ = 2;
+  std::shared_ptr<const std::string> what_;  // "data file x.bin", for a file's errors
 };
 
-// A read-only mmap of a token file's payload. Move-only; unmaps in the destructor.
+// Note [Reading token files]: a token file is read with pread into the caller's buffer, never
+// mapped: a file truncated under a running job (a user re-running `prepare` over it, a full disk
+// reclaimed) would make a mapped read SIGBUS with no message, while a short pread is an io_error
+// naming the file, its size when opened and the bytes missing, and the run stops with exit 1.
+// The page cache serves repeated reads as a mapping would; a batch is a few KB to a few MB.
 class TokenFile {
  public:
   // auto_detect reads llm.c (either version), and refuses a file without the magic (bad_format
@@ -77,8 +86,10 @@ class TokenFile {
   ~TokenFile();
 
   TokenView view() const { return view_; }
-  int32_t token(int64_t i) const { return view_.token(i); }
-  void copy_tokens(int64_t first, int64_t n, int32_t* out) const { view_.copy(first, n, out); }
+  Result<int32_t> token(int64_t i) const;
+  Status copy_tokens(int64_t first, int64_t n, int32_t* out) const {
+    return view_.copy(first, n, out);
+  }
   int64_t size() const { return view_.size(); }
   int token_bytes() const { return view_.token_bytes(); }  // 2 or 4
   const std::string& path() const { return path_; }
@@ -86,12 +97,11 @@ class TokenFile {
 
  private:
   TokenFile() = default;
-  void unmap();
+  void close_file();
 
   std::string path_;
   TokenFormat format_ = TokenFormat::raw_u16;
-  void* map_ = nullptr;  // the whole file, header included
-  int64_t map_bytes_ = 0;
+  int fd_ = -1;  // open read-only while the file lives
   TokenView view_;
 };
 

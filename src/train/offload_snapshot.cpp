@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/format.h"
+#include "core/log.h"
+#include "core/math_util.h"
 #include "sched/slot_names.h"
 #include "train/offload_plans.h"
 #include "train/offload_trainer.h"
@@ -21,6 +24,47 @@ bool pending_write(const SlotMemory& m, Pending pending) {
 }
 
 }  // namespace
+
+// Note [Host memory beside the plan]: besides the plan's host slots (each rounded up to 4 KiB
+// for direct I/O), the offloaded trainer holds a bf16 block stage (bf16 mode), a spare block
+// stage (no host slot holds a whole block) and, to write checkpoints behind training with
+// optimizer state on storage, a snapshot stage of one optimizer part. All are allocated here or
+// before, through the device, so the device's host count at this point is every host byte a run
+// holds, checkpoints included; planned_host_bytes says that figure, and peak_host_bytes never
+// exceeds it. memory.host_bytes is checked against it: a budget that cannot hold the buffers a
+// step needs is refused naming it; one that cannot also hold the snapshot stage writes
+// checkpoints at a standstill through the plan's own idle stage, and says so once.
+Status OffloadTrainer::reserve_host_beside_plan(int64_t host_before) {
+  const int64_t budget = shape_.cfg.memory.host_bytes;
+  const int64_t slots = state_->planned_bytes()[static_cast<size_t>(Tier::host)];
+  int64_t held = dev_.memory_stats().host_in_use - host_before;
+  if (budget > 0 && held > budget) {
+    return invalid_argument(
+        "memory.host_bytes " + std::to_string(budget) + " is below the " + std::to_string(held) +
+        " bytes of host memory a step needs: the plan's " + format_bytes(slots) + " and " +
+        format_bytes(held - slots) + " of staging beside it (raise memory.host_bytes)");
+  }
+  bool state_on_storage = false, state_on_device = false;
+  for (const auto& [name, memory] : state_->slots()) {
+    if (memory->state_slabs.empty()) continue;
+    state_on_storage = state_on_storage || memory->tier == Tier::storage;
+    state_on_device = state_on_device || memory->tier == Tier::device;
+  }
+  if (state_on_storage && !state_on_device && !shape_.sharded()) {
+    const int64_t bytes = round_up(state_->slot(names::kOptimStage.at(0)).bytes, kIoAlign);
+    snapshot_fits_ = budget <= 0 || held + bytes <= budget;
+    if (snapshot_fits_) {
+      STRATA_ASSIGN_OR_RETURN(snapshot_stage_, dev_.alloc_host(bytes));
+      held += bytes;
+    } else {
+      log_info("checkpoints are written at a standstill: memory.host_bytes " +
+               std::to_string(budget) + " is below the " + std::to_string(held + bytes) +
+               " that writing them during training needs");
+    }
+  }
+  state_->count_host_beside_plan(held - slots);
+  return Status::ok_status();
+}
 
 Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
   if (snapshot_ && !snapshot_->finished()) {
@@ -40,9 +84,10 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
     }
     on_storage = on_storage || memory->tier == Tier::storage;
   }
-  if (on_storage && snapshot_stage_.bytes() == 0) {
-    const int64_t bytes = state_->slot(names::kOptimStage.at(0)).bytes;
-    STRATA_ASSIGN_OR_RETURN(snapshot_stage_, dev_.alloc_host(round_up(bytes, kIoAlign)));
+  if (on_storage && !snapshot_fits_) {
+    return unavailable(
+        "memory.host_bytes has no room for the snapshot stage (Note [Host memory "
+        "beside the plan]): checkpoints are saved at a standstill");
   }
   // Preference: the order in which the next run first writes each slab's state (pending
   // part-1 writes excepted: they make slabs ready), then the slabs it does not write.

@@ -30,6 +30,10 @@ OffloadState::~OffloadState() {
   for (const std::string& f : store_files()) {
     std::error_code ec;
     std::filesystem::remove(f, ec);
+    // Gone already is fine; one left behind (up to the whole preallocation) is the user's to know.
+    if (ec && ec != std::errc::no_such_file_or_directory) {
+      log_warn("cannot remove the store file " + f + ": " + ec.message() + "; remove it by hand");
+    }
   }
   store_.reset();
   engine_.reset();
@@ -192,18 +196,17 @@ float* OffloadState::plan_block_stage() {
 }
 
 Status OffloadState::ensure_idle_block_stage() {
-  if (plan_block_stage() != nullptr || spare_stage_) return Status::ok_status();
+  if (plan_block_stage() != nullptr || spare_stage_.bytes() > 0) return Status::ok_status();
   // No host gradient slot or stage holds a whole block (every gradient on storage with none of
   // its stages in the plans, or only shards of gradients kept: Note [Sharded optimizer
   // state]): one block's worth beside what the plan counts, aligned for direct I/O.
-  STRATA_ASSIGN_OR_RETURN(spare_stage_,
-                          HostBuffer::allocate(static_cast<uint64_t>(sh_.block_elems) * 4, false));
+  STRATA_ASSIGN_OR_RETURN(spare_stage_, dev_.alloc_host(round_up(sh_.block_elems * 4, kIoAlign)));
   return Status::ok_status();
 }
 
 float* OffloadState::idle_block_stage() {
   float* stage = plan_block_stage();
-  return stage != nullptr ? stage : static_cast<float*>(spare_stage_.data());
+  return stage != nullptr ? stage : spare_stage_.f32();
 }
 
 Status OffloadState::write_block_params(int64_t block, const float* master) {

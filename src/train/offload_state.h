@@ -64,8 +64,12 @@ class OffloadState {
   const std::unordered_map<std::string, std::unique_ptr<SlotMemory>>& slots() const {
     return memory_;
   }
-  // Bytes of each tier the slots hold (device, host, storage).
+  // Bytes of each tier the slots hold (device, host, storage), and the host buffers beside them
+  // once counted (Note [Host memory beside the plan] in offload_snapshot.cpp).
   std::array<int64_t, kTierCount> planned_bytes() const { return planned_bytes_; }
+  void count_host_beside_plan(int64_t bytes) {
+    planned_bytes_[static_cast<size_t>(Tier::host)] += bytes;
+  }
 
   // Whole-slot access by name outside plans, and one storage transfer, waited; errors name the
   // tensor and the file.
@@ -142,7 +146,7 @@ class OffloadState {
   std::unique_ptr<TensorStore> store_;
   std::unordered_map<std::string, std::unique_ptr<SlotMemory>> memory_;  // by slot name
   std::array<int64_t, kTierCount> planned_bytes_{};
-  HostBuffer spare_stage_;  // idle_block_stage when no plan slot serves
+  Buffer spare_stage_;  // (block_elems) f32: idle_block_stage when no plan slot serves
   // Sharded state read or written outside plans: (3, stride) of another rank's shard of a part.
   std::vector<float> shard_stage_;
   // bf16 mode: (block elems) bf16 on host, whole direct-I/O blocks; stages a block's working

@@ -53,6 +53,7 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
   }
   STRATA_RETURN_IF_ERROR(check_matmul_precision(dev, cfg));
   STRATA_RETURN_IF_ERROR(check_world(cfg, world));
+  const int64_t host_before = dev.memory_stats().host_in_use;
   std::unique_ptr<OffloadTrainer> t(new OffloadTrainer(dev, cfg, world));
   std::unique_ptr<DeviceCollectives> device_sum;
   if (device_transport && world.size() > 1) {  // before the plans: they depend on it
@@ -77,6 +78,7 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
   STRATA_RETURN_IF_ERROR(t->actions_->prepare());
   for (auto& bp : t->plans_) STRATA_RETURN_IF_ERROR(t->actions_->bind(*bp));
   STRATA_RETURN_IF_ERROR(t->state_->initialize());
+  STRATA_RETURN_IF_ERROR(t->reserve_host_beside_plan(host_before));
   return t;
 }
 

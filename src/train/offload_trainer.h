@@ -78,6 +78,10 @@ class OffloadTrainer final : public Trainer {
   // state on storage through a stage of its own (one optimizer stage's bytes, kept for the run);
   // unavailable when any optimizer state is on the device.
   Result<StateSnapshot> begin_snapshot() override;
+  // Note [Host memory beside the plan]: counts the host buffers outside the plan's slots and
+  // reserves the snapshot stage where memory.host_bytes holds it.
+  // host_before: the device's host bytes in use before this trainer allocated any.
+  Status reserve_host_beside_plan(int64_t host_before);
   int64_t steps_done() const override { return progress_.steps_done; }
   int64_t adam_steps() const override { return progress_.adam_steps; }
   void set_progress(int64_t steps_done, int64_t adam_steps) override {
@@ -152,6 +156,7 @@ class OffloadTrainer final : public Trainer {
   std::shared_ptr<SnapshotGate> snapshot_;
   bool snapshot_pending_writes_ = false;
   Buffer snapshot_stage_;
+  bool snapshot_fits_ = true;        // false: memory.host_bytes has no room for snapshot_stage_
   Pending pending_ = Pending::none;  // vertical: steps of the last iteration not applied yet
   SpeculationPolicy policy_{Speculation::automatic};
   StepMode last_mode_ = StepMode::plain;
