@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Soak: train offloaded for MINUTES under random storage faults and random SIGKILLs, resuming
-# from the newest checkpoint each time, then check that the final state equals an undisturbed
-# run's and that nothing leaked.
-#   Each attempt draws one disturbance: a SIGKILL after a random delay (0.2 .. 2.5 s), or a
-#   fault spec for io.faults on the store's and the checkpoints' I/O: EIO on reads or writes
-#   with a small probability (the run stops with exit 1 naming the file), short transfers and
-#   EINTR (retried by the engine: the run goes on), or delays. Rounds of training to the end
-#   under disturbances until MINUTES are up; after each round its final checkpoint's tensor
-#   files (CRC32C) and trainer state must equal the undisturbed run's, the store directory be
-#   empty and the checkpoint directory hold only step-* directories and the lock (no .tmp-*,
-#   no superseded-*).
-# Last line: JSON {minutes, rounds, attempts, kills, fault_runs, fault_failures, resumes,
-# identical, leaked}. Exits 1 when a round's state differs or something leaked.
-#   usage: bench/soak.sh [MINUTES=10] [DIR]
+# Soak: train offloaded (vertical, state on storage, bf16) for MINUTES under storage faults,
+# SIGKILLs and SIGTERMs, resuming each time, and check that nothing drifts, differs or leaks.
+# Two halves:
+#  1. Rounds to a fixed step under disturbances: each attempt draws a SIGKILL or a SIGTERM after
+#     0.2 .. 2.5 s (a SIGTERM stops at the next step boundary with a checkpoint and exit 143), and
+#     half of them a fault spec for io.faults on the store's and the checkpoints' I/O: EIO on
+#     reads or writes (the run stops with exit 1 naming the file), short transfers and EINTR
+#     (retried: the run goes on), delays, ENOSPC. After each round its final checkpoint's tensor
+#     files (CRC32C) and trainer state must equal an undisturbed run's, the store directory be
+#     empty and the checkpoint directory hold only step-* directories and the lock.
+#  2. One long run under the retried faults, a checkpoint every 5 steps, sampled every 2 s: its
+#     resident memory (VmRSS) and open descriptors, as medians of the first and last tenth of
+#     the samples after a 30 s warm-up (a save's transient descriptors do not move a median);
+#     then SIGTERM (exit 143 with a checkpoint), one resumed step, and the leftover check.
+# Last line: JSON {minutes, rounds, attempts, kills, terms, fault_runs, fault_failures, resumes,
+# identical, leaked, long_run_s, long_run_steps, samples, rss_start_bytes, rss_end_bytes,
+# rss_growth, fds_start, fds_end}. Exits 1 when a state differs, something leaked, RSS grew by 2%
+# or more, or the descriptors changed.
+#   usage: bench/soak.sh [MINUTES=30] [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-minutes=${1:-10}
+minutes=${1:-30}
 work=$(realpath -m "${2:-$build_dir/soak}")
 rm -rf "$work" && mkdir -p "$work/store_ref" "$work/store"
 RANDOM=20261203
@@ -46,8 +51,8 @@ PY
 }
 faults=("read:p0.002:eio" "write:p0.002:eio" "any:p0.05:short" "any:p0.05:eintr"
         "any:p0.02:delay_us=2000" "write:p0.001:enospc")
-end=$((SECONDS + minutes * 60))
-rounds=0 attempts=0 kills=0 fault_runs=0 fault_failures=0 resumes=0 identical=true leaked=""
+end=$((SECONDS + minutes * 30))  # the first half
+rounds=0 attempts=0 kills=0 terms=0 fault_runs=0 fault_failures=0 resumes=0 identical=true leaked=""
 # Rounds until the time is up: each trains to the end under disturbances (every attempt is
 # SIGKILLed after 0.2 .. 2.5 s unless it ends first; half of them also run with a fault spec),
 # then its final state is compared and the directories checked for leftovers.
@@ -64,18 +69,23 @@ while [ "$SECONDS" -lt "$end" ]; do
       extra=(--set "io.faults=${faults[RANDOM % ${#faults[@]}]},seed=$RANDOM")
       fault_runs=$((fault_runs + 1))
     fi
+    signal=KILL
+    ((RANDOM % 2)) && signal=TERM
     set +e
-    timeout -s KILL "$limit" "$STRATA_BIN" train "${args[@]}" "${extra[@]}" \
+    timeout -s "$signal" "$limit" "$STRATA_BIN" train "${args[@]}" "${extra[@]}" \
       --set "io.dirs=[\"$work/store\"]" --checkpoint-dir "$work/ckpt" "${resume[@]}" \
       2>"$work/run.log"
     code=$?
     set -e
+    [ "$code" -eq 124 ] && code=143  # timeout reports a TERM it sent as 124; the run's own is 143
     # `timeout -s KILL` kills its whole process group, itself included, so the killed run may
     # still be exiting when it returns: wait until it is gone (a user restarting would too).
     # (the pattern does not match its own grep: "ckp[t]")
     while grep -qs -- "$work/ckp[t]" /proc/[0-9]*/cmdline; do sleep 0.05; done
     if [ "$code" -eq 137 ]; then
       kills=$((kills + 1))
+    elif [ "$code" -eq 143 ]; then
+      terms=$((terms + 1))
     elif [ "$code" -ne 0 ] && ((${#extra[@]})); then
       fault_failures=$((fault_failures + 1))  # an injected EIO or ENOSPC stopped it, as it should
     elif [ "$code" -ne 0 ]; then
@@ -85,16 +95,63 @@ while [ "$SECONDS" -lt "$end" ]; do
     fi
   done
   # A SIGKILL leaves the store file of the run it killed; the next run in the directory takes it
-  # over and removes it (Note [Stopping on a signal]). One more run, with nothing left to train,
-  # is that next run: the check below is of what a user would find after it.
-  "$STRATA_BIN" train "${args[@]}" --set "io.dirs=[\"$work/store\"]" --checkpoint-dir "$work/ckpt" \
-    --resume "$work/ckpt" 2>"$work/run.log" || { cat "$work/run.log" >&2; exit 1; }
+  # over and removes it (Note [Stopping on a signal]). One more step from the final checkpoint,
+  # saved elsewhere, is that next run: the check below is of what a user would find after it.
   [ "$(same_as_ref)" = true ] || identical=false
+  "$STRATA_BIN" train "${args[@]}" --set "train.steps=$((steps + 1))" \
+    --set "io.dirs=[\"$work/store\"]" --checkpoint-dir "$work/next" --resume "$work/ckpt/$final" \
+    2>"$work/run.log" || { cat "$work/run.log" >&2; exit 1; }
+  rm -rf "$work/next"
   left=$(cd "$work" && { ls -A store; ls -A ckpt | grep -v -e '^step-' -e '^\.lock$'; } || true)
   [ -z "$left" ] || leaked="$leaked $(echo $left)"
 done
+
+# 2. The long run: transient faults only (the engine retries them), so it trains until stopped.
+long_s=$((end + minutes * 30 - SECONDS))
+[ "$long_s" -ge 60 ] || long_s=60
+rm -rf "$work/ckpt" && mkdir -p "$work/ckpt"
+"$STRATA_BIN" train "${args[@]}" --set train.steps=100000000 \
+  --set "io.faults=any:p0.02:short,seed=7" --set "io.dirs=[\"$work/store\"]" \
+  --checkpoint-dir "$work/ckpt" --metrics "$work/long.jsonl" 2>"$work/long.log" &
+pid=$!
+samples="$work/samples.txt"
+: >"$samples"
+long_end=$((SECONDS + long_s))
+while [ "$SECONDS" -lt "$long_end" ] && kill -0 "$pid" 2>/dev/null; do
+  rss=$(awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid/status" 2>/dev/null || true)
+  fds=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
+  [ -n "$rss" ] && echo "$SECONDS $rss $fds" >>"$samples"
+  sleep 2
+done
+kill -TERM "$pid" 2>/dev/null || true
+set +e
+wait "$pid"
+code=$?
+set -e
+[ "$code" -eq 143 ] || { echo "soak: the long run exited $code, not 143:" >&2; tail "$work/long.log" >&2; exit 1; }
+long_steps=$(wc -l <"$work/long.jsonl")
+# One more step from its checkpoint: the resume works and removes nothing it should not.
+"$STRATA_BIN" train "${args[@]}" --set "train.steps=$((long_steps + 1))" \
+  --set "io.dirs=[\"$work/store\"]" --checkpoint-dir "$work/ckpt" --resume "$work/ckpt" \
+  2>"$work/run.log" || { cat "$work/run.log" >&2; exit 1; }
+left=$(cd "$work" && { ls -A store; ls -A ckpt | grep -v -e '^step-' -e '^\.lock$' -e '^superseded-'; } || true)
+[ -z "$left" ] || leaked="$leaked $(echo $left)"
+flat=$(/usr/bin/python3 - "$samples" "$((long_end - long_s + 30))" <<'PY'
+import json, statistics, sys
+rows = [tuple(map(int, l.split())) for l in open(sys.argv[1])]
+rows = [r for r in rows if r[0] >= int(sys.argv[2])]  # after the warm-up
+k = max(1, len(rows) // 10)
+med = lambda part, i: int(statistics.median(r[i] for r in part))
+first, last = rows[:k], rows[-k:]
+print(json.dumps({"samples": len(rows), "rss_start_bytes": med(first, 1),
+                  "rss_end_bytes": med(last, 1),
+                  "rss_growth": round(med(last, 1) / med(first, 1) - 1, 4),
+                  "fds_start": med(first, 2), "fds_end": med(last, 2)})[1:-1])
+PY
+)
 rm -rf "$work"
-printf '{"minutes": %s, "rounds": %d, "attempts": %d, "kills": %d, "fault_runs": %d, "fault_failures": %d, "resumes": %d, "identical": %s, "leaked": "%s"}\n' \
-  "$minutes" "$rounds" "$attempts" "$kills" "$fault_runs" "$fault_failures" "$resumes" \
-  "$identical" "${leaked# }"
-[ "$identical" = true ] && [ -z "$leaked" ]
+printf '{"minutes": %s, "rounds": %d, "attempts": %d, "kills": %d, "terms": %d, "fault_runs": %d, "fault_failures": %d, "resumes": %d, "identical": %s, "leaked": "%s", "long_run_s": %d, "long_run_steps": %d, %s}\n' \
+  "$minutes" "$rounds" "$attempts" "$kills" "$terms" "$fault_runs" "$fault_failures" "$resumes" \
+  "$identical" "${leaked# }" "$long_s" "$long_steps" "$flat"
+ok=$(/usr/bin/python3 -c "import json,sys; j=json.loads('{' + sys.argv[1] + '}'); print(int(j['rss_growth'] < 0.02 and j['fds_start'] == j['fds_end']))" "$flat")
+[ "$identical" = true ] && [ -z "$leaked" ] && [ "$ok" = 1 ]
