@@ -14,6 +14,7 @@
 #include "core/file_util.h"
 #include "core/output_file.h"
 #include "core/scratch_files.h"
+#include "formats/checkpoint_publish.h"
 #include "test_util.h"
 
 namespace strata {
@@ -124,6 +125,28 @@ TEST(ScratchFiles, TheHandlerRemovesRegisteredFilesOnly) {
   EXPECT_FALSE(ScratchFile(std::string(5000, 'x')).registered()) << "too long for the table";
   unlink_scratch_files();  // what a signal handler does
   EXPECT_EQ(test::files_in(dir), (std::vector<std::string>{"kept", "released"}));
+}
+
+// A checkpoint being saved (begin_checkpoint_save registers its temporary directory) and a
+// gather's scratch root are directories: a signal that ends the process removes them with what
+// they hold, a few levels deep, and nothing beside them.
+TEST(ScratchFiles, TheHandlerRemovesRegisteredDirectoriesWithWhatTheyHold) {
+  const std::string root = test::make_temp_dir("scratch_dirs");
+  ASSERT_TRUE(write_whole_file(root + "/beside", "b", "test file").ok());
+  auto save = begin_checkpoint_save(root, 7, 4242);
+  ASSERT_TRUE(save.ok()) << save.status().to_string();
+  ASSERT_TRUE(save->scratch.registered());
+  for (int i = 0; i < 40; ++i) {  // more names than one getdents64 buffer holds
+    const std::string name = save->tmp + "/piece-" + std::string(40, 'x') + std::to_string(i);
+    ASSERT_TRUE(write_whole_file(name, "p", "test file").ok());
+  }
+  const std::string gather = root + "/.tmp-gather-4242";
+  fs::create_directories(gather + "/step-00000001/deeper");
+  ASSERT_TRUE(write_whole_file(gather + "/step-00000001/model.safetensors", "m", "t").ok());
+  ASSERT_TRUE(write_whole_file(gather + "/step-00000001/deeper/x", "x", "t").ok());
+  ScratchFile gathered(gather);
+  unlink_scratch_files();  // what a signal handler does
+  EXPECT_EQ(test::files_in(root), std::vector<std::string>{"beside"});
 }
 
 TEST(ScratchFiles, SlotsAreReusedAndAFullTableRefusesMore) {

@@ -39,7 +39,9 @@ Result<HfReadableCheckpoint> HfReadableCheckpoint::open(const std::string& dir,
 }
 
 HfReadableCheckpoint::HfReadableCheckpoint(HfReadableCheckpoint&& other) noexcept
-    : dir_(std::move(other.dir_)), scratch_(std::exchange(other.scratch_, "")) {}
+    : dir_(std::move(other.dir_)),
+      scratch_(std::exchange(other.scratch_, "")),
+      registered_(std::move(other.registered_)) {}
 
 HfReadableCheckpoint::~HfReadableCheckpoint() {
   if (scratch_.empty()) return;

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/scratch_files.h"
 #include "core/status.h"
 #include "formats/checkpoint.h"
 
@@ -29,9 +30,10 @@ class HfReadableCheckpoint {
 
  private:
   HfReadableCheckpoint(std::string dir, std::string scratch)
-      : dir_(std::move(dir)), scratch_(std::move(scratch)) {}
+      : dir_(std::move(dir)), scratch_(std::move(scratch)), registered_(scratch_) {}
   std::string dir_;
-  std::string scratch_;  // the temporary root, when gathered
+  std::string scratch_;     // the temporary root, when gathered
+  ScratchFile registered_;  // scratch_, for a signal that ends the process (Note [Scratch files])
 };
 
 }  // namespace strata::cli

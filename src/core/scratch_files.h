@@ -1,5 +1,6 @@
 // The files a process must remove however it ends: the run's store, the temporary file of an
-// output being written. A signal handler removes them (cli/stop_signals.h).
+// output being written, a checkpoint's temporary directory, a gather's scratch directory. A
+// signal handler removes them (cli/stop_signals.h).
 //
 // Note [Scratch files]
 // A fixed table of 64 paths of up to 4 KiB in static storage, so a signal handler can read it
@@ -8,7 +9,8 @@
 // copied, and only then unlinks, so it never removes half of one name and half of another.
 // Registering a name only records it: removing the file stays its owner's job on every normal
 // path (a destructor, a failed write). The table is for the exits that skip those paths: a
-// signal that ends the process, a crash, an abort.
+// signal that ends the process, a crash, an abort. A directory is removed with what it holds,
+// three levels deep (getdents64 and unlinkat, no allocation).
 #pragma once
 
 #include <string>

@@ -90,6 +90,7 @@ Result<PendingSave> begin_checkpoint_save(const std::string& root, int64_t step,
   if (p.done) return p;
   p.tmp = checkpoint_tmp_dir(root, step, pid);
   fs::remove_all(p.tmp, ec);
+  p.scratch = ScratchFile(p.tmp);
   fs::create_directory(p.tmp, ec);
   if (ec) return io_error("cannot create " + p.tmp + ": " + ec.message());
   return p;

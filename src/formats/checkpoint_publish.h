@@ -1,6 +1,6 @@
 // The parts of writing a checkpoint that both layouts share (Note [Checkpoint format] in
-// formats/checkpoint.h; Note [Sharded checkpoints] in formats/checkpoint_shards.h): the JSON files, the
-// manifest, and publishing a temporary directory atomically. Internal to src/io.
+// formats/checkpoint.h; Note [Sharded checkpoints] in formats/checkpoint_shards.h): the JSON files,
+// the manifest, and publishing a temporary directory atomically. Internal to src/io.
 #pragma once
 
 #include <chrono>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/scratch_files.h"
 #include "core/status.h"
 #include "formats/checkpoint.h"
 #include "io/io_engine.h"
@@ -41,8 +42,9 @@ Status write_checkpoint_meta(IoEngine& engine, const std::string& dir, const Tra
 
 // A save under way: its temporary directory, or the step directory that already holds it.
 struct PendingSave {
-  std::string tmp;    // ROOT/.tmp-step-%08d-<pid>, created empty
-  bool done = false;  // the step directory exists already (the state at a step is deterministic)
+  std::string tmp;      // ROOT/.tmp-step-%08d-<pid>, created empty
+  ScratchFile scratch;  // tmp, for a signal that ends the process mid-save (Note [Scratch files])
+  bool done = false;    // the step directory exists already (the state at a step is deterministic)
   CheckpointSaveStats stats;
   std::chrono::steady_clock::time_point t0;
 };
