@@ -6,7 +6,9 @@
 #    EPIPE, the run stops at the next boundary with a checkpoint, exit 141, store removed;
 #  - SIGTERM while set-up is filling the store: exit 143 at once, the store and the metrics file
 #    the run made removed;
-#  - SIGTERM to `prepare` while it writes: exit 143, no temporary file, no output.
+#  - SIGTERM to `prepare` while it writes: exit 143, no temporary file, no output;
+#  - two SIGTERMs while a checkpoint is being written (slowed down): exit 143 at once, its
+#    temporary directory removed (Note [Scratch files]), no step directory published.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/stop_signals_more"
@@ -97,3 +99,23 @@ set +e; wait "$pid"; code=$?; set -e
 [ "$code" -eq 143 ] || fail "prepare: exit $code, expected 143: $(cat "$work/prep.log")"
 empty "$work/prep" || fail "prepare left: $(ls -A "$work/prep")"
 echo "ok   SIGTERM to prepare: exit 143, no temporary file"
+
+# Two SIGTERMs while a checkpoint is written behind training (state on host, no store; writes
+# slowed to 300 kB/s): the second stops at once and the temporary directory goes with it.
+mkdir -p "$work/save"
+"$STRATA_BIN" train "${args[@]}" --set offload.params_on_host=1 --set offload.optim_on_host=1 \
+  --set offload.grads_on_host=1 --set io.write_bytes_per_s=300000 --save-every 2 \
+  --checkpoint-dir "$work/save/ckpt" --quiet 2>"$work/save/log" &
+pid=$!
+saving() { ls -A "$work/save/ckpt" 2>/dev/null | grep -q '^\.tmp-step-'; }
+wait_for "checkpoint being written" saving
+kill -TERM "$pid"
+sleep 0.2
+kill -TERM "$pid" 2>/dev/null || true
+set +e; wait "$pid"; code=$?; set -e
+[ "$code" -eq 143 ] || fail "save: exit $code, expected 143: $(cat "$work/save/log")"
+grep -qx "strata: stopped at once by SIGTERM (the second signal)" "$work/save/log" ||
+  fail "save: not stopped by the second signal: $(cat "$work/save/log")"
+left=$(ls -A "$work/save/ckpt" | grep -vx .lock || true)
+[ -z "$left" ] || fail "save: left $left"
+echo "ok   two SIGTERMs during a checkpoint: exit 143, its temporary directory removed"
