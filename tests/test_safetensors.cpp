@@ -192,6 +192,17 @@ TEST(SafeTensors, OffsetsBeyondTheFile) {
   EXPECT_TRUE(contains(read_error(dir + "/b.st"), "outside the data section"));
 }
 
+// Note [Duplicate keys]: a tensor named twice would be read as whichever came last.
+TEST(SafeTensors, ATensorNamedTwiceIsRefused) {
+  std::string dir = test::make_temp_dir("safetensors_duplicate");
+  write_raw(dir + "/a.st",
+            R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+            R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+            std::vector<uint8_t>(8, 0));
+  std::string m = read_error(dir + "/a.st");
+  EXPECT_TRUE(contains(m, "duplicate key \"x\"")) << m;
+}
+
 TEST(SafeTensors, TruncatedFile) {
   std::string dir = test::make_temp_dir("safetensors_truncated");
   std::string path = dir + "/a.safetensors";

@@ -433,6 +433,16 @@ TEST(BpeTokenizer, SpecialTokens) {
                {"token id 299"});
 }
 
+// Note [Duplicate keys]: a token given twice in the vocabulary is refused, not last-wins.
+TEST(BpeTokenizer, AVocabularyKeyGivenTwiceIsRefused) {
+  std::string text = tiny_json({{"a", "b"}}, llama3_pre()).dump();
+  const size_t at = text.find("\"vocab\":{");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + 9, "\"a\":7,\"a\":8,");
+  expect_error(BpeTokenizer::from_json(text, "t.json", {}).status(), ErrorCode::bad_format,
+               {"tokenizer t.json", "duplicate key \"model.vocab.a\""});
+}
+
 // Every refusal is one line naming the file and the field.
 TEST(BpeTokenizer, RefusesWhatItDoesNotImplement) {
   const json good = tiny_json({{"a", "b"}}, llama3_pre());

@@ -193,7 +193,8 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(std::string_view j
                                                               const std::string& path,
                                                               const TokenizerOptions& options) {
   const Errors err{path};
-  STRATA_ASSIGN_OR_RETURN(json root, parse_json(json_text, "tokenizer " + path));
+  STRATA_ASSIGN_OR_RETURN(
+      json root, parse_json(json_text, "tokenizer " + path, JsonSyntax{.unique_keys = true}));
   if (!root.is_object()) return bad_format("tokenizer " + path + " is not a JSON object");
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
   t->path_ = path;

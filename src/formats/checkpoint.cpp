@@ -181,8 +181,8 @@ Result<std::string> read_checkpoint_text(const std::string& path) {
 
 Result<nlohmann::json> read_json(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_checkpoint_text(path));
-  return parse_json(text,
-                    "checkpoint file " + path);  // nesting bounded: Note [Bounded JSON nesting]
+  // Nesting bounded (Note [Bounded JSON nesting]); a key twice is refused (Note [Duplicate keys]).
+  return parse_json(text, "checkpoint file " + path, JsonSyntax{.unique_keys = true});
 }
 
 }  // namespace

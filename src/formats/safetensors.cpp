@@ -164,7 +164,8 @@ Result<SafeTensorsHeader> parse_header_text(std::string_view text, uint64_t file
   h.file_bytes = static_cast<int64_t>(file_size);
   // Note [Bounded JSON nesting]: a header nested deeper than any safetensors header is refused
   // before it is parsed.
-  STRATA_ASSIGN_OR_RETURN(Json header, parse_json<Json>(text, where(path) + " header"));
+  STRATA_ASSIGN_OR_RETURN(Json header, parse_json<Json>(text, where(path) + " header",
+                                                        JsonSyntax{.unique_keys = true}));
   const uint64_t data_start = 8 + text.size();
   STRATA_RETURN_IF_ERROR(parse_header(header, data_start, file_size - data_start, &h));
   return h;
