@@ -129,6 +129,11 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
     t->cut_refusal_ = "the model does not escape whitespace";
   } else if (proto_varint(model, kTrainerSpec, kTreatWhitespaceAsSuffix, 0)) {
     t->cut_refusal_ = "the model treats whitespace as a suffix";
+  } else if (const int space = t->sp_->PieceToId(kSpaceMark);
+             t->sp_->IsUnknown(space) || t->sp_->IsControl(space) || t->sp_->IsUnused(space)) {
+    // SentencePiece joins a run of unknown characters into one <unk>: without "▁" a run could
+    // span the cut ("x▁x" is one id in "ax xa", two ids in "ax" and "xa").
+    t->cut_refusal_ = "the model has no piece \"▁\", so a run of unknown characters can span words";
   } else {
     for (int id = 0; id < t->sp_->GetPieceSize(); ++id) {
       const std::string& piece = t->sp_->IdToPiece(id);
