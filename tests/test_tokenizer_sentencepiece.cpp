@@ -106,10 +106,10 @@ TEST(SentencePiece, NoCutsWithoutTheDummyPrefix) {
   EXPECT_EQ(stats.pieces, 1);
 }
 
-// A BPE model of pieces `pieces` (the first one <unk>), written as its protobuf: ModelProto
-// pieces = 1 {piece = 1, type = 3}, trainer_spec = 2 {model_type = 3: BPE},
+// A model of pieces `pieces` (the first one <unk>), written as its protobuf: ModelProto
+// pieces = 1 {piece = 1, type = 3}, trainer_spec = 2 {model_type = 3: 1 unigram, 2 BPE},
 // normalizer_spec = 3 {name = 1}.
-std::string tiny_bpe_model(const std::vector<std::string>& pieces) {
+std::string tiny_model(const std::vector<std::string>& pieces, uint64_t model_type = 2) {
   const auto varint = [](uint64_t n) {
     std::string out;
     for (; n >= 0x80; n >>= 7) out.push_back(static_cast<char>((n & 0x7F) | 0x80));
@@ -126,15 +126,14 @@ std::string tiny_bpe_model(const std::vector<std::string>& pieces) {
   for (size_t i = 0; i < pieces.size(); ++i) {
     model += field(1, field(1, pieces[i]) + number(3, i == 0 ? 2 : 1));  // UNKNOWN, NORMAL
   }
-  return model + field(2, number(3, 2)) + field(3, field(1, "identity"));
+  return model + field(2, number(3, model_type)) + field(3, field(1, "identity"));
 }
 
 // Found by fuzz_sentencepiece_model: without a piece "▁", SentencePiece joins "x▁x" in "ax xa"
 // into one <unk>, which a cut at the space splits in two; such a model is encoded whole.
 TEST(SentencePiece, NoCutsWithoutASpacePiece) {
   const std::string dir = test::make_temp_dir("tokenizer_spm_nospace");
-  ASSERT_TRUE(
-      write_whole_file(dir + "/no_space.model", tiny_bpe_model({"<unk>", "a"}), "test").ok());
+  ASSERT_TRUE(write_whole_file(dir + "/no_space.model", tiny_model({"<unk>", "a"}), "test").ok());
   auto t = load(dir + "/no_space.model");
   ASSERT_TRUE(t);
   EXPECT_EQ(encode(*t, "ax xa"), (std::vector<int32_t>{0, 1, 0, 1}));
@@ -142,8 +141,7 @@ TEST(SentencePiece, NoCutsWithoutASpacePiece) {
             "the model has no piece \"▁\", so a run of unknown characters can span words");
   EXPECT_FALSE(t->find_cut("ax xa", 0).has_value());
   // With the piece, the unknown runs stop at it and the text may be cut.
-  ASSERT_TRUE(
-      write_whole_file(dir + "/space.model", tiny_bpe_model({"<unk>", "a", "▁"}), "test").ok());
+  ASSERT_TRUE(write_whole_file(dir + "/space.model", tiny_model({"<unk>", "a", "▁"}), "test").ok());
   auto cut = load(dir + "/space.model");
   ASSERT_TRUE(cut);
   EXPECT_EQ(cut->cut_refusal(), "");
@@ -187,6 +185,14 @@ TEST(SentencePiece, Errors) {
   ASSERT_TRUE(write_whole_file(dir + "/junk.model", std::string(100, '\x07'), "test").ok());
   expect_error(load_tokenizer(dir + "/junk.model").status(), ErrorCode::bad_format,
                {"tokenizer " + dir + "/junk.model", "not a SentencePiece model"});
+  // Found by fuzz_sentencepiece_model: libsentencepiece throws for a unigram model with a piece
+  // that is one NUL byte (its trie takes C strings: an empty key), which aborted the process.
+  ASSERT_TRUE(write_whole_file(dir + "/nul_piece.model",
+                               tiny_model({"<unk>", "a", std::string(1, '\0')}, 1), "test")
+                  .ok());
+  expect_error(
+      load_tokenizer(dir + "/nul_piece.model").status(), ErrorCode::bad_format,
+      {"tokenizer " + dir + "/nul_piece.model", "not a SentencePiece model", "zero-length key"});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 
 namespace strata {
 
@@ -112,9 +113,15 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
   }
   std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
   t->path_ = path;
-  const auto s = t->sp_->Load(path);
-  if (!s.ok()) {
-    std::string m = s.ToString();
+  std::string m;
+  try {
+    const auto s = t->sp_->Load(path);
+    if (!s.ok()) m = s.ToString();
+  } catch (const std::exception& e) {
+    // Its trie builder (darts_clone) throws for some models, e.g. a piece "\0" (an empty key).
+    m = e.what();
+  }
+  if (!m.empty()) {
     for (char& c : m) c = c == '\n' ? ' ' : c;
     return bad_format("tokenizer " + path + " is not a SentencePiece model: " + m);
   }
