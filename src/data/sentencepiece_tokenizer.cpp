@@ -156,7 +156,13 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
 Status SentencePieceTokenizer::encode_append(std::string_view text, std::vector<int32_t>* ids) {
   std::vector<int> out;
   const auto s = sp_->Encode(text, &out);
-  if (!s.ok()) return internal_error("SentencePiece " + path_ + ": " + s.ToString());
+  if (!s.ok()) {
+    // A model libsentencepiece loads may still fail on some texts, e.g. one holding a CONTROL
+    // piece of one character (its id is dropped, so the text is not "consumed"): the model's fault.
+    std::string m = s.ToString();
+    for (char& c : m) c = c == '\n' ? ' ' : c;
+    return bad_format("tokenizer " + path_ + " cannot encode the text: " + m);
+  }
   ids->insert(ids->end(), out.begin(), out.end());
   return Status::ok_status();
 }

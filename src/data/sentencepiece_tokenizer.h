@@ -31,7 +31,8 @@ namespace strata {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   // Errors: not_found for a missing file, bad_format (naming the file) for one SentencePiece
-  // cannot load.
+  // cannot load. encode_append's bad_format: a text the model cannot encode (a model that loads
+  // may still fail on some texts, e.g. one holding a CONTROL piece of one character).
   static Result<std::unique_ptr<SentencePieceTokenizer>> load(const std::string& path);
   ~SentencePieceTokenizer() override;
 
