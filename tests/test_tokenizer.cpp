@@ -525,6 +525,24 @@ TEST(BpeTokenizer, RefusesWhatItDoesNotImplement) {
                {"tokenizer t.json", "not a JSON object"});
 }
 
+// Found by fuzz_tokenizer_json: a token outside the byte alphabet (" ", listed before "b") took
+// "b"'s id unnoticed, so the merge ["a", " "] merged the bytes "ab" into an added token that
+// decodes to "zz". One id for two tokens is refused whichever the vocabulary lists first.
+TEST(BpeTokenizer, RefusesAnIdSharedWithATokenOutsideTheAlphabet) {
+  json j = tiny_json({}, llama3_pre());
+  j["model"]["vocab"][" "] = 'b';
+  j["model"]["vocab"]["a "] = 256;
+  j["model"]["merges"].push_back(json::array({"a", " "}));
+  j["added_tokens"] = {{{"id", 256}, {"content", "zz"}}};
+  expect_error(BpeTokenizer::from_json(j.dump(), "t.json", {}).status(), ErrorCode::bad_format,
+               {"tokenizer t.json: model.vocab[\"b\"] repeats id 98"});
+  j["model"]["vocab"][" "] = 257;  // an id of its own: then the merge never applies
+  j["added_tokens"].push_back({{"id", 257}, {"content", " "}});
+  auto t = make(j);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(encode(*t, "ab"), (std::vector<int32_t>{'a', 'b'}));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The factory
 

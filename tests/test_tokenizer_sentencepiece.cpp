@@ -106,6 +106,52 @@ TEST(SentencePiece, NoCutsWithoutTheDummyPrefix) {
   EXPECT_EQ(stats.pieces, 1);
 }
 
+// A model of pieces `pieces` (the first one <unk>) and a control piece if given, written as its
+// protobuf: ModelProto
+// pieces = 1 {piece = 1, type = 3}, trainer_spec = 2 {model_type = 3: 1 unigram, 2 BPE},
+// normalizer_spec = 3 {name = 1}.
+std::string tiny_model(const std::vector<std::string>& pieces, uint64_t model_type = 2,
+                       const std::string& control = "") {
+  const auto varint = [](uint64_t n) {
+    std::string out;
+    for (; n >= 0x80; n >>= 7) out.push_back(static_cast<char>((n & 0x7F) | 0x80));
+    out.push_back(static_cast<char>(n));
+    return out;
+  };
+  const auto field = [&](int num, const std::string& bytes) {
+    return varint(static_cast<uint64_t>(num) << 3 | 2) + varint(bytes.size()) + bytes;
+  };
+  const auto number = [&](int num, uint64_t v) {
+    return varint(static_cast<uint64_t>(num) << 3) + varint(v);
+  };
+  std::string model;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    model += field(1, field(1, pieces[i]) + number(3, i == 0 ? 2 : 1));  // UNKNOWN, NORMAL
+  }
+  if (!control.empty()) model += field(1, field(1, control) + number(3, 3));  // CONTROL
+  return model + field(2, number(3, model_type)) + field(3, field(1, "identity"));
+}
+
+// Found by fuzz_sentencepiece_model: without a piece "▁", SentencePiece joins "x▁x" in "ax xa"
+// into one <unk>, which a cut at the space splits in two; such a model is encoded whole.
+TEST(SentencePiece, NoCutsWithoutASpacePiece) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm_nospace");
+  ASSERT_TRUE(write_whole_file(dir + "/no_space.model", tiny_model({"<unk>", "a"}), "test").ok());
+  auto t = load(dir + "/no_space.model");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(encode(*t, "ax xa"), (std::vector<int32_t>{0, 1, 0, 1}));
+  EXPECT_EQ(t->cut_refusal(),
+            "the model has no piece \"▁\", so a run of unknown characters can span words");
+  EXPECT_FALSE(t->find_cut("ax xa", 0).has_value());
+  // With the piece, the unknown runs stop at it and the text may be cut.
+  ASSERT_TRUE(write_whole_file(dir + "/space.model", tiny_model({"<unk>", "a", "▁"}), "test").ok());
+  auto cut = load(dir + "/space.model");
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->cut_refusal(), "");
+  EXPECT_EQ(encode(*cut, "ax xa"), (std::vector<int32_t>{2, 1, 0, 2, 0, 1}));
+  ASSERT_TRUE(cut->find_cut("ax xa", 0).has_value());
+}
+
 // Ids decoded as they come (Note [Streaming text]): the pieces written make the text decode gives
 // for all the ids at once, though a piece's text depends on its neighbours (the first piece's
 // space dropped, byte pieces joined into characters), and each piece written is whole UTF-8.
@@ -142,6 +188,23 @@ TEST(SentencePiece, Errors) {
   ASSERT_TRUE(write_whole_file(dir + "/junk.model", std::string(100, '\x07'), "test").ok());
   expect_error(load_tokenizer(dir + "/junk.model").status(), ErrorCode::bad_format,
                {"tokenizer " + dir + "/junk.model", "not a SentencePiece model"});
+  // Found by fuzz_sentencepiece_model: libsentencepiece throws for a unigram model with a piece
+  // that is one NUL byte (its trie takes C strings: an empty key), which aborted the process.
+  ASSERT_TRUE(write_whole_file(dir + "/nul_piece.model",
+                               tiny_model({"<unk>", "a", std::string(1, '\0')}, 1), "test")
+                  .ok());
+  expect_error(
+      load_tokenizer(dir + "/nul_piece.model").status(), ErrorCode::bad_format,
+      {"tokenizer " + dir + "/nul_piece.model", "not a SentencePiece model", "zero-length key"});
+  // Found by fuzz_sentencepiece_model: a CONTROL piece of one character loads, but
+  // libsentencepiece fails to encode a text holding it: bad_format naming the file.
+  ASSERT_TRUE(
+      write_whole_file(dir + "/control.model", tiny_model({"<unk>", "a"}, 2, "x"), "test").ok());
+  auto control = load(dir + "/control.model");
+  ASSERT_TRUE(control);
+  EXPECT_EQ(encode(*control, "aa"), (std::vector<int32_t>{0, 1, 1}));  // "▁" is <unk>
+  expect_error(control->encode("axa").status(), ErrorCode::bad_format,
+               {"tokenizer " + dir + "/control.model cannot encode the text", "not consumed"});
 }
 
 }  // namespace

@@ -256,6 +256,9 @@ Status BpeTokenizer::read_vocab(const json& model, std::unordered_map<std::strin
     return err("model.vocab", "must be a non-empty object {token: id}");
   }
   id_of->reserve(vocab_it->size());
+  // Ids given to a token, in the byte alphabet or not: present_ marks only the former, and a
+  // token outside it sharing an id would let a merge make a token that decodes to other bytes.
+  std::vector<bool> taken;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
     const json& v = it.value();
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId) {
@@ -266,10 +269,12 @@ Status BpeTokenizer::read_vocab(const json& model, std::unordered_map<std::strin
     if (static_cast<size_t>(id) >= tokens_.size()) {
       tokens_.resize(static_cast<size_t>(id) + 1);
       present_.resize(static_cast<size_t>(id) + 1);
+      taken.resize(static_cast<size_t>(id) + 1);
     }
-    if (present_[static_cast<size_t>(id)]) {
+    if (taken[static_cast<size_t>(id)]) {
       return err("model.vocab[" + quoted(json(it.key())) + "]", "repeats id " + std::to_string(id));
     }
+    taken[static_cast<size_t>(id)] = true;
     TokenBytes b = token_bytes(it.key());
     if (b.ok) {
       tokens_[static_cast<size_t>(id)] = std::move(b.bytes);

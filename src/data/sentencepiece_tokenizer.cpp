@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 
 namespace strata {
 
@@ -112,9 +113,15 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
   }
   std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
   t->path_ = path;
-  const auto s = t->sp_->Load(path);
-  if (!s.ok()) {
-    std::string m = s.ToString();
+  std::string m;
+  try {
+    const auto s = t->sp_->Load(path);
+    if (!s.ok()) m = s.ToString();
+  } catch (const std::exception& e) {
+    // Its trie builder (darts_clone) throws for some models, e.g. a piece "\0" (an empty key).
+    m = e.what();
+  }
+  if (!m.empty()) {
     for (char& c : m) c = c == '\n' ? ' ' : c;
     return bad_format("tokenizer " + path + " is not a SentencePiece model: " + m);
   }
@@ -129,6 +136,11 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
     t->cut_refusal_ = "the model does not escape whitespace";
   } else if (proto_varint(model, kTrainerSpec, kTreatWhitespaceAsSuffix, 0)) {
     t->cut_refusal_ = "the model treats whitespace as a suffix";
+  } else if (const int space = t->sp_->PieceToId(kSpaceMark);
+             t->sp_->IsUnknown(space) || t->sp_->IsControl(space) || t->sp_->IsUnused(space)) {
+    // SentencePiece joins a run of unknown characters into one <unk>: without "▁" a run could
+    // span the cut ("x▁x" is one id in "ax xa", two ids in "ax" and "xa").
+    t->cut_refusal_ = "the model has no piece \"▁\", so a run of unknown characters can span words";
   } else {
     for (int id = 0; id < t->sp_->GetPieceSize(); ++id) {
       const std::string& piece = t->sp_->IdToPiece(id);
@@ -144,7 +156,13 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
 Status SentencePieceTokenizer::encode_append(std::string_view text, std::vector<int32_t>* ids) {
   std::vector<int> out;
   const auto s = sp_->Encode(text, &out);
-  if (!s.ok()) return internal_error("SentencePiece " + path_ + ": " + s.ToString());
+  if (!s.ok()) {
+    // A model libsentencepiece loads may still fail on some texts, e.g. one holding a CONTROL
+    // piece of one character (its id is dropped, so the text is not "consumed"): the model's fault.
+    std::string m = s.ToString();
+    for (char& c : m) c = c == '\n' ? ' ' : c;
+    return bad_format("tokenizer " + path_ + " cannot encode the text: " + m);
+  }
   ids->insert(ids->end(), out.begin(), out.end());
   return Status::ok_status();
 }
