@@ -68,7 +68,8 @@ ChartBuilder::ChartBuilder(size_t max_buckets)
 }
 
 void ChartBuilder::add_busy(const json& busy, bool has_step, double x) {
-  for (const auto& [name, value] : busy.items()) {
+  for (const auto& item : busy.items()) {
+    const std::string& name = item.key();  // not a structured binding: clang 14 cannot capture one
     auto it =
         std::find_if(busy_.begin(), busy_.end(), [&](const Tracked& t) { return t.key == name; });
     if (it == busy_.end()) {
@@ -76,7 +77,7 @@ void ChartBuilder::add_busy(const json& busy, bool has_step, double x) {
       busy_.push_back({name + " busy", name, 1, false, Downsampler(max_buckets_)});
       it = busy_.end() - 1;
     }
-    const double v = value.is_number() ? value.get<double>() : NAN;
+    const double v = item.value().is_number() ? item.value().get<double>() : NAN;
     if (has_step && std::isfinite(v)) it->points.add(x, v);
   }
 }
