@@ -135,13 +135,17 @@ Result<LineLimit> for_each_line(const std::string& path, size_t max_bytes,
   while (true) {
     const ssize_t got = ::read(fd, buf.data(), buf.size());
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return io_error("cannot read metrics file " + path + ": " + std::strerror(errno));
+    if (got < 0) {
+      const int err = errno;
+      return io_error("cannot read metrics file " + path + ": " + std::strerror(err));
+    }
     if (got == 0) break;
     for (const char* at = buf.data(); at < buf.data() + got;) {
       const char* end = static_cast<const char*>(std::memchr(at, '\n', buf.data() + got - at));
       const char* stop = end != nullptr ? end : buf.data() + got;
-      if (text.size() + static_cast<size_t>(stop - at) > max_bytes)
-        return LineLimit{true, number + 1};
+      if (text.size() + static_cast<size_t>(stop - at) > max_bytes) {
+        return LineLimit{true, number + 1};  // read no further: the line may be any length
+      }
       text.append(at, stop);
       if (end == nullptr) break;
       if (!line(text, ++number)) return LineLimit{};
