@@ -1,13 +1,17 @@
 // The run report: run_report.h.
 #include "report/run_report.h"
 
-#include <algorithm>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <map>
 
-#include "core/file_util.h"
 #include "core/json_util.h"
-#include "report/svg_chart.h"
+#include "report/metrics_charts.h"
 
 namespace strata::report {
 
@@ -25,92 +29,6 @@ double field(const json& line, std::initializer_list<const char*> path) {
     at = &*it;
   }
   return at->is_number() ? at->get<double>() : NAN;
-}
-
-// One series over steps (x = step + 1) of the field at `path`, scaled; only lines that have it.
-Series over_steps(const MetricsFile& m, const std::string& name,
-                  std::initializer_list<const char*> path, double scale = 1, bool markers = false) {
-  Series s{name, {}, markers};
-  for (const json& line : m.lines) {
-    const double step = field(line, {"step"}), v = field(line, path);
-    if (std::isfinite(step) && std::isfinite(v)) s.points.emplace_back(step + 1, v * scale);
-  }
-  return s;
-}
-
-std::vector<Series> non_empty(std::vector<Series> all) {
-  std::vector<Series> out;
-  for (Series& s : all) {
-    if (!s.points.empty()) out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// The resources named in busy_s, in first-seen order.
-std::vector<std::string> resources(const MetricsFile& m) {
-  std::vector<std::string> names;
-  for (const json& line : m.lines) {
-    auto it = line.find("busy_s");
-    if (it == line.end() || !it->is_object()) continue;
-    for (const auto& [k, v] : it->items()) {
-      if (std::find(names.begin(), names.end(), k) == names.end()) names.push_back(k);
-    }
-  }
-  return names;
-}
-
-std::vector<LineChart> charts(const MetricsFile& m) {
-  std::vector<LineChart> out;
-  out.push_back({"loss", "Loss", "step", "loss (nats per token)",
-                 non_empty({over_steps(m, "training loss", {"loss"}),
-                            over_steps(m, "validation loss", {"val_loss"}, 1, true)})});
-  out.push_back({"lr", "Learning rate", "step", "learning rate",
-                 non_empty({over_steps(m, "learning rate", {"lr"})})});
-  Series skipped{"skipped step", {}, true};
-  for (const json& line : m.lines) {
-    if (line.value("skipped", false) && std::isfinite(field(line, {"step"}))) {
-      skipped.points.emplace_back(field(line, {"step"}) + 1, 0);
-    }
-  }
-  out.push_back({"grad_norm", "Gradient norm (before clipping)", "step", "global L2 norm",
-                 non_empty({over_steps(m, "gradient norm", {"grad_norm"}), skipped})});
-  out.push_back({"tokens_per_s", "Throughput", "step", "tokens / s",
-                 non_empty({over_steps(m, "tokens/s", {"tokens_per_s"})})});
-  out.push_back({"flops", "Model FLOP/s", "step", "TFLOP / s",
-                 non_empty({over_steps(m, "model FLOP/s", {"model_flops_per_s"}, 1e-12)})});
-  out.push_back({"bytes", "Bytes moved per step", "step", "GB per step",
-                 non_empty({over_steps(m, "storage read", {"storage_read_bytes"}, 1e-9),
-                            over_steps(m, "storage write", {"storage_write_bytes"}, 1e-9),
-                            over_steps(m, "host to device", {"h2d_bytes"}, 1e-9),
-                            over_steps(m, "device to host", {"d2h_bytes"}, 1e-9)})});
-  std::vector<Series> busy = {over_steps(m, "step time", {"iter_s"}),
-                              over_steps(m, "roofline", {"roofline_s"})};
-  for (const std::string& r : resources(m)) {
-    busy.push_back(over_steps(m, r + " busy", {"busy_s", r.c_str()}));
-  }
-  out.push_back({"busy", "Busy time per resource against the roofline", "step", "seconds per step",
-                 non_empty(std::move(busy))});
-  constexpr double kGiB = 1.0 / (1 << 30);
-  out.push_back({"memory", "Peak memory per tier", "step", "GiB",
-                 non_empty({over_steps(m, "device peak", {"peak_device_bytes"}, kGiB),
-                            over_steps(m, "host peak", {"peak_host_bytes"}, kGiB),
-                            over_steps(m, "device planned", {"planned_device_bytes"}, kGiB),
-                            over_steps(m, "host planned", {"planned_host_bytes"}, kGiB),
-                            over_steps(m, "device budget", {"device_budget_bytes"}, kGiB)})});
-  Series stalls{"stall", {}, true}, writes{"write", {}, true};
-  for (const json& line : m.lines) {
-    auto it = line.find("checkpoints");
-    if (it == line.end() || !it->is_array()) continue;
-    for (const json& c : *it) {
-      const double step = field(c, {"step"});
-      if (!std::isfinite(step)) continue;
-      stalls.points.emplace_back(step, field(c, {"stall_s"}));
-      writes.points.emplace_back(step, field(c, {"write_s"}));
-    }
-  }
-  out.push_back({"checkpoints", "Checkpoints: time written, and time training stood still",
-                 "step the checkpoint holds", "seconds", non_empty({writes, stalls})});
-  return out;
 }
 
 std::vector<Lane> trace_lanes(const json* trace) {
@@ -180,45 +98,99 @@ std::string series_css() {
 }
 
 std::string summary(const MetricsFile& m) {
-  if (m.lines.empty()) return "No steps in this metrics file.";
-  const json& last = m.lines.back();
+  if (m.records == 0) return "No steps in this metrics file.";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%zu steps recorded; last step %g: loss %.4f", m.lines.size(),
-                field(last, {"step"}) + 1, field(last, {"loss"}));
+  std::snprintf(buf, sizeof buf, "%llu steps recorded; last step %g: loss %.4f",
+                static_cast<unsigned long long>(m.records), m.last_step + 1, m.last_loss);
   std::string s = buf;
-  for (auto it = m.lines.rbegin(); it != m.lines.rend(); ++it) {
-    if (std::isfinite(field(*it, {"val_loss"}))) {
-      std::snprintf(buf, sizeof buf, "; last validation loss %.4f (step %g)",
-                    field(*it, {"val_loss"}), field(*it, {"step"}) + 1);
-      s += buf;
-      break;
-    }
+  if (m.has_val) {
+    std::snprintf(buf, sizeof buf, "; last validation loss %.4f (step %g)", m.val_loss,
+                  m.val_step + 1);
+    s += buf;
   }
   return s + ".";
 }
 
+// The metrics file's lines, each passed to `line` (which returns false to stop) with its number;
+// a line longer than `max_bytes` stops the reading, and the result says where.
+struct LineLimit {
+  bool hit = false;
+  size_t number = 0;
+};
+Result<LineLimit> for_each_line(const std::string& path, size_t max_bytes,
+                                const std::function<bool(const std::string&, size_t)>& line) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return not_found("metrics file " + path + " does not exist");
+    return io_error("cannot open metrics file " + path + ": " + std::strerror(err));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }  // read-only: nothing to lose if close reports an error
+  } closer{fd};
+  std::string text;
+  size_t number = 0;
+  std::vector<char> buf(1 << 16);
+  while (true) {
+    const ssize_t got = ::read(fd, buf.data(), buf.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      return io_error("cannot read metrics file " + path + ": " + std::strerror(err));
+    }
+    if (got == 0) break;
+    for (const char* at = buf.data(); at < buf.data() + got;) {
+      const char* end = static_cast<const char*>(std::memchr(at, '\n', buf.data() + got - at));
+      const char* stop = end != nullptr ? end : buf.data() + got;
+      if (text.size() + static_cast<size_t>(stop - at) > max_bytes) {
+        return LineLimit{true, number + 1};  // read no further: the line may be any length
+      }
+      text.append(at, stop);
+      if (end == nullptr) break;
+      if (!line(text, ++number)) return LineLimit{};
+      text.clear();
+      at = end + 1;
+    }
+  }
+  if (!text.empty()) line(text, ++number);  // the last line, without its newline
+  return LineLimit{};
+}
+
 }  // namespace
 
-Result<MetricsFile> read_metrics_file(const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_whole_file(path, "metrics file"));
+Result<MetricsFile> read_metrics_file(const std::string& path, size_t max_line_bytes,
+                                      size_t max_buckets) {
   MetricsFile m;
-  size_t start = 0, number = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  ChartBuilder charts(max_buckets);
+  auto stop_at = [&](size_t number, const std::string& why) {
+    m.warning = "line " + std::to_string(number) + " of " + path + why + "; the report shows the " +
+                std::to_string(m.records) + " lines before it";
+  };
+  auto one_line = [&](const std::string& line, size_t number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) return true;
     auto parsed = parse_json(line, "metrics file " + path + " line " + std::to_string(number));
     if (!parsed.ok() || !parsed->is_object()) {
-      m.warning = "line " + std::to_string(number) + " of " + path +
-                  " is not a metrics record (a run stopped while writing it?); the report " +
-                  "shows the " + std::to_string(m.lines.size()) + " lines before it";
-      break;
+      stop_at(number, " is not a metrics record (a run stopped while writing it?)");
+      return false;
     }
-    m.lines.push_back(std::move(*parsed));
+    ++m.records;
+    m.last_step = field(*parsed, {"step"});
+    m.last_loss = field(*parsed, {"loss"});
+    if (const double val = field(*parsed, {"val_loss"}); std::isfinite(val)) {
+      m.has_val = true;
+      m.val_loss = val;
+      m.val_step = m.last_step;
+    }
+    charts.add(*parsed);
+    return true;
+  };
+  STRATA_ASSIGN_OR_RETURN(LineLimit limit, for_each_line(path, max_line_bytes, one_line));
+  if (limit.hit) {
+    stop_at(limit.number, " is longer than " + std::to_string(max_line_bytes) +
+                              " bytes, so not a metrics record");
   }
+  m.charts = charts.charts();
   return m;
 }
 
@@ -232,7 +204,7 @@ std::string render_report(const MetricsFile& metrics, const json* trace, const s
     html += "<p class=\"warning\">" + escape_xml(metrics.warning) + "</p>";
   }
   html += "<div class=\"grid-of-charts\">";
-  for (const LineChart& c : charts(metrics)) html += svg_line_chart(c);
+  for (const LineChart& c : metrics.charts) html += svg_line_chart(c);
   html += svg_timeline("timeline", "One step's timeline (from the trace), one lane per resource",
                        trace_lanes(trace));
   return html + "</div></body></html>\n";

@@ -17,16 +17,28 @@
 #include <vector>
 
 #include "core/status.h"
+#include "report/downsample.h"
+#include "report/svg_chart.h"
 
 namespace strata::report {
 
-// The metrics lines of a file: one JSON object per line; blank lines skipped; a line that is not
-// an object (a run killed mid-write) ends the data, noted in the report rather than refused.
+// What the report shows of a metrics file, read as a stream: one JSON object per line; blank
+// lines skipped; a line that is not an object (a run killed mid-write), or one longer than
+// `max_line_bytes` (read no further than that), ends the data, noted in the report rather than
+// refused. The charts' series are downsampled (Note [Downsampling a series]); the summary's figures
+// are exact. Memory is bounded by the line limit and the charts, not the file's length.
 struct MetricsFile {
-  std::vector<nlohmann::json> lines;
+  uint64_t records = 0;                 // metrics lines read
+  double last_step = 0, last_loss = 0;  // of the last record (NaN when it has none)
+  double val_step = 0, val_loss = 0;    // of the last record with a validation loss
+  bool has_val = false;
+  std::vector<LineChart> charts;
   std::string warning;  // "" or why reading stopped early
 };
-Result<MetricsFile> read_metrics_file(const std::string& path);
+inline constexpr size_t kMaxMetricsLineBytes = 1 << 20;  // a real line is under 2 KB
+Result<MetricsFile> read_metrics_file(const std::string& path,
+                                      size_t max_line_bytes = kMaxMetricsLineBytes,
+                                      size_t max_buckets = Downsampler::kDefaultBuckets);
 
 // The page. `trace` may be null (or not a Chrome trace: the timeline then says there is none).
 std::string render_report(const MetricsFile& metrics, const nlohmann::json* trace,
