@@ -4,11 +4,11 @@
 #  - SIGHUP mid-run: like SIGTERM, at the step boundary with a checkpoint, exit 129, store removed;
 #  - the reader of train's output going away (`train 2>&1 | grep -m1`): the write fails with
 #    EPIPE, the run stops at the next boundary with a checkpoint, exit 141, store removed;
-#  - SIGTERM while set-up is filling the store: exit 143 at once, the store and the metrics file
-#    the run made removed;
+#  - SIGINT, SIGTERM or SIGHUP while set-up is filling the store: 128 + N at once, the store and
+#    the metrics file the run made removed;
 #  - SIGTERM to `prepare` while it writes: exit 143, no temporary file, no output;
-#  - two SIGTERMs while a checkpoint is being written (slowed down): exit 143 at once, its
-#    temporary directory removed (Note [Scratch files]), no step directory published.
+#  - two SIGINTs, SIGTERMs or SIGHUPs while a checkpoint is being written (slowed down): 128 + N
+#    at once, its temporary directory removed (Note [Scratch files]), no step directory published.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/stop_signals_more"
@@ -72,21 +72,26 @@ done=$(wc -l <"$work/pipe/metrics.jsonl")
 empty "$work/pipe/store" || fail "closed pipe left the store"
 echo "ok   closed pipe: stopped after step $done with a checkpoint, exit 141, store removed"
 
-# SIGTERM while set-up fills the store (slowed down to a crawl): at once, nothing left.
-mkdir -p "$work/setup/store"
-"$STRATA_BIN" train "${args[@]}" --set io.write_bytes_per_s=1000000 \
-  --set "io.dirs=[\"$work/setup/store\"]" --metrics "$work/setup/metrics.jsonl" \
-  2>"$work/setup/log" &
-pid=$!
-wait_for "store file" nonempty "$work/setup/store"
-kill -TERM "$pid"
-set +e; wait "$pid"; code=$?; set -e
-[ "$code" -eq 143 ] || fail "set-up: exit $code, expected 143: $(cat "$work/setup/log")"
-grep -qx "strata: stopped at once by SIGTERM" "$work/setup/log" ||
-  fail "set-up: not stopped during set-up: $(cat "$work/setup/log")"
-empty "$work/setup/store" || fail "set-up: left the store"
-[ ! -e "$work/setup/metrics.jsonl" ] || fail "set-up: left the metrics file it made"
-echo "ok   SIGTERM during set-up: exit 143, store and metrics file removed"
+# Each of SIGINT, SIGTERM, SIGHUP while set-up fills the store (slowed down to a crawl): at once,
+# nothing left.
+for sig in INT TERM HUP; do
+  num=$(kill -l "$sig")
+  mkdir -p "$work/setup-$sig/store"
+  "$STRATA_BIN" train "${args[@]}" --set io.write_bytes_per_s=1000000 \
+    --set "io.dirs=[\"$work/setup-$sig/store\"]" --metrics "$work/setup-$sig/metrics.jsonl" \
+    2>"$work/setup-$sig/log" &
+  pid=$!
+  wait_for "store file" nonempty "$work/setup-$sig/store"
+  kill -"$sig" "$pid"
+  set +e; wait "$pid"; code=$?; set -e
+  [ "$code" -eq $((128 + num)) ] ||
+    fail "SIG$sig in set-up: exit $code, expected $((128 + num)): $(cat "$work/setup-$sig/log")"
+  grep -qx "strata: stopped at once by SIG$sig" "$work/setup-$sig/log" ||
+    fail "SIG$sig in set-up: not stopped during set-up: $(cat "$work/setup-$sig/log")"
+  empty "$work/setup-$sig/store" || fail "SIG$sig in set-up: left the store"
+  [ ! -e "$work/setup-$sig/metrics.jsonl" ] || fail "SIG$sig in set-up: left the metrics file"
+  echo "ok   SIG$sig during set-up: exit $((128 + num)), store and metrics file removed"
+done
 
 # SIGTERM to prepare while its temporary file exists.
 mkdir -p "$work/prep"
@@ -100,22 +105,27 @@ set +e; wait "$pid"; code=$?; set -e
 empty "$work/prep" || fail "prepare left: $(ls -A "$work/prep")"
 echo "ok   SIGTERM to prepare: exit 143, no temporary file"
 
-# Two SIGTERMs while a checkpoint is written behind training (state on host, no store; writes
-# slowed to 300 kB/s): the second stops at once and the temporary directory goes with it.
-mkdir -p "$work/save"
-"$STRATA_BIN" train "${args[@]}" --set offload.params_on_host=1 --set offload.optim_on_host=1 \
-  --set offload.grads_on_host=1 --set io.write_bytes_per_s=300000 --save-every 2 \
-  --checkpoint-dir "$work/save/ckpt" --quiet 2>"$work/save/log" &
-pid=$!
-saving() { ls -A "$work/save/ckpt" 2>/dev/null | grep -q '^\.tmp-step-'; }
-wait_for "checkpoint being written" saving
-kill -TERM "$pid"
-sleep 0.2
-kill -TERM "$pid" 2>/dev/null || true
-set +e; wait "$pid"; code=$?; set -e
-[ "$code" -eq 143 ] || fail "save: exit $code, expected 143: $(cat "$work/save/log")"
-grep -qx "strata: stopped at once by SIGTERM (the second signal)" "$work/save/log" ||
-  fail "save: not stopped by the second signal: $(cat "$work/save/log")"
-left=$(ls -A "$work/save/ckpt" | grep -vx .lock || true)
-[ -z "$left" ] || fail "save: left $left"
-echo "ok   two SIGTERMs during a checkpoint: exit 143, its temporary directory removed"
+# Two of each of SIGINT, SIGTERM, SIGHUP while a checkpoint is written behind training (state on
+# host, no store; writes slowed to 300 kB/s): the second stops at once and the temporary
+# directory goes with it.
+saving() { ls -A "$1" 2>/dev/null | grep -q '^\.tmp-step-'; }
+for sig in INT TERM HUP; do
+  num=$(kill -l "$sig")
+  mkdir -p "$work/save-$sig"
+  "$STRATA_BIN" train "${args[@]}" --set offload.params_on_host=1 --set offload.optim_on_host=1 \
+    --set offload.grads_on_host=1 --set io.write_bytes_per_s=300000 --save-every 2 \
+    --checkpoint-dir "$work/save-$sig/ckpt" --quiet 2>"$work/save-$sig/log" &
+  pid=$!
+  wait_for "checkpoint being written" saving "$work/save-$sig/ckpt"
+  kill -"$sig" "$pid"
+  sleep 0.2
+  kill -"$sig" "$pid" 2>/dev/null || true
+  set +e; wait "$pid"; code=$?; set -e
+  [ "$code" -eq $((128 + num)) ] ||
+    fail "save, SIG$sig: exit $code, expected $((128 + num)): $(cat "$work/save-$sig/log")"
+  grep -qx "strata: stopped at once by SIG$sig (the second signal)" "$work/save-$sig/log" ||
+    fail "save, SIG$sig: not stopped by the second signal: $(cat "$work/save-$sig/log")"
+  left=$(ls -A "$work/save-$sig/ckpt" | grep -vx .lock || true)
+  [ -z "$left" ] || fail "save, SIG$sig: left $left"
+  echo "ok   two SIG$sig during a checkpoint: exit $((128 + num)), its temporary directory removed"
+done
