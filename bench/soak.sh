@@ -10,13 +10,15 @@
 #     files (CRC32C) and trainer state must equal an undisturbed run's, the store directory be
 #     empty and the checkpoint directory hold only step-* directories and the lock.
 #  2. One long run under the retried faults, a checkpoint every 5 steps, sampled every 2 s: its
-#     resident memory (VmRSS) and open descriptors, as medians of the first and last tenth of
-#     the samples after a 30 s warm-up (a save's transient descriptors do not move a median);
-#     then SIGTERM (exit 143 with a checkpoint), one resumed step, and the leftover check.
+#     resident memory (VmRSS, the median of the first and of the last tenth of the samples after
+#     a 30 s warm-up) and open descriptors (the least of each tenth: a save behind training holds
+#     its files open for part of nearly every second, so the baseline is the count between
+#     saves, and a leaked descriptor raises it; fds_max is the most seen); then SIGTERM (exit
+#     143 with a checkpoint), one resumed step, and the leftover check.
 # Last line: JSON {minutes, rounds, attempts, kills, terms, fault_runs, fault_failures, resumes,
 # identical, leaked, long_run_s, long_run_steps, samples, rss_start_bytes, rss_end_bytes,
-# rss_growth, fds_start, fds_end}. Exits 1 when a state differs, something leaked, RSS grew by 2%
-# or more, or the descriptors changed.
+# rss_growth, fds_start, fds_end, fds_max}. Exits 1 when a state differs, something leaked, RSS
+# grew by 2% or more, or the baseline of descriptors changed.
 #   usage: bench/soak.sh [MINUTES=30] [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -146,7 +148,8 @@ first, last = rows[:k], rows[-k:]
 print(json.dumps({"samples": len(rows), "rss_start_bytes": med(first, 1),
                   "rss_end_bytes": med(last, 1),
                   "rss_growth": round(med(last, 1) / med(first, 1) - 1, 4),
-                  "fds_start": med(first, 2), "fds_end": med(last, 2)})[1:-1])
+                  "fds_start": min(r[2] for r in first), "fds_end": min(r[2] for r in last),
+                  "fds_max": max(r[2] for r in rows)})[1:-1])
 PY
 )
 rm -rf "$work"
