@@ -44,13 +44,8 @@ Status OffloadTrainer::reserve_host_beside_plan(int64_t host_before) {
         " bytes of host memory a step needs: the plan's " + format_bytes(slots) + " and " +
         format_bytes(held - slots) + " of staging beside it (raise memory.host_bytes)");
   }
-  bool state_on_storage = false, state_on_device = false;
-  for (const auto& [name, memory] : state_->slots()) {
-    if (memory->state_slabs.empty()) continue;
-    state_on_storage = state_on_storage || memory->tier == Tier::storage;
-    state_on_device = state_on_device || memory->tier == Tier::device;
-  }
-  if (state_on_storage && !state_on_device && !shape_.sharded()) {
+  if (!state_->state_slot_on(Tier::storage).empty() &&
+      state_->state_slot_on(Tier::device).empty() && !shape_.sharded()) {
     const int64_t bytes = round_up(state_->slot(names::kOptimStage.at(0)).bytes, kIoAlign);
     snapshot_fits_ = budget <= 0 || held + bytes <= budget;
     if (snapshot_fits_) {
@@ -75,16 +70,11 @@ Result<StateSnapshot> OffloadTrainer::begin_snapshot() {
         "the optimizer state is sharded over the ranks: every rank writes its shard of a "
         "checkpoint at a standstill (Note [Sharded checkpoints])");
   }
-  bool on_storage = false;
-  for (const auto& [name, memory] : state_->slots()) {
-    if (memory->state_slabs.empty()) continue;
-    if (memory->tier == Tier::device) {
-      return unavailable("optimizer state '" + name +
-                         "' is on the device: its checkpoints are saved at a standstill");
-    }
-    on_storage = on_storage || memory->tier == Tier::storage;
+  if (const std::string on_device = state_->state_slot_on(Tier::device); !on_device.empty()) {
+    return unavailable("optimizer state '" + on_device +
+                       "' is on the device: its checkpoints are saved at a standstill");
   }
-  if (on_storage && !snapshot_fits_) {
+  if (!state_->state_slot_on(Tier::storage).empty() && !snapshot_fits_) {
     return unavailable(
         "memory.host_bytes has no room for the snapshot stage (Note [Host memory "
         "beside the plan]): checkpoints are saved at a standstill");

@@ -39,6 +39,13 @@ OffloadState::~OffloadState() {
   engine_.reset();
 }
 
+std::string OffloadState::state_slot_on(Tier tier) const {
+  for (const auto& [name, memory] : memory_) {
+    if (!memory->state_slabs.empty() && memory->tier == tier) return name;
+  }
+  return "";
+}
+
 Status OffloadState::allocate(const std::vector<const Plan*>& plans) {
   // Slots with one name are one piece of memory in every plan (state that outlives a plan).
   std::vector<ExtentSpec> extents;

@@ -67,6 +67,8 @@ class OffloadState {
   // Bytes of each tier the slots hold (device, host, storage), and the host buffers beside them
   // once counted (Note [Host memory beside the plan] in offload_snapshot.cpp).
   std::array<int64_t, kTierCount> planned_bytes() const { return planned_bytes_; }
+  // The name of a slot holding optimizer state on `tier`, or "" when none does.
+  std::string state_slot_on(Tier tier) const;
   void count_host_beside_plan(int64_t bytes) {
     planned_bytes_[static_cast<size_t>(Tier::host)] += bytes;
   }
