@@ -627,6 +627,16 @@ TEST_F(CudaBackendTest, ResidualAndScaledAdd) {
   EXPECT_LE(nmse(a, n), kF32Nmse);
 }
 
+TEST_F(CudaBackendTest, ScaledCopy2dIsBitExact) {
+  const int64_t rows = 301, cols = 67, ldx = 80, ldy = 131;
+  Twin x = twin(random_floats(rows * ldx, 36)), y = twin(random_floats(rows * ldy, 37));
+  both([&](Device& d, Stream& s, bool g) {
+    d.scaled_copy_2d(s, y.f32(g) + 5, ldy, x.f32(g) + 1, ldx, rows, cols, 0.37f, true);
+    d.scaled_copy_2d(s, y.f32(g) + 90, ldy, x.f32(g), ldx, rows, 20, -1.5f, false);
+  });
+  EXPECT_EQ(nmse(y, rows * ldy), 0.0);
+}
+
 TEST_F(CudaBackendTest, ConversionsAreBitExact) {
   std::vector<float> x = random_floats(65539, 35, -1e3f, 1e3f);
   x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = NAN, x[4] = 1.00390625f;  // a tie

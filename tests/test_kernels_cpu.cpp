@@ -344,6 +344,22 @@ TEST(KernelsCpu, AddAndScaledAddMatchRef) {
   expect_close(y, y_r, "scaled_add");
 }
 
+TEST(KernelsCpu, ScaledCopy2dMatchesRefBitForBit) {
+  const int64_t rows = 37, cols = 19, ldx = 23, ldy = 29;  // column ranges of wider rows
+  const Floats x = random_floats(rows * ldx, 63);
+  for (bool acc : {false, true}) {
+    Floats y = random_floats(rows * ldy, 64), y_r = y;
+    cpu::scaled_copy_2d(y.data() + 3, ldy, x.data() + 2, ldx, rows, cols, 0.37f, acc);
+    ref::scaled_copy_2d(y_r.data() + 3, ldy, x.data() + 2, ldx, rows, cols, 0.37f, acc);
+    EXPECT_EQ(0, std::memcmp(y.data(), y_r.data(), y.size() * 4)) << "accumulate " << acc;
+    // Outside the column range nothing changed; inside, something did.
+    const Floats before = random_floats(rows * ldy, 64);
+    EXPECT_EQ(y[0], before[0]);
+    EXPECT_EQ(y[ldy - 1], before[ldy - 1]);
+    EXPECT_NE(y[3], before[3]);
+  }
+}
+
 TEST(KernelsCpu, ConversionsMatchRefBitForBit) {
   const int64_t n = 4099;
   // Random bit patterns: every exponent, NaNs and infinities included.

@@ -185,7 +185,8 @@ class Device {
   // out (N,C), mean (N), rstd (N) <- inp (N,C), weight (C), bias (C); eps = 1e-5
   virtual void layernorm_forward(Stream& s, float* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int64_t N, int64_t C) = 0;
-  // dinp (N,C) +=, dweight (C) +=, dbias (C) +=
+  // dinp (N,C) +=, dweight (C) +=, dbias (C) +=; dweight and dbias both null: a frozen norm
+  // (Note [LoRA] in model/lora.h), only dinp
   virtual void layernorm_backward(Stream& s, float* dinp, float* dweight, float* dbias,
                                   const float* dout, const float* inp, const float* weight,
                                   const float* mean, const float* rstd, int64_t N, int64_t C) = 0;
@@ -222,6 +223,11 @@ class Device {
   // dwte (V,C) +=, dwpe (maxT,C) += from dout (B,T,C). dwpe may be null: only dwte is updated.
   virtual void embedding_backward(Stream& s, float* dwte, float* dwpe, const float* dout,
                                   const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
+  // y (rows, cols at stride ldy) = [y +] alpha * x (rows, cols at stride ldx): one column range
+  // of a wider matrix, e.g. a LoRA adapter's rows of a fused q|k|v output (Note [LoRA] in
+  // model/lora.h). With accumulate, y + alpha * x rounded twice, as scaled_add.
+  virtual void scaled_copy_2d(Stream& s, float* y, int64_t ldy, const float* x, int64_t ldx,
+                              int64_t rows, int64_t cols, float alpha, bool accumulate) = 0;
   // out (n) = a + b   (residual)
   virtual void add(Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;
   // y (n) += alpha * x
@@ -239,7 +245,7 @@ class Device {
   // 1.0f / sqrtf (IEEE, as PyTorch's CPU rsqrt) and (inp * rstd) * weight, each rounded.
   virtual void rmsnorm_forward(Stream& s, float* out, float* rstd, const float* inp,
                                const float* weight, int64_t N, int64_t C, float eps) = 0;
-  // dinp (N,C) +=, dweight (C) +=  (dweight summed over rows in a fixed order)
+  // dinp (N,C) +=, dweight (C) +=  (dweight summed over rows in a fixed order; null: frozen)
   virtual void rmsnorm_backward(Stream& s, float* dinp, float* dweight, const float* dout,
                                 const float* inp, const float* weight, const float* rstd, int64_t N,
                                 int64_t C) = 0;

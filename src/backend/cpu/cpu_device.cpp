@@ -188,6 +188,11 @@ class CpuDevice final : public Device {
     require_device("add", {out, a, b});
     enqueue(s, [=] { cpu::add(out, a, b, n); });
   }
+  void scaled_copy_2d(Stream& s, float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows,
+                      int64_t cols, float alpha, bool accumulate) override {
+    require_device("scaled_copy_2d", {y, x});
+    enqueue(s, [=] { cpu::scaled_copy_2d(y, ldy, x, ldx, rows, cols, alpha, accumulate); });
+  }
   void scaled_add(Stream& s, float* y, const float* x, float alpha, int64_t n) override {
     require_device("scaled_add", {y, x});
     enqueue(s, [=] { cpu::scaled_add(y, x, alpha, n); });

@@ -88,6 +88,10 @@ void add(float* out,      // (n) = a + b; may alias a or b
 void scaled_add(float* y,        // (n) += alpha * x
                 const float* x,  // (n)
                 float alpha, int64_t n);
+void scaled_copy_2d(float* y,        // (rows, cols at stride ldy) = [y +] alpha * x
+                    int64_t ldy,     //
+                    const float* x,  // (rows, cols at stride ldx)
+                    int64_t ldx, int64_t rows, int64_t cols, float alpha, bool accumulate);
 void convert_f32_to_bf16(bf16_t* out,       // (n)  round to nearest even
                          const float* inp,  // (n)
                          int64_t n);
@@ -210,6 +214,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
                         int64_t B, int64_t T, int64_t C);
 void add(float* out, const float* a, const float* b, int64_t n);
 void scaled_add(float* y, const float* x, float alpha, int64_t n);
+void scaled_copy_2d(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                    float alpha, bool accumulate);
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n);
 void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n);
 void sum_squares(double* out, const float* x, int64_t n);

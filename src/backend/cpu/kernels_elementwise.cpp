@@ -50,6 +50,21 @@ void scaled_add(float* y, const float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+// Row by row; each element as the reference (alpha * x, then the add), so the bits agree.
+void scaled_copy_2d(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                    float alpha, bool accumulate) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kMinParallelWork)
+  for (int64_t i = 0; i < rows; i++) {
+    float* yr = y + i * ldy;
+    const float* xr = x + i * ldx;
+    if (accumulate) {
+      for (int64_t j = 0; j < cols; j++) yr[j] += alpha * xr[j];
+    } else {
+      for (int64_t j = 0; j < cols; j++) yr[j] = alpha * xr[j];
+    }
+  }
+}
+
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(inp[i]);

@@ -88,9 +88,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         layernorm_backward_rows(dinp, partial, partial + C, dout, inp, weight, mean, rstd, i0, i1,
                                 C);
       });
-  for (int64_t c = 0; c < C; c++) {
-    dweight[c] += total[c];
-    dbias[c] += total[C + c];
+  for (int64_t c = 0; c < C; c++) {  // null: a frozen norm (Note [LoRA] in model/lora.h)
+    if (dweight != nullptr) dweight[c] += total[c];
+    if (dbias != nullptr) dbias[c] += total[C + c];
   }
 }
 

@@ -73,6 +73,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       sum_row_chunks(N, C, C, [&](int64_t i0, int64_t i1, float* partial) {
         rmsnorm_backward_rows(dinp, partial, dout, inp, weight, rstd, i0, i1, C);
       });
+  if (dweight == nullptr) return;  // a frozen norm (Note [LoRA] in model/lora.h)
   for (int64_t c = 0; c < C; c++) dweight[c] += total[c];
 }
 

@@ -290,6 +290,16 @@ void scaled_add(float* y, const float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+void scaled_copy_2d(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                    float alpha, bool accumulate) {
+  for (int64_t i = 0; i < rows; i++) {
+    for (int64_t j = 0; j < cols; j++) {
+      const float v = alpha * x[i * ldx + j];
+      y[i * ldy + j] = accumulate ? y[i * ldy + j] + v : v;
+    }
+  }
+}
+
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(inp[i]);
 }

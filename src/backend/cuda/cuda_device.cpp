@@ -237,6 +237,10 @@ class CudaDevice final : public Device {
   void add(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
     cuda_add(stream(s), out, a, b, n);
   }
+  void scaled_copy_2d(Stream& s, float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows,
+                      int64_t cols, float alpha, bool accumulate) override {
+    cuda_scaled_copy_2d(stream(s), y, ldy, x, ldx, rows, cols, alpha, accumulate);
+  }
   void scaled_add(Stream& s, float* y, const float* x, float alpha, int64_t n) override {
     cuda_scaled_add(stream(s), y, x, alpha, n);
   }

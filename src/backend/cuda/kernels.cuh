@@ -84,6 +84,11 @@ void cuda_scaled_add(cudaStream_t stream,
                      float* y,        // (n) += alpha * x
                      const float* x,  // (n)
                      float alpha, int64_t n);
+void cuda_scaled_copy_2d(cudaStream_t stream,
+                         float* y,        // (rows, cols at stride ldy) = [y +] alpha * x
+                         int64_t ldy,     //
+                         const float* x,  // (rows, cols at stride ldx)
+                         int64_t ldx, int64_t rows, int64_t cols, float alpha, bool accumulate);
 void cuda_convert_f32_to_bf16(cudaStream_t stream,
                               bf16_t* out,       // (n)  round to nearest even, as core/dtype.h
                               const float* inp,  // (n)

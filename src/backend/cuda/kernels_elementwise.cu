@@ -61,6 +61,18 @@ __global__ void scaled_add_kernel(float* __restrict__ y, const float* __restrict
     y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
 }
 
+// One element per thread of a grid-stride loop over rows x cols; _rn as scaled_add.
+__global__ void scaled_copy_2d_kernel(float* __restrict__ y, int64_t ldy,
+                                      const float* __restrict__ x, int64_t ldx, int64_t rows,
+                                      int64_t cols, float alpha, bool accumulate) {
+  const int64_t n = rows * cols;
+  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
+    const int64_t i = k / cols, j = k - i * cols;
+    const float v = __fmul_rn(alpha, x[i * ldx + j]);
+    y[i * ldy + j] = accumulate ? __fadd_rn(y[i * ldy + j], v) : v;
+  }
+}
+
 // core/dtype.h's conversions themselves (host and device functions under nvcc).
 __global__ void convert_f32_to_bf16_kernel(bf16_t* __restrict__ out,       // (n)
                                            const float* __restrict__ inp,  // (n)
@@ -99,6 +111,15 @@ void cuda_add(cudaStream_t stream, float* out, const float* a, const float* b, i
 void cuda_scaled_add(cudaStream_t stream, float* y, const float* x, float alpha, int64_t n) {
   if (n <= 0) return;
   scaled_add_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(y, x, alpha, n);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_scaled_copy_2d(cudaStream_t stream, float* y, int64_t ldy, const float* x, int64_t ldx,
+                         int64_t rows, int64_t cols, float alpha, bool accumulate) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  scaled_copy_2d_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      y, ldy, x, ldx, rows, cols, alpha, accumulate);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 

@@ -140,6 +140,7 @@ void cuda_layernorm_backward(cudaStream_t stream, float* dinp, float* dweight, f
   layernorm_backward_dinp_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(dinp, dout, inp, weight,
                                                                             mean, rstd, N, C);
   STRATA_CUDA_LAUNCH_CHECK();
+  if (dweight == nullptr) return;  // a frozen norm, dbias null too (Note [LoRA] in model/lora.h)
   const dim3 block(kTileCols, kLanes);
   const auto blocks = static_cast<unsigned>((C + kTileCols - 1) / kTileCols);
   layernorm_backward_params_kernel<<<blocks, block, 0, stream>>>(dweight, dbias, dout, inp, mean,

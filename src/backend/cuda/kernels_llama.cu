@@ -269,6 +269,7 @@ void cuda_rmsnorm_backward(cudaStream_t stream, float* dinp, float* dweight, con
   rmsnorm_backward_dinp_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(dinp, dout, inp, weight,
                                                                           rstd, N, C);
   STRATA_CUDA_LAUNCH_CHECK();
+  if (dweight == nullptr) return;  // a frozen norm (Note [LoRA] in model/lora.h)
   const dim3 block(kTileCols, kLanes);
   const auto blocks = static_cast<unsigned>((C + kTileCols - 1) / kTileCols);
   rmsnorm_backward_dweight_kernel<<<blocks, block, 0, stream>>>(dweight, dout, inp, rstd, N, C);
