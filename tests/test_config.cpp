@@ -364,7 +364,12 @@ TEST(Config, IoSectionParsesAndRefusesBadValues) {
                {"io.block_size", "4096"});
   expect_error(parse_with("io.queue_depth=0"), ErrorCode::invalid_argument, {"io.queue_depth"});
   expect_error(parse_with("io.dirs=[1]"), ErrorCode::invalid_argument, {"io.dirs"});
-  expect_error(parse_with("io.dirs=\"/mnt\""), ErrorCode::invalid_argument, {"io.dirs"});
+  // One string for a list key is its comma-separated parts (--set io.dirs=/mnt/a,/mnt/b).
+  ASSERT_TRUE(apply_set(j, "io.dirs=/mnt/a,/mnt/b").ok());
+  auto split = parse_config(j);
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  EXPECT_EQ(split->io.dirs, (std::vector<std::string>{"/mnt/a", "/mnt/b"}));
+  expect_error(parse_with("io.dirs=/mnt/a,"), ErrorCode::invalid_argument, {"io.dirs"});
   expect_error(parse_with("io.write_bytes_per_s=-5"), ErrorCode::invalid_argument,
                {"io.write_bytes_per_s"});
 }

@@ -102,6 +102,21 @@ Status merge_value(json& base, const json& v, const std::string& key, const std:
     base = v.is_number() ? json(v.get<double>()) : v;
     return Status::ok_status();
   }
+  // A list key given one string (lora.targets=q_proj,v_proj on the command line, "targets":
+  // "all-linear" in a file) takes its comma-separated parts.
+  if (base.is_array() && v.is_string()) {
+    STRATA_RETURN_IF_ERROR(check_text(v, key, source));
+    json parts = json::array();
+    const std::string text = v.get<std::string>();
+    for (size_t at = 0;;) {
+      const size_t comma = text.find(',', at);
+      parts.push_back(text.substr(at, comma == std::string::npos ? comma : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    base = std::move(parts);
+    return Status::ok_status();
+  }
   switch (base.type()) {
     case json::value_t::object:
       if (!v.is_object()) return type_error(base, v, key, source);

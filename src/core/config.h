@@ -172,6 +172,26 @@ struct ActivationConfig {
   STRATA_ACTIVATION_FIELDS(STRATA_DECLARE_FIELD)
 };
 
+// lora.*: LoRA fine-tuning (Note [LoRA] in model/lora.h): rank 0 trains every weight; a rank r
+// adds (alpha / r) B A x to each targeted linear layer and freezes the base. targets and
+// modules_to_save are Hugging Face module names; which exist, and the rank's bound, depend on
+// model.arch and the matrices' sizes (checked by lora_targets in model/lora.h).
+#define STRATA_LORA_FIELDS(X)                                                                  \
+  X(int64_t, rank, 0, Ints(0, kMaxLoraRank), "the adapters' rank r; 0: full training")         \
+  X(float, alpha, 16.0f, Interval('(', 0, kInf, ')'), "the adapters' scale is alpha / rank")   \
+  X(double, dropout, 0.0, Fraction(), "dropout on an adapter's input; 0: none")                \
+  X(std::vector<std::string>, targets, {"all-linear"}, Names(kMaxLoraNames),                   \
+    "the linear layers adapted, as HF names them (q_proj, c_attn, ...), or all-linear")        \
+  X(std::vector<std::string>, modules_to_save, {}, Names(kMaxLoraNames),                       \
+    "modules trained in full beside the adapters: lm_head, embed_tokens (Llama), wte (GPT-2)") \
+  X(BasePrecision, base_precision, BasePrecision::automatic, Any(),                            \
+    "the frozen base: auto (the working precision), bf16, int8 or nf4")
+
+struct LoraConfig {
+  STRATA_LORA_FIELDS(STRATA_DECLARE_FIELD)
+  bool enabled() const { return rank > 0; }
+};
+
 // train.*. precision bf16: the working weights are rounded to bf16, and stored and moved as bf16
 // by the offloaded schedules (Note [Precision modes] in train/trainer.h). matmul bf16: the blocks'
 // GEMMs take bf16 operands (the bf16 working weights and the activations rounded to bf16) and
@@ -234,6 +254,7 @@ struct TrainConfig {
   MemoryConfig memory;
   OffloadConfig offload;
   ActivationConfig activations;
+  LoraConfig lora;
   STRATA_TRAIN_FIELDS(STRATA_DECLARE_FIELD)
   STRATA_TOP_FIELDS(STRATA_DECLARE_FIELD)
   STRATA_DATA_FIELDS(STRATA_DECLARE_FIELD)

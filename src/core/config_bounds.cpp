@@ -95,6 +95,11 @@ Status check_field_bounds(const TrainConfig& c) {
             return invalid_argument(key + " lists " + std::to_string(v.size()) +
                                     " directories, more than " + std::to_string(rule.max_count));
           }
+        } else if constexpr (std::is_same_v<Rule, config_fields::Names>) {
+          if (static_cast<int64_t>(v.size()) > rule.max_count) {
+            return invalid_argument(key + " lists " + std::to_string(v.size()) +
+                                    " names, more than " + std::to_string(rule.max_count));
+          }
         }
         return Status::ok_status();
       });

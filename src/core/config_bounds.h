@@ -49,6 +49,8 @@ inline constexpr int64_t kMaxIoQueueDepth = 4096;
 inline constexpr int64_t kMaxIoWorkers = 64;
 inline constexpr int64_t kMaxIoBlockBytes = int64_t{1} << 30;
 inline constexpr int64_t kMaxIoDirs = 256;
+inline constexpr int64_t kMaxLoraRank = int64_t{1} << 16;  // also at most each matrix's size
+inline constexpr int64_t kMaxLoraNames = 64;
 
 // The bounds of Note [Config bounds] on a config whose fields are otherwise valid (parse_config
 // calls it last). Also for configs that code rewrote after parsing (--auto, the planner's

@@ -81,6 +81,12 @@ constexpr auto enum_names(RopeScalingKind) {
   return std::array{"none", "llama3"};
 }
 
+// lora.base_precision: how a LoRA run keeps its frozen base (Note [LoRA] in model/lora.h).
+enum class BasePrecision : uint8_t { automatic, bf16, int8, nf4 };
+constexpr auto enum_names(BasePrecision) {
+  return std::array{"auto", "bf16", "int8", "nf4"};
+}
+
 enum class Speculation : uint8_t { automatic, on, off };  // optim.speculation
 constexpr auto enum_names(Speculation) {
   return std::array{"auto", "on", "off"};

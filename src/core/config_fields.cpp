@@ -96,6 +96,17 @@ Status read_field(const json& v, const std::string& key, Paths, std::vector<std:
   return Status::ok_status();
 }
 
+Status read_field(const json& v, const std::string& key, Names, std::vector<std::string>& out) {
+  out.clear();
+  for (const json& name : v) {
+    if (!name.is_string() || name.get<std::string>().empty()) {
+      return invalid_argument(key + " must list module names, got " + json_preview(name));
+    }
+    out.push_back(name.get<std::string>());
+  }
+  return Status::ok_status();
+}
+
 // The rows without a rule of their own: bools, doubles, and enums by their names.
 template <typename T>
 Status read_field(const json& v, const std::string& key, Any, T& out) {

@@ -59,6 +59,12 @@ struct Paths {
   int64_t max_count;
 };
 
+// A list of non-empty names (module names), at most max_count of them.
+struct Names {
+  constexpr explicit Names(int64_t max) : max_count(max) {}
+  int64_t max_count;
+};
+
 // A row's key: its list's section and its member's name, less a "<section>_" prefix (the data_
 // members of TrainConfig), so data_train is "data.train" and device (no section) "device".
 inline std::string field_key(std::string_view section, std::string_view member) {
@@ -93,6 +99,7 @@ Status for_each_field(C& c, Visit&& visit) {
   STRATA_VISIT_FIELDS_OF(STRATA_MEMORY_FIELDS, c.memory, "memory")
   STRATA_VISIT_FIELDS_OF(STRATA_OFFLOAD_FIELDS, c.offload, "offload")
   STRATA_VISIT_FIELDS_OF(STRATA_ACTIVATION_FIELDS, c.activations, "activations")
+  STRATA_VISIT_FIELDS_OF(STRATA_LORA_FIELDS, c.lora, "lora")
   return Status::ok_status();
 }
 
