@@ -2,20 +2,25 @@
 # CTest `parity_torch` (GPT-2) and `parity_torch_llama` (argument "llama"): Strata's in-memory
 # model against PyTorch (tests/parity/parity_check.cpp). With Debian's python3-torch present, the
 # fixture is regenerated from the weights Strata writes now; without it, GPT-2 uses the committed
-# fixture (Llama has none); with neither, the test fails.
+# fixture (Llama has none); with neither, the test fails. A second argument "lora" checks LoRA
+# against tools/torch_lora.py instead (python3-torch needed: there is no committed fixture).
 set -euo pipefail
 : "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 arch=${1:-gpt2}
+mode=${2:-full}
 committed="$STRATA_SOURCE_DIR/tests/fixtures/parity_tiny.safetensors"
-[ "$arch" = gpt2 ] || committed=/nonexistent
-work="$STRATA_BINARY_DIR/test_tmp/parity_torch_$arch"
+[ "$arch" = gpt2 ] && [ "$mode" = full ] || committed=/nonexistent
+tool=torch_parity.py filter='-ParityTorch.Lora*'
+[ "$mode" = lora ] && tool=torch_lora.py filter='ParityTorch.Lora*'
+work="$STRATA_BINARY_DIR/test_tmp/parity_torch_${arch}_$mode"
 mkdir -p "$work"
 
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  llama_arg=()
-  [ "$arch" = llama ] && llama_arg=(llama)
-  "$STRATA_BINARY_DIR/tests/parity_make_input" "$work/input.safetensors" "${llama_arg[@]}"
-  /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_parity.py" "$work/input.safetensors" \
+  args=()
+  [ "$arch" = llama ] && args+=(llama)
+  [ "$mode" = lora ] && args+=(lora)
+  "$STRATA_BINARY_DIR/tests/parity_make_input" "$work/input.safetensors" "${args[@]}"
+  /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/$tool" "$work/input.safetensors" \
     "$work/expected.safetensors"
   fixture="$work/expected.safetensors"
   echo "parity_torch: fixture regenerated with $(/usr/bin/python3 -c 'import torch; print("torch", torch.__version__)')"
@@ -26,4 +31,4 @@ else
   echo "parity_torch: FAILED: neither python3-torch nor the committed fixture is available" >&2
   exit 1
 fi
-STRATA_PARITY_FIXTURE="$fixture" "$STRATA_BINARY_DIR/tests/parity_check"
+STRATA_PARITY_FIXTURE="$fixture" "$STRATA_BINARY_DIR/tests/parity_check" --gtest_filter="$filter"

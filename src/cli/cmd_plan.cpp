@@ -203,7 +203,7 @@ int run_sweep(const ParsedArgs& a, const TrainConfig& cfg, const HardwareProfile
       rows.push_back(row);
     }
   }
-  const int64_t params = make_param_layout(cfg.model).parameter_count;
+  const int64_t params = make_param_layout(cfg.model, cfg.lora).parameter_count;
   if (as_json) std::printf("%s\n", json({{"params", params}, {"rows", rows}}).dump().c_str());
   return 0;
 }
@@ -258,7 +258,7 @@ void print_report(const TrainConfig& cfg, const HardwareProfile& prof, const Pre
               static_cast<long long>(cfg.model.n_layer), static_cast<long long>(cfg.model.n_embd),
               static_cast<long long>(cfg.model.n_head),
               static_cast<long long>(cfg.model.vocab_size), static_cast<long long>(cfg.seq_len),
-              static_cast<double>(make_param_layout(cfg.model).parameter_count));
+              static_cast<double>(make_param_layout(cfg.model, cfg.lora).parameter_count));
   std::printf("profile: %s\n", prof.name.c_str());
   std::printf("%s: %s\n", simulated ? "configuration" : "chosen",
               describe_choice(best.choice, cfg.seq_len).c_str());
@@ -283,7 +283,7 @@ json report_json(const TrainConfig& cfg, const HardwareProfile& prof, const Pred
     sj.push_back({{"what", s.what}, {"iter_s", s.iter_s}, {"speedup", s.speedup}});
   }
   json out = prediction_json(best, planner_budgets(cfg, prof));
-  out["params"] = make_param_layout(cfg.model).parameter_count;
+  out["params"] = make_param_layout(cfg.model, cfg.lora).parameter_count;
   out["profile"] = prof.name;
   out["sensitivity"] = sj;
   out["all_on_host"] = memory;

@@ -147,11 +147,13 @@ Result<int64_t> resume(TrainRun& run) {
 
 Status init_from(TrainRun& run) {
   const HfImportPlan& plan = *run.import;
-  STRATA_ASSIGN_OR_RETURN(
-      HfImportStats st,
-      import_hf_weights(plan, run.trainer->layout(), [&](int64_t slab, const SlabPieceFn& fill) {
-        return run.trainer->write_slab_pieces(slab, fill);
-      }));
+  STRATA_ASSIGN_OR_RETURN(HfImportStats st,
+                          import_hf_weights(
+                              plan, run.trainer->layout(),
+                              [&](int64_t slab, const SlabPieceFn& fill) {
+                                return run.trainer->write_slab_pieces(slab, fill);
+                              },
+                              HfImportOptions{.seed = static_cast<uint64_t>(run.cfg.seed)}));
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f s", st.seconds);
   std::string line = "imported " + plan.dir + " (" + enum_name(plan.model.arch) +

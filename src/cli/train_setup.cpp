@@ -18,6 +18,7 @@
 #include "io/crc32c.h"
 #include "io/storage_dirs.h"
 #include "model/hf_config.h"
+#include "model/lora.h"
 #include "planner/planner.h"
 
 namespace strata::cli {
@@ -188,6 +189,7 @@ std::optional<SetupError> configure(const ParsedArgs& a, TrainRun& run, AlphaCho
     cfg = load_config_from_args(a);
   }
   if (!cfg.ok()) return SetupError{cfg.status().message()};
+  if (Status lora = check_lora(*cfg); !lora.ok()) return SetupError{lora.message()};
   // --auto: the planner chooses schedule, B x M, placement and alpha (planner/planner.h). Else
   // optim.alpha "auto" is simulated with --profile, when given.
   if (a.has("auto")) {
@@ -348,6 +350,28 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   return std::nullopt;
 }
 
+namespace {
+
+// "lora: rank 8, alpha 16 on 4 of 4 modules per layer: 65.5K trainable parameters (7.21% of
+// 908.0K), the rest frozen" (PEFT's print_trainable_parameters, in one line).
+std::string describe_lora(const ParamLayout& layout) {
+  int on = 0;
+  for (bool b : layout.lora_on) on += b ? 1 : 0;
+  const double pct = 100.0 * static_cast<double>(layout.trainable_count) /
+                     static_cast<double>(std::max<int64_t>(layout.parameter_count, 1));
+  char share[64];
+  std::snprintf(share, sizeof share, ", alpha %g on ", static_cast<double>(layout.lora.alpha));
+  std::string text = "lora: rank " + std::to_string(layout.lora.rank) + share;
+  std::snprintf(share, sizeof share, "%.2f%%", pct);
+  return text + std::to_string(on) + " of " +
+         std::to_string(lora_modules(layout.config.arch).size()) +
+         " modules per layer: " + human_count(static_cast<double>(layout.trainable_count)) +
+         " trainable parameters (" + share + " of " +
+         human_count(static_cast<double>(layout.parameter_count)) + "), the rest frozen";
+}
+
+}  // namespace
+
 void log_run(const TrainRun& run) {
   const ModelConfig& m = run.cfg.model;
   const Trainer& t = *run.trainer;
@@ -355,6 +379,7 @@ void log_run(const TrainRun& run) {
            " heads, " + std::to_string(m.n_embd) + " channels, vocab " +
            std::to_string(m.vocab_size) + ": " +
            human_count(static_cast<double>(t.layout().parameter_count)) + " parameters");
+  if (run.cfg.lora.enabled()) log_info(describe_lora(t.layout()));
   log_info("data: " + run.data.name + ", " + human_count(static_cast<double>(run.data.size)) +
            " tokens; batch " + std::to_string(run.cfg.batch_size) + " x " +
            std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +

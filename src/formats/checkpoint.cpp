@@ -138,7 +138,7 @@ Status write_state_files(IoEngine& engine, const std::string& dir, const ParamLa
 Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const TrainConfig& cfg,
                               const CheckpointMeta& meta, const StateSnapshot& snapshot,
                               CheckpointSaveStats* stats) {
-  const ParamLayout layout = make_param_layout(cfg.model);
+  const ParamLayout layout = make_param_layout(cfg.model, cfg.lora);
   std::vector<ManifestEntry> manifest;
   STRATA_RETURN_IF_ERROR(write_state_files(engine, dir, layout, snapshot, stats, &manifest));
   return write_checkpoint_meta(engine, dir, cfg, meta, kVersion, std::move(manifest),
@@ -204,7 +204,7 @@ Result<CheckpointSaveStats> publish_checkpoint(IoEngine& engine, const std::stri
 Result<CheckpointSaveStats> save_checkpoint(IoEngine& engine, const std::string& root,
                                             const TrainConfig& cfg, const CheckpointMeta& meta,
                                             const SlabReader& read, int64_t keep) {
-  const ParamLayout layout = make_param_layout(cfg.model);
+  const ParamLayout layout = make_param_layout(cfg.model, cfg.lora);
   std::vector<int64_t> order(layout.slabs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   return save_checkpoint(engine, root, cfg, meta,
@@ -550,7 +550,7 @@ Result<std::unique_ptr<StateSource>> open_checkpoint_state(const std::string& di
   STRATA_RETURN_IF_ERROR(check_model_shape(dir, cfg));
   STRATA_ASSIGN_OR_RETURN(*meta, read_trainer_state(dir));
 
-  const ParamLayout layout = make_param_layout(cfg.model);
+  const ParamLayout layout = make_param_layout(cfg.model, cfg.lora);
   ReadStats* reads = options.stats != nullptr ? &options.stats->reads : nullptr;
   if (!sharded) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateFileReader> reader,
@@ -571,7 +571,7 @@ Result<CheckpointMeta> load_checkpoint(const std::string& dir, const TrainConfig
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateSource> source,
                           open_checkpoint_state(dir, cfg, &meta, options));
   // Pass 2: slab by slab, piece by piece, exactly the bytes of each piece's tensors.
-  const ParamLayout layout = make_param_layout(cfg.model);
+  const ParamLayout layout = make_param_layout(cfg.model, cfg.lora);
   SlowProgress progress("loading checkpoint " + dir, static_cast<int64_t>(layout.slabs.size()),
                         "slabs");
   for (int64_t si = 0; si < static_cast<int64_t>(layout.slabs.size()); ++si) {

@@ -123,7 +123,7 @@ Result<CheckpointSaveStats> save_sharded_checkpoint(IoEngine& engine, const std:
   // 2. Every rank its file; 3. the descriptions to rank 0.
   const auto t0 = std::chrono::steady_clock::now();
   const std::string tmp = checkpoint_tmp_dir(root, meta.step, static_cast<long>(head[1]));
-  const int64_t slabs = static_cast<int64_t>(make_param_layout(cfg.model).slabs.size());
+  const int64_t slabs = static_cast<int64_t>(make_param_layout(cfg.model, cfg.lora).slabs.size());
   Result<RankShardFile> mine = write_rank_shard(engine, tmp, rank, slabs, read_share);
   STRATA_ASSIGN_OR_RETURN(std::vector<nlohmann::json> descriptions,
                           gather_descriptions(world, describe_shard(mine, rank)));
@@ -305,7 +305,7 @@ Result<CheckpointSaveStats> gather_checkpoint(IoEngine& engine, const std::strin
   CheckpointMeta meta;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StateSource> source,
                           open_checkpoint_state(dir, cfg, &meta));
-  const ParamLayout layout = make_param_layout(cfg.model);
+  const ParamLayout layout = make_param_layout(cfg.model, cfg.lora);
   std::vector<float> buf(static_cast<size_t>(3 * piece_elems));  // (3, piece_elems) master, m, v
   const SlabReader read = [&](int64_t slab, const SlabPieceFn& take) {
     const int64_t numel = layout.slabs.at(static_cast<size_t>(slab)).numel;

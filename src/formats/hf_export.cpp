@@ -199,7 +199,7 @@ Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
   STRATA_ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
   auto cfg = parse_config(json);
   if (!cfg.ok()) return bad_format(config_path + ": " + cfg.status().message());
-  const ParamLayout layout = make_param_layout(cfg->model);
+  const ParamLayout layout = make_param_layout(cfg->model, cfg->lora);
 
   HfExportPlan plan;
   plan.checkpoint = checkpoint_dir;

@@ -18,6 +18,7 @@
 #include "formats/safetensors_f32.h"
 #include "model/hf_config.h"
 #include "model/hf_names.h"
+#include "model/init.h"
 
 namespace strata {
 
@@ -251,8 +252,9 @@ namespace {
 // Fills slab pieces from the plan's files (Note [Hugging Face import]).
 class HfSlabFiller {
  public:
-  HfSlabFiller(const HfImportPlan& plan, const ParamLayout& layout, int64_t chunk_bytes)
-      : plan_(plan), layout_(layout), chunk_bytes_(chunk_bytes) {}
+  HfSlabFiller(const HfImportPlan& plan, const ParamLayout& layout, int64_t chunk_bytes,
+               uint64_t seed)
+      : plan_(plan), layout_(layout), chunk_bytes_(chunk_bytes), seed_(seed) {}
 
   Status open() {
     for (const std::string& path : plan_.files) {
@@ -302,6 +304,15 @@ class HfSlabFiller {
   // Elements [lo, hi) of tensor i (Strata's layout) into dst, as f32.
   Status tensor_range(int64_t i, float* dst, int64_t lo, int64_t hi) {
     const ParamTensor& t = layout_.tensors[static_cast<size_t>(i)];
+    if (t.lora_slot >= 0) {  // an adapter starts from the seed (Note [LoRA]), whole, then cut
+      if (converted_tensor_ != i) {
+        grow(converted_, t.numel());
+        init_param_tensor(layout_, i, converted_.data(), seed_);
+        converted_tensor_ = i;
+      }
+      std::memcpy(dst, converted_.data() + lo, static_cast<size_t>(hi - lo) * 4);
+      return Status();
+    }
     if (!hf_tensor(layout_, i).transposed) return read_elements(i, dst, lo, hi);
     // A transposed weight: read whole and converted; kept while the pieces cut it.
     if (lo == 0 && hi == t.numel()) return read_transposed(i, dst);
@@ -325,7 +336,8 @@ class HfSlabFiller {
 
   // Elements [lo, hi) of tensor i as the file lays them out, widened into dst.
   Status read_elements(int64_t i, float* dst, int64_t lo, int64_t hi) {
-    const HfImportSource& src = plan_.tensors[static_cast<size_t>(i)];
+    // A base tensor's seed index is its index in the layout without adapters, the plan's.
+    const HfImportSource& src = plan_.tensors[layout_.tensors[static_cast<size_t>(i)].seed_index];
     const ReadOnlyFile& file = *files_[src.file];
     const StEntry& e = src.entry;
     const int64_t size = st_dtype_size(e.dtype);
@@ -358,6 +370,7 @@ class HfSlabFiller {
   const HfImportPlan& plan_;
   const ParamLayout& layout_;
   int64_t chunk_bytes_;
+  uint64_t seed_;
   std::vector<std::unique_ptr<ReadOnlyFile>> files_;
   ReadStats reads_;
   std::vector<uint8_t> chunk_;    // (chunk_bytes) BF16 or F16 data as read
@@ -382,12 +395,15 @@ Result<HfImportStats> import_hf_weights(const HfImportPlan& plan, const ParamLay
     return internal_error("import of " + plan.dir + " into a trainer of another model: " + d->key +
                           " " + d->a + " vs " + d->b);
   }
-  if (plan.tensors.size() != layout.tensors.size()) {
+  const auto base_tensors =
+      static_cast<size_t>(std::count_if(layout.tensors.begin(), layout.tensors.end(),
+                                        [](const ParamTensor& t) { return t.lora_slot < 0; }));
+  if (plan.tensors.size() != base_tensors) {
     return internal_error("import plan of " + plan.dir + " has " +
                           std::to_string(plan.tensors.size()) + " tensors, the layout " +
                           std::to_string(layout.tensors.size()));
   }
-  HfSlabFiller filler(plan, layout, options.chunk_bytes);
+  HfSlabFiller filler(plan, layout, options.chunk_bytes, options.seed);
   STRATA_RETURN_IF_ERROR(filler.open());
   SlowProgress progress("importing " + plan.dir, static_cast<int64_t>(layout.slabs.size()),
                         "slabs");

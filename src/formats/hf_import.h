@@ -52,6 +52,7 @@ Result<HfImportPlan> plan_hf_import(const std::string& dir);
 
 struct HfImportOptions {
   int64_t chunk_bytes = int64_t{16} << 20;  // the read buffer of BF16 and F16 data
+  uint64_t seed = 0;  // a LoRA layout's adapters start from it (Note [LoRA] in model/lora.h)
 };
 
 struct HfImportStats {

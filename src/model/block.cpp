@@ -8,7 +8,7 @@
 namespace strata {
 
 BlockDims block_dims(const DeviceTraits& dev, const ModelConfig& m, int64_t B, int64_t T,
-                     const float* rope) {
+                     const float* rope, const LoraConfig& lora) {
   BlockDims d;
   d.arch = m.arch;
   d.B = B;
@@ -22,6 +22,18 @@ BlockDims block_dims(const DeviceTraits& dev, const ModelConfig& m, int64_t B, i
   d.rope = rope;
   d.att_saved = dev.attention_saved_floats(B, T, m.n_head);
   d.att_scratch = dev.attention_scratch_floats(B, T, m.n_head);
+  if (lora.enabled()) {
+    d.lora_rank = lora.rank;
+    d.lora_scale = lora.alpha / static_cast<float>(lora.rank);
+    const auto on = lora_targeted(m, lora);
+    for (int slot = 0; slot < static_cast<int>(lora_modules(m.arch).size()); slot++) {
+      d.lora_slots[static_cast<size_t>(slot)] = lora_geometry(m, slot);
+      if (on[static_cast<size_t>(slot)]) {
+        d.lora_widest_out =
+            std::max(d.lora_widest_out, d.lora_slots[static_cast<size_t>(slot)].out);
+      }
+    }
+  }
   return d;
 }
 
@@ -52,6 +64,8 @@ BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   a.fcproj = c.take(BT * C);
   a.qkv_pre = block_is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
   a.qkv_rep = block_is_llama(d) ? c.take(BT * 3 * C) : nullptr;
+  a.lora_t = d.lora_rank > 0 ? c.take(BT * d.lora_rank) : nullptr;
+  a.lora_u = d.lora_rank > 0 ? c.take(BT * d.lora_widest_out) : nullptr;
   return a;
 }
 
@@ -75,6 +89,9 @@ BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   g.qkv_rep = block_is_llama(d) ? c.take(BT * 3 * C) : nullptr;
   g.dqkv_rot = block_is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
   g.dqkv_pre = block_is_llama(d) ? c.take(BT * d.qkv_width) : nullptr;
+  g.lora_dy = d.lora_rank > 0 ? c.take(BT * d.lora_widest_out) : nullptr;
+  g.lora_t = d.lora_rank > 0 ? c.take(BT * d.lora_rank) : nullptr;
+  g.lora_dt = d.lora_rank > 0 ? c.take(BT * d.lora_rank) : nullptr;
   return g;
 }
 
@@ -139,19 +156,65 @@ void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db, co
                      int64_t out_features, const BlockGemm* gemm) {
   if (gemm == nullptr) {
     dev.matmul(s, dx, dy, W, nullptr, rows, in_features, out_features, {.accumulate = true});
-    dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows,
-               {.trans_a = true, .accumulate = true});
+    if (dW != nullptr) {
+      dev.matmul(s, dW, dy, x, nullptr, out_features, in_features, rows,
+                 {.trans_a = true, .accumulate = true});
+    }
   } else {
     bf16_t* dyb = gemm->scratch;                       // (rows, out_features)
     bf16_t* xb = gemm->scratch + rows * out_features;  // (rows, in_features)
     dev.convert_f32_to_bf16(s, dyb, dy, rows * out_features);
-    dev.convert_f32_to_bf16(s, xb, x, rows * in_features);
+    if (dW != nullptr) dev.convert_f32_to_bf16(s, xb, x, rows * in_features);
     check_bf16(dev.matmul_bf16(s, dx, dyb, bf16_weights(*gemm, W), nullptr, rows, in_features,
                                out_features, {.accumulate = true}));
-    check_bf16(dev.matmul_bf16(s, dW, dyb, xb, nullptr, out_features, in_features, rows,
-                               {.trans_a = true, .accumulate = true}));
+    if (dW != nullptr) {
+      check_bf16(dev.matmul_bf16(s, dW, dyb, xb, nullptr, out_features, in_features, rows,
+                                 {.trans_a = true, .accumulate = true}));
+    }
   }
   if (db != nullptr) dev.bias_backward(s, db, dy, rows, out_features);
+}
+
+void lora_forward(Device& dev, Stream& s, float* y, const float* x, BlockLinear linear,
+                  const BlockView& w, const BlockActs& a, const BlockDims& d, int64_t rows) {
+  const int64_t r = d.lora_rank;
+  for (size_t slot = 0; slot < w.lora.size() && r > 0; slot++) {
+    const LoraGeometry& g = d.lora_slots[slot];
+    const LoraPair& p = w.lora[slot];
+    if (p.A == nullptr || g.linear != linear) continue;
+    dev.matmul(s, a.lora_t, x, p.A, nullptr, rows, r, g.in, {.trans_b = true});  // (rows, r)
+    dev.matmul(s, a.lora_u, a.lora_t, p.B, nullptr, rows, g.out, r,
+               {.trans_b = true});  // (rows, out)
+    dev.scaled_copy_2d(s, y + g.out_begin, g.out_width, a.lora_u, g.out, rows, g.out, d.lora_scale,
+                       true);
+  }
+}
+
+void lora_backward(Device& dev, Stream& s, float* dx, const BlockView& gw, const float* dy,
+                   const float* x, BlockLinear linear, const BlockView& w,
+                   const BlockGradScratch& g, const BlockDims& d, int64_t rows) {
+  const int64_t r = d.lora_rank;
+  for (size_t slot = 0; slot < w.lora.size() && r > 0; slot++) {
+    const LoraGeometry& geo = d.lora_slots[slot];
+    const LoraPair& p = w.lora[slot];
+    if (p.A == nullptr || geo.linear != linear) continue;
+    const int64_t out = geo.out, in = geo.in;
+    // dys = scale dy[:, range] (rows, out); t = x A^T (rows, r), recomputed.
+    dev.scaled_copy_2d(s, g.lora_dy, out, dy + geo.out_begin, geo.out_width, rows, out,
+                       d.lora_scale, false);
+    dev.matmul(s, g.lora_t, x, p.A, nullptr, rows, r, in, {.trans_b = true});
+    const LoraPair& gp = gw.lora[slot];
+    if (gp.B != nullptr) {  // dB (out, r) += dys^T t
+      dev.matmul(s, gp.B, g.lora_dy, g.lora_t, nullptr, out, r, rows,
+                 {.trans_a = true, .accumulate = true});
+    }
+    dev.matmul(s, g.lora_dt, g.lora_dy, p.B, nullptr, rows, r, out, {});  // dt (rows, r) = dys B
+    if (gp.A != nullptr) {                                                // dA (r, in) += dt^T x
+      dev.matmul(s, gp.A, g.lora_dt, x, nullptr, r, in, rows,
+                 {.trans_a = true, .accumulate = true});
+    }
+    dev.matmul(s, dx, g.lora_dt, p.A, nullptr, rows, in, r, {.accumulate = true});  // dx += dt A
+  }
 }
 
 }  // namespace strata

@@ -37,6 +37,12 @@ struct BlockDims {
   const float* rope = nullptr;  // Llama: the device's cos/sin table (model/rope.h)
   int64_t att_saved = 0;        // floats attention_forward saves (Device::attention_saved_floats)
   int64_t att_scratch = 0;      // floats of attention_backward's workspace
+  // Note [LoRA] (model/lora.h): rank 0 without adapters; a slot computes where its BlockView has
+  // an A. widest_out: the largest output range of a targeted slot.
+  int64_t lora_rank = 0;
+  float lora_scale = 0;  // alpha / rank
+  int64_t lora_widest_out = 0;
+  std::array<LoraGeometry, kLoraSlots> lora_slots{};
 };
 inline bool block_is_llama(const BlockDims& d) {
   return d.arch == ModelArch::llama;
@@ -46,12 +52,13 @@ inline int64_t block_fc_width(const BlockDims& d) {
   return block_is_llama(d) ? 2 * d.F : d.F;
 }
 
-// rope may be null where only sizes are needed (a Llama forward then must not run).
+// rope may be null where only sizes are needed (a Llama forward then must not run). lora: the
+// run's adapters (Note [LoRA]), as make_param_layout was given them.
 BlockDims block_dims(const DeviceTraits& dev, const ModelConfig& model, int64_t B, int64_t T,
-                     const float* rope = nullptr);
+                     const float* rope = nullptr, const LoraConfig& lora = {});
 inline BlockDims block_dims(const Device& dev, const ModelConfig& model, int64_t B, int64_t T,
-                            const float* rope = nullptr) {
-  return block_dims(device_traits(dev), model, B, T, rope);
+                            const float* rope = nullptr, const LoraConfig& lora = {}) {
+  return block_dims(device_traits(dev), model, B, T, rope, lora);
 }
 
 // Hands out consecutive float ranges of one buffer. With a null base it only counts, so one
@@ -96,6 +103,8 @@ struct BlockActs {
   float* fcproj;   // (B, T, C)
   float* qkv_pre;  // (B, T, qkv_width)  Llama only: q|k|v before rotation
   float* qkv_rep;  // (B, T, 3C)         Llama only: k and v heads repeated for attention
+  float* lora_t;   // (B, T, r)           LoRA only: A x of one adapter
+  float* lora_u;   // (B, T, widest out)  LoRA only: B A x of one adapter
 };
 BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_acts_floats(const BlockDims& d) {
@@ -118,6 +127,9 @@ struct BlockGradScratch {
   float* qkv_rep;    // (B, T, 3C)         Llama only: the saved q|k|v repeated again
   float* dqkv_rot;   // (B, T, qkv_width)  Llama only: repeats summed, before un-rotating
   float* dqkv_pre;   // (B, T, qkv_width)  Llama only: gradient of the q|k|v matmul's output
+  float* lora_dy;    // (B, T, widest out)  LoRA only: scale times an adapter's rows of dy
+  float* lora_t;     // (B, T, r)           LoRA only: A x, recomputed
+  float* lora_dt;    // (B, T, r)           LoRA only: its gradient
 };
 BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_grad_scratch_floats(const BlockDims& d) {

@@ -6,8 +6,8 @@ namespace strata {
 
 namespace {
 GptActs gpt_acts_carve(const Device& dev, FloatCarver& c, const ModelConfig& cfg, int64_t B,
-                       int64_t T, const float* rope) {
-  const BlockDims d = block_dims(dev, cfg, B, T, rope);
+                       int64_t T, const float* rope, const LoraConfig& lora) {
+  const BlockDims d = block_dims(dev, cfg, B, T, rope, lora);
   const int64_t BT = B * T, C = cfg.n_embd, V = cfg.vocab_size, L = cfg.n_layer;
   GptActs a;
   a.B = B;
@@ -31,14 +31,15 @@ GptActs gpt_acts_carve(const Device& dev, FloatCarver& c, const ModelConfig& cfg
 }  // namespace
 
 GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T,
-                    const float* rope) {
+                    const float* rope, const LoraConfig& lora) {
   FloatCarver c(base);
-  return gpt_acts_carve(dev, c, cfg, B, T, rope);
+  return gpt_acts_carve(dev, c, cfg, B, T, rope, lora);
 }
 
-int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T) {
+int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T,
+                        const LoraConfig& lora) {
   FloatCarver counter(nullptr);
-  gpt_acts_carve(dev, counter, cfg, B, T, nullptr);
+  gpt_acts_carve(dev, counter, cfg, B, T, nullptr, lora);
   return counter.used();
 }
 
@@ -67,8 +68,8 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd;
   const int64_t f = static_cast<int64_t>(sizeof(float));
   const BlockDims& d = a.dims;
-  const EmbedView emb = embed_view(layout, params), gemb = embed_view(layout, grads);
-  const FinalView fin = final_view(layout, params), gfin = final_view(layout, grads);
+  const EmbedView emb = embed_view(layout, params), gemb = embed_view(layout, grads, ViewOf::grads);
+  const FinalView fin = final_view(layout, params), gfin = final_view(layout, grads, ViewOf::grads);
 
   float* dout = a.dres_a;
   float* dinp = a.dres_b;
@@ -77,12 +78,12 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
 
   for (int64_t l = cfg.n_layer - 1; l >= 0; l--) {
     dev.fill_zero(s, dinp, BT * C * f);
-    block_backward(dev, s, dinp, block_view(layout, grads, l), a.scratch, dout,
+    block_backward(dev, s, dinp, block_view(layout, grads, l, ViewOf::grads), a.scratch, dout,
                    a.residual + l * BT * C, a.blocks[static_cast<size_t>(l)],
                    block_view(layout, params, l), d, gemm);
     std::swap(dout, dinp);
   }
-  dev.embedding_backward(s, gemb.wte, gemb.wpe, dout, tokens, B, T, C);
+  if (gemb.wte != nullptr) dev.embedding_backward(s, gemb.wte, gemb.wpe, dout, tokens, B, T, C);
 }
 
 double block_matmul_params(const ModelConfig& cfg) {

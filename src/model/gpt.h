@@ -29,10 +29,12 @@ struct GptActs {
 };
 
 // Lays the activations out in `base` (gpt_acts_floats floats); a null base only counts. rope:
-// a Llama model's cos/sin table on the device (model/rope.h); null for GPT-2.
+// a Llama model's cos/sin table on the device (model/rope.h); null for GPT-2. lora: the adapters'
+// scratch (Note [LoRA]).
 GptActs gpt_acts_at(const Device& dev, float* base, const ModelConfig& cfg, int64_t B, int64_t T,
-                    const float* rope);
-int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T);
+                    const float* rope, const LoraConfig& lora = {});
+int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, int64_t T,
+                        const LoraConfig& lora = {});
 
 // tokens, targets (B, T) int32 on the device; params laid out by `layout`.
 // After it, acts.head.losses holds the per-position losses and acts.head.logits the logits.

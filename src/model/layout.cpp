@@ -42,6 +42,10 @@ struct SlabBuilder {
   // rows of a fused matrix, Note [Llama blocks]).
   void add(std::string name, Shape shape, ParamInit init, std::string hf_name,
            bool hf_transposed = false, bool packed = false) {
+    add_tensor(std::move(name), std::move(shape), init, std::move(hf_name), hf_transposed, packed);
+  }
+  ParamTensor& add_tensor(std::string name, Shape shape, ParamInit init, std::string hf_name,
+                          bool hf_transposed, bool packed) {
     if (!packed) cursor = round_up(cursor, kTensorAlignElems);
     ParamTensor t;
     t.name = std::move(name);
@@ -57,6 +61,7 @@ struct SlabBuilder {
     cursor = add_elems(cursor, n);
     layout.parameter_count = add_elems(layout.parameter_count, n);
     layout.tensors.push_back(std::move(t));
+    return layout.tensors.back();
   }
   void finish() {
     slab.numel = round_up(std::max<int64_t>(cursor, 1), kSlabAlignElems);
@@ -65,6 +70,46 @@ struct SlabBuilder {
     layout.slabs.push_back(slab);
   }
 };
+
+// Block l's adapters (Note [LoRA]), slot by slot after its base tensors: "blk.3.self_attn.q_proj.
+// lora_A" (r, in) and ".lora_B" (out, r), named as PEFT's adapter files name them. hf_layer is the
+// layer's module prefix in PEFT's names ("model.layers.3.", "transformer.h.3.").
+void add_lora_tensors(SlabBuilder& blk, const ParamLayout& layout, int64_t l,
+                      const std::string& hf_layer) {
+  if (!layout.lora.enabled()) return;
+  const auto& mods = lora_modules(layout.config.arch);
+  const int64_t r = layout.lora.rank;
+  for (size_t s = 0; s < mods.size(); s++) {
+    if (!layout.lora_on[s]) continue;
+    const LoraGeometry g = lora_geometry(layout.config, static_cast<int>(s));
+    const std::string name = "blk." + std::to_string(l) + "." + mods[s].hf_path + ".lora_";
+    const std::string hf = "base_model.model." + hf_layer + mods[s].hf_path + ".lora_";
+    ParamTensor& a = blk.add_tensor(name + "A", {r, g.in}, ParamInit::kaiming_uniform,
+                                    hf + "A.weight", false, false);
+    a.lora_slot = static_cast<int8_t>(s);
+    ParamTensor& b =
+        blk.add_tensor(name + "B", {g.out, r}, ParamInit::zeros, hf + "B.weight", false, false);
+    b.lora_slot = static_cast<int8_t>(s);
+    b.lora_b = true;
+  }
+}
+
+// Seed indices, and (Note [LoRA]) every base tensor frozen but those modules_to_save trains.
+void freeze_base(ParamLayout& layout) {
+  uint64_t base = 0, adapters = 0;
+  for (ParamTensor& t : layout.tensors) {
+    t.seed_index = t.lora_slot >= 0 ? (uint64_t{1} << 32) + adapters++ : base++;
+  }
+  layout.trainable_count = layout.parameter_count;
+  if (!layout.lora.enabled()) return;
+  const LoraSaved saved = lora_saved(layout.config, layout.lora);
+  for (ParamTensor& t : layout.tensors) {
+    const bool trained = t.lora_slot >= 0 || (t.name == "wte.weight" && saved.wte) ||
+                         (t.name == "lm_head.weight" && saved.lm_head);
+    t.frozen = !trained;
+    if (t.frozen) layout.trainable_count -= t.numel();
+  }
+}
 
 }  // namespace
 
@@ -95,6 +140,7 @@ void add_gpt2_slabs(ParamLayout& layout, const ModelConfig& cfg) {
     blk.add(p + "mlp_fc.bias", {4 * C}, I::zeros, h + "mlp.c_fc.bias");
     blk.add(p + "mlp_proj.weight", {C, 4 * C}, I::residual_normal, h + "mlp.c_proj.weight", true);
     blk.add(p + "mlp_proj.bias", {C}, I::zeros, h + "mlp.c_proj.bias");
+    add_lora_tensors(blk, layout, l, "transformer." + h);
     blk.finish();
   }
 
@@ -127,6 +173,7 @@ void add_llama_slabs(ParamLayout& layout, const ModelConfig& cfg) {
     blk.add(p + "mlp_gate.weight", {F, C}, I::normal, h + "mlp.gate_proj.weight");
     blk.add(p + "mlp_up.weight", {F, C}, I::normal, h + "mlp.up_proj.weight", false, true);
     blk.add(p + "mlp_down.weight", {C, F}, I::normal, h + "mlp.down_proj.weight");
+    add_lora_tensors(blk, layout, l, h);
     blk.finish();
   }
 
@@ -140,9 +187,13 @@ void add_llama_slabs(ParamLayout& layout, const ModelConfig& cfg) {
 
 }  // namespace
 
-ParamLayout make_param_layout(const ModelConfig& cfg) {
+ParamLayout make_param_layout(const ModelConfig& cfg, const LoraConfig& lora) {
   ParamLayout layout;
   layout.config = cfg;
+  if (lora.enabled()) {
+    layout.lora = lora;
+    layout.lora_on = lora_targeted(cfg, lora);
+  }
   switch (cfg.arch) {
     case ModelArch::gpt2:
       add_gpt2_slabs(layout, cfg);
@@ -151,6 +202,7 @@ ParamLayout make_param_layout(const ModelConfig& cfg) {
       add_llama_slabs(layout, cfg);
       break;
   }
+  freeze_base(layout);
   return layout;
 }
 
@@ -162,57 +214,93 @@ int64_t ParamLayout::find(const std::string& name) const {
 }
 
 // The views below read tensor t at base + t.offset - origin: origin 0 for a pointer to the whole
-// parameter space, the slab's offset for a pointer to the slab alone.
+// parameter space, the slab's offset for a pointer to the slab alone. A gradient view has null
+// for a frozen tensor (Note [LoRA]).
 namespace {
+struct Where {
+  float* base;
+  int64_t origin;
+  ViewOf of;
+  float* at(const ParamTensor& t) const {
+    if (of == ViewOf::grads && t.frozen) return nullptr;
+    return base + (t.offset - origin);
+  }
+};
+
 const ParamTensor* slab_tensors(const ParamLayout& layout, int64_t slab) {
   const Slab& s = layout.slabs[static_cast<size_t>(slab)];
   return &layout.tensors[static_cast<size_t>(s.first_tensor)];
 }
 
-EmbedView embed_view_from(const ParamLayout& layout, float* base, int64_t origin) {
+EmbedView embed_view_from(const ParamLayout& layout, const Where& w) {
   const Slab& s = layout.slabs[static_cast<size_t>(layout.embed_slab())];
   const ParamTensor* t = slab_tensors(layout, layout.embed_slab());
-  return EmbedView{base + (t[0].offset - origin),
-                   s.tensor_count > 1 ? base + (t[1].offset - origin) : nullptr};
+  return EmbedView{w.at(t[0]), s.tensor_count > 1 ? w.at(t[1]) : nullptr};
 }
 
-BlockView gpt2_block_view(const ParamTensor* t, float* base, int64_t origin) {
-  auto at = [&](BlockTensor k) { return base + (t[k].offset - origin); };
-  return BlockView{at(kLn1Weight),      at(kLn1Bias),      at(kAttnQkvWeight), at(kAttnQkvBias),
-                   at(kAttnProjWeight), at(kAttnProjBias), at(kLn2Weight),     at(kLn2Bias),
-                   at(kMlpFcWeight),    at(kMlpFcBias),    at(kMlpProjWeight), at(kMlpProjBias)};
+BlockView gpt2_block_view(const ParamTensor* t, const Where& w) {
+  auto at = [&](BlockTensor k) { return w.at(t[k]); };
+  return BlockView{at(kLn1Weight),
+                   at(kLn1Bias),
+                   at(kAttnQkvWeight),
+                   at(kAttnQkvBias),
+                   at(kAttnProjWeight),
+                   at(kAttnProjBias),
+                   at(kLn2Weight),
+                   at(kLn2Bias),
+                   at(kMlpFcWeight),
+                   at(kMlpFcBias),
+                   at(kMlpProjWeight),
+                   at(kMlpProjBias),
+                   {}};
 }
 
-BlockView llama_block_view(const ParamTensor* t, float* base, int64_t origin) {
-  auto at = [&](LlamaBlockTensor k) { return base + (t[k].offset - origin); };
-  return BlockView{at(kAttnNormWeight), nullptr, at(kAttnQWeight),   nullptr,
-                   at(kAttnOutWeight),  nullptr, at(kMlpNormWeight), nullptr,
-                   at(kMlpGateWeight),  nullptr, at(kMlpDownWeight), nullptr};
+BlockView llama_block_view(const ParamTensor* t, const Where& w) {
+  auto at = [&](LlamaBlockTensor k) { return w.at(t[k]); };
+  return BlockView{at(kAttnNormWeight),
+                   nullptr,
+                   at(kAttnQWeight),
+                   nullptr,
+                   at(kAttnOutWeight),
+                   nullptr,
+                   at(kMlpNormWeight),
+                   nullptr,
+                   at(kMlpGateWeight),
+                   nullptr,
+                   at(kMlpDownWeight),
+                   nullptr,
+                   {}};
 }
 
-BlockView block_view_from(const ParamLayout& layout, float* base, int64_t layer, int64_t origin) {
+// The adapters after a block's base tensors (Note [LoRA]), by slot.
+void add_lora_view(BlockView& v, const ParamTensor* t, int64_t first, int64_t count,
+                   const Where& w) {
+  for (int64_t i = first; i < count; i++) {
+    const ParamTensor& a = t[i];
+    STRATA_CHECK(a.lora_slot >= 0 && a.lora_slot < kLoraSlots);
+    LoraPair& pair = v.lora[static_cast<size_t>(a.lora_slot)];
+    (a.lora_b ? pair.B : pair.A) = w.at(a);
+  }
+}
+
+BlockView block_view_from(const ParamLayout& layout, int64_t layer, const Where& w) {
   STRATA_CHECK(layer >= 0 && layer < layout.config.n_layer);
   const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(layer))];
   const ParamTensor* t = slab_tensors(layout, layout.block_slab(layer));
-  switch (layout.config.arch) {
-    case ModelArch::gpt2:
-      STRATA_CHECK(s.tensor_count == kBlockTensorCount);
-      return gpt2_block_view(t, base, origin);
-    case ModelArch::llama:
-      STRATA_CHECK(s.tensor_count == kLlamaBlockTensorCount);
-      return llama_block_view(t, base, origin);
-  }
-  STRATA_CHECK_MSG(false, "unknown model.arch");
-  return {};
+  const bool llama = layout.config.arch == ModelArch::llama;
+  const int64_t base_count = llama ? int64_t{kLlamaBlockTensorCount} : int64_t{kBlockTensorCount};
+  STRATA_CHECK(s.tensor_count >= base_count);
+  BlockView v = llama ? llama_block_view(t, w) : gpt2_block_view(t, w);
+  add_lora_view(v, t, base_count, s.tensor_count, w);
+  return v;
 }
 
 // GPT-2: lnf.weight, lnf.bias. Llama: norm.weight [, lm_head.weight].
-FinalView final_view_from(const ParamLayout& layout, float* base, int64_t origin) {
+FinalView final_view_from(const ParamLayout& layout, const Where& w) {
   const Slab& s = layout.slabs[static_cast<size_t>(layout.final_slab())];
   const ParamTensor* t = slab_tensors(layout, layout.final_slab());
-  auto at = [&](int64_t k) { return base + (t[k].offset - origin); };
-  if (layout.config.arch == ModelArch::gpt2) return FinalView{at(0), at(1), nullptr};
-  return FinalView{at(0), nullptr, s.tensor_count > 1 ? at(1) : nullptr};
+  if (layout.config.arch == ModelArch::gpt2) return FinalView{w.at(t[0]), w.at(t[1]), nullptr};
+  return FinalView{w.at(t[0]), nullptr, s.tensor_count > 1 ? w.at(t[1]) : nullptr};
 }
 
 int64_t slab_origin(const ParamLayout& layout, int64_t slab) {
@@ -220,24 +308,25 @@ int64_t slab_origin(const ParamLayout& layout, int64_t slab) {
 }
 }  // namespace
 
-EmbedView embed_view(const ParamLayout& layout, float* base) {
-  return embed_view_from(layout, base, 0);
+EmbedView embed_view(const ParamLayout& layout, float* base, ViewOf of) {
+  return embed_view_from(layout, {base, 0, of});
 }
-BlockView block_view(const ParamLayout& layout, float* base, int64_t layer) {
-  return block_view_from(layout, base, layer, 0);
+BlockView block_view(const ParamLayout& layout, float* base, int64_t layer, ViewOf of) {
+  return block_view_from(layout, layer, {base, 0, of});
 }
-FinalView final_view(const ParamLayout& layout, float* base) {
-  return final_view_from(layout, base, 0);
+FinalView final_view(const ParamLayout& layout, float* base, ViewOf of) {
+  return final_view_from(layout, {base, 0, of});
 }
 
-EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base) {
-  return embed_view_from(layout, slab_base, slab_origin(layout, layout.embed_slab()));
+EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of) {
+  return embed_view_from(layout, {slab_base, slab_origin(layout, layout.embed_slab()), of});
 }
-BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer) {
-  return block_view_from(layout, slab_base, layer, slab_origin(layout, layout.block_slab(layer)));
+BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer, ViewOf of) {
+  return block_view_from(layout, layer,
+                         {slab_base, slab_origin(layout, layout.block_slab(layer)), of});
 }
-FinalView final_slab_view(const ParamLayout& layout, float* slab_base) {
-  return final_view_from(layout, slab_base, slab_origin(layout, layout.final_slab()));
+FinalView final_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of) {
+  return final_view_from(layout, {slab_base, slab_origin(layout, layout.final_slab()), of});
 }
 
 }  // namespace strata

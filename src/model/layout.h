@@ -6,12 +6,14 @@
 // size differs. Padding between tensors and at slab ends is zero and never updated.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/tensor.h"
+#include "model/lora.h"
 
 namespace strata {
 
@@ -55,7 +57,8 @@ enum LlamaBlockTensor : int {
 
 // How a tensor is initialised from the seed (model/init.h): zeros (biases), ones (norm gains),
 // N(0, 0.02), or N(0, 0.02 / sqrt(2 L)) (GPT-2's residual projections).
-enum class ParamInit : uint8_t { zeros, ones, normal, residual_normal };
+// kaiming_uniform: U(-1/sqrt(in), 1/sqrt(in)) for an (out, in) matrix, a LoRA A (Note [LoRA]).
+enum class ParamInit : uint8_t { zeros, ones, normal, residual_normal, kaiming_uniform };
 
 struct ParamTensor {
   std::string name;  // "blk.3.attn_qkv.weight", "wte.weight", ...
@@ -68,6 +71,14 @@ struct ParamTensor {
   // and whether HF stores it transposed (GPT-2's Conv1D); see model/hf_names.h.
   std::string hf_name;
   bool hf_transposed = false;
+  // Note [LoRA]: a frozen tensor gets no gradient and no AdamW update. An adapter tensor names its
+  // slot (model/lora.h) and whether it is A (r, in) or B (out, r); -1 for the base's tensors.
+  bool frozen = false;
+  // Its initial values' seed index (model/init.h): its index among the base's tensors, so a LoRA
+  // layout's base starts as the same layout without adapters; adapters count from 2^32.
+  uint64_t seed_index = 0;
+  int8_t lora_slot = -1;
+  bool lora_b = false;
   int64_t numel() const { return shape.numel(); }
 };
 
@@ -81,10 +92,13 @@ struct Slab {
 
 struct ParamLayout {
   ModelConfig config;
-  std::vector<ParamTensor> tensors;  // slab order: embed, blk.0 .. blk.L-1, final
+  LoraConfig lora;                         // rank 0: no adapters, nothing frozen
+  std::array<bool, kLoraSlots> lora_on{};  // the slots (model/lora.h) each block adapts
+  std::vector<ParamTensor> tensors;        // slab order: embed, blk.0 .. blk.L-1, final
   std::vector<Slab> slabs;
   int64_t total_elems = 0;      // all slabs, padding included
   int64_t parameter_count = 0;  // real parameters, padding excluded
+  int64_t trainable_count = 0;  // of those, the ones not frozen (all, without LoRA)
 
   int64_t embed_slab() const { return 0; }
   int64_t block_slab(int64_t layer) const { return 1 + layer; }
@@ -93,7 +107,9 @@ struct ParamLayout {
   int64_t find(const std::string& name) const;
 };
 
-ParamLayout make_param_layout(const ModelConfig& config);
+// With lora.rank > 0 (check_lora must accept it), each block's slab ends with its adapters' A and
+// B, slot by slot, and the base is frozen (Note [LoRA]).
+ParamLayout make_param_layout(const ModelConfig& config, const LoraConfig& lora = {});
 
 // Typed views of one slab's tensors inside a flat f32 buffer laid out by ParamLayout (params,
 // gradients, or optimizer state alike). The two architectures share them by role; a tensor an
@@ -105,19 +121,25 @@ struct EmbedView {
 // GPT-2: LayerNorms with biases, qkv (3C, C), fc (4C, C), fcproj (C, 4C), every bias.
 // Llama: RMSNorm gains only (ln1_b, ln2_b null); qkv_w is q|k|v (C + 2 Ckv, C); proj_w is o;
 // fc_w is gate|up (2F, C); fcproj_w is down (C, F); no biases (all *_b null).
+// A LoRA adapter's A (r, in) and B (out, r); null where the slot is not adapted.
+struct LoraPair {
+  float* A;
+  float* B;
+};
 struct BlockView {
-  float* ln1_w;     // (C)
-  float* ln1_b;     // (C)
-  float* qkv_w;     // (3C, C)            Llama: (C + 2 Ckv, C)
-  float* qkv_b;     // (3C)
-  float* proj_w;    // (C, C)
-  float* proj_b;    // (C)
-  float* ln2_w;     // (C)
-  float* ln2_b;     // (C)
-  float* fc_w;      // (4C, C)            Llama: (2F, C)
-  float* fc_b;      // (4C)
-  float* fcproj_w;  // (C, 4C)            Llama: (C, F)
-  float* fcproj_b;  // (C)
+  float* ln1_w;                           // (C)
+  float* ln1_b;                           // (C)
+  float* qkv_w;                           // (3C, C)            Llama: (C + 2 Ckv, C)
+  float* qkv_b;                           // (3C)
+  float* proj_w;                          // (C, C)
+  float* proj_b;                          // (C)
+  float* ln2_w;                           // (C)
+  float* ln2_b;                           // (C)
+  float* fc_w;                            // (4C, C)            Llama: (2F, C)
+  float* fc_b;                            // (4C)
+  float* fcproj_w;                        // (C, 4C)            Llama: (C, F)
+  float* fcproj_b;                        // (C)
+  std::array<LoraPair, kLoraSlots> lora;  // by slot (model/lora.h); all null without LoRA
 };
 struct FinalView {
   float* lnf_w;    // (C)
@@ -130,13 +152,18 @@ inline float* lm_head_of(const EmbedView& e, const FinalView& f) {
   return f.lm_head != nullptr ? f.lm_head : e.wte;
 }
 
-EmbedView embed_view(const ParamLayout& layout, float* base);
-BlockView block_view(const ParamLayout& layout, float* base, int64_t layer);
-FinalView final_view(const ParamLayout& layout, float* base);
+// What a view is of: the params, or their gradients, where a frozen tensor is null (Note [LoRA]:
+// nothing accumulates into it).
+enum class ViewOf : uint8_t { params, grads };
+EmbedView embed_view(const ParamLayout& layout, float* base, ViewOf of = ViewOf::params);
+BlockView block_view(const ParamLayout& layout, float* base, int64_t layer,
+                     ViewOf of = ViewOf::params);
+FinalView final_view(const ParamLayout& layout, float* base, ViewOf of = ViewOf::params);
 // The same views over a buffer that holds one slab alone (slab_base points at its first
 // element), as the offloaded schedules keep them.
-EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base);
-BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer);
-FinalView final_slab_view(const ParamLayout& layout, float* slab_base);
+EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of = ViewOf::params);
+BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer,
+                          ViewOf of = ViewOf::params);
+FinalView final_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of = ViewOf::params);
 
 }  // namespace strata

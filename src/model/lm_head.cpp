@@ -28,8 +28,11 @@ void lm_head_backward(Device& dev, Stream& s, float* dx, const EmbedView& ge, co
   // logits = lnf @ head^T: d head += dlogits^T @ lnf, d lnf = dlogits @ head.
   dev.fill_zero(s, a.dlogits, N * V * f);
   dev.softmax_cross_entropy_backward(s, a.dlogits, a.probs, targets, dloss, N, V);
-  dev.matmul(s, lm_head_of(ge, gfin), a.dlogits, a.lnf, nullptr, V, C, N,
-             {.trans_a = true, .accumulate = true});
+  // The head's gradient: the untied head's, or the token embedding's; null when frozen.
+  float* ghead = fin.lm_head != nullptr ? gfin.lm_head : ge.wte;
+  if (ghead != nullptr) {
+    dev.matmul(s, ghead, a.dlogits, a.lnf, nullptr, V, C, N, {.trans_a = true, .accumulate = true});
+  }
   dev.matmul(s, a.dlnf, a.dlogits, lm_head_of(e, fin), nullptr, N, C, V, {});
   dev.fill_zero(s, dx, N * C * f);
   norm_backward(dev, s, final_norm_spec(cfg), dx, gfin.lnf_w, gfin.lnf_b, a.dlnf, x, fin.lnf_w,

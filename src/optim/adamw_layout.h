@@ -19,9 +19,9 @@ namespace strata {
 AdamWHyper adamw_hyper(const OptimConfig& optim, float lr, int64_t step, float grad_scale);
 
 // The elements [lo, hi) of `slab` (slab-relative): master, m, v and grad point at element lo.
-// Tensors decay by `weight_decay` when ParamTensor::decay, else not. master_bf16, when not null,
-// points at element lo too and receives the updated master rounded to bf16 in the same pass (bf16
-// working weights, Note [Precision modes] in train/trainer.h).
+// Tensors decay by `weight_decay` when ParamTensor::decay, else not; frozen ones are skipped.
+// master_bf16, when not null, points at element lo too and receives the updated master rounded to
+// bf16 in the same pass (bf16 working weights, Note [Precision modes] in train/trainer.h).
 void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64_t hi,
                       float* master, float* m, float* v, bf16_t* master_bf16, const float* grad,
                       AdamWHyper h, float weight_decay);
@@ -35,6 +35,7 @@ void for_each_tensor_range(const ParamLayout& layout, int64_t slab, int64_t lo, 
   const Slab& s = layout.slabs[static_cast<size_t>(slab)];
   for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
     const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    if (t.frozen) continue;  // Note [LoRA]: never stepped, so its bits never change
     const int64_t a = std::max(t.offset - s.offset, lo);
     const int64_t b = std::min(t.offset - s.offset + t.numel(), hi);
     if (b <= a) continue;

@@ -17,7 +17,7 @@
 namespace strata {
 
 InMemoryTrainer::InMemoryTrainer(Device& dev, const TrainConfig& cfg, Communicator& world)
-    : dev_(dev), world_(world), cfg_(cfg), layout_(make_param_layout(cfg.model)) {
+    : dev_(dev), world_(world), cfg_(cfg), layout_(make_param_layout(cfg.model, cfg.lora)) {
   bf16_ = cfg.precision == Precision::bf16;
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
 }
@@ -52,13 +52,14 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(
   STRATA_ASSIGN_OR_RETURN(t->grads_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_m_, dev.alloc(n * f));
   STRATA_ASSIGN_OR_RETURN(t->adam_v_, dev.alloc(n * f));
-  STRATA_ASSIGN_OR_RETURN(t->acts_buf_, dev.alloc(gpt_acts_floats(dev, cfg.model, B, T) * f));
+  STRATA_ASSIGN_OR_RETURN(t->acts_buf_,
+                          dev.alloc(gpt_acts_floats(dev, cfg.model, B, T, cfg.lora) * f));
   STRATA_ASSIGN_OR_RETURN(t->tokens_, dev.alloc(2 * B * T * 4));
   STRATA_ASSIGN_OR_RETURN(t->slab_sumsq_,
                           dev.alloc(static_cast<int64_t>(t->layout_.slabs.size()) * 8));
   STRATA_ASSIGN_OR_RETURN(t->losses_host_, dev.alloc_host(B * T * f));
   STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
-  t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T, t->rope_.f32());
+  t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T, t->rope_.f32(), cfg.lora);
   if (bf16_gemm) {
     STRATA_ASSIGN_OR_RETURN(t->gemm_scratch_,
                             dev.alloc(block_gemm_scratch_elems(t->acts_.dims) * 2));

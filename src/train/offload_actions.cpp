@@ -234,9 +234,10 @@ STRATA_ACTION(head_loss) {
   float* dact = f32_of(bp, t, Role::dact);      // (B, T, C)
   float* losses = f32_of(bp, t, Role::losses);  // (M, B, T)
   const int32_t* tgt = tokens_of(bp, t) + BT;   // (B, T)
-  const EmbedView e = embed_slab_view(sh_.layout, embed), ge = embed_slab_view(sh_.layout, gembed);
+  const EmbedView e = embed_slab_view(sh_.layout, embed),
+                  ge = embed_slab_view(sh_.layout, gembed, ViewOf::grads);
   const FinalView fin = final_slab_view(sh_.layout, embed + ne),
-                  gfin = final_slab_view(sh_.layout, gembed + ne);
+                  gfin = final_slab_view(sh_.layout, gembed + ne, ViewOf::grads);
   lm_head_forward(dev_, s, ws_.head, x, e, fin, tgt, sh_.cfg.model, BT);
   dev_.copy(s, losses + t.micro_batch * BT, ws_.head.losses, BT * f);
   lm_head_backward(dev_, s, dact, ge, gfin, ws_.head, x, e, fin, tgt, dloss_, sh_.cfg.model, BT);
@@ -263,15 +264,19 @@ STRATA_ACTION(block_backward) {
   }
   const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
   dev_.fill_zero(s, ws_.dinp, BT * C * f);
-  block_backward(dev_, s, ws_.dinp, block_slab_view(sh_.layout, grad, t.block), ws_.scratch, dact,
-                 in, a, w, sh_.dims, g);
+  block_backward(dev_, s, ws_.dinp, block_slab_view(sh_.layout, grad, t.block, ViewOf::grads),
+                 ws_.scratch, dact, in, a, w, sh_.dims, g);
   dev_.copy(s, dact, ws_.dinp, BT * C * f);
   end_task(s);
   return Status::ok_status();
 }
 
 STRATA_ACTION(embed_backward) {
-  const EmbedView ge = embed_slab_view(sh_.layout, f32_of(bp, t, Role::grad));
+  const EmbedView ge = embed_slab_view(sh_.layout, f32_of(bp, t, Role::grad), ViewOf::grads);
+  if (ge.wte == nullptr) {  // a frozen embedding (Note [LoRA])
+    end_task(*streams_.compute);
+    return Status::ok_status();
+  }
   dev_.embedding_backward(*streams_.compute, ge.wte, ge.wpe, f32_of(bp, t, Role::dact),
                           tokens_of(bp, t), sh_.cfg.batch_size, sh_.cfg.seq_len,
                           sh_.cfg.model.n_embd);

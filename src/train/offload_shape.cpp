@@ -9,8 +9,8 @@ namespace strata {
 OffloadShape make_offload_shape(const Device& dev, const TrainConfig& cfg, int rank, int ranks) {
   OffloadShape sh;
   sh.cfg = cfg;
-  sh.layout = make_param_layout(cfg.model);
-  sh.dims = block_dims(dev, cfg.model, cfg.batch_size, cfg.seq_len);
+  sh.layout = make_param_layout(cfg.model, cfg.lora);
+  sh.dims = block_dims(dev, cfg.model, cfg.batch_size, cfg.seq_len, nullptr, cfg.lora);
   sh.vertical = cfg.schedule == Schedule::vertical;
   sh.bf16 = cfg.precision == Precision::bf16;
   sh.block_elems = sh.layout.slabs[static_cast<size_t>(sh.layout.block_slab(0))].numel;

@@ -43,7 +43,7 @@ int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
 
 ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& cfg,
                                    bool pending_steps, bool iteration) {
-  const ParamLayout layout = make_param_layout(cfg.model);
+  const ParamLayout layout = make_param_layout(cfg.model, cfg.lora);
   const int64_t B = cfg.batch_size, T = cfg.seq_len, C = cfg.model.n_embd, V = cfg.model.vocab_size,
                 M = cfg.grad_accum, BT = B * T;
   const int64_t n = layout.slabs[static_cast<size_t>(layout.block_slab(0))].numel;
@@ -64,7 +64,7 @@ ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& c
   s.embed_optim = cfg.offload.embed_optim_on_host ? Placement::host : Placement::storage;
   s.tokens_bytes = M * 2 * BT * 4;
   s.losses_bytes = M * BT * 4;
-  const BlockDims d = block_dims(dev, cfg.model, B, T);
+  const BlockDims d = block_dims(dev, cfg.model, B, T, nullptr, cfg.lora);
   FloatCarver counter(nullptr);
   carve_offload_workspace(counter, d, cfg, n);
   s.workspace_bytes = counter.used() * 4;

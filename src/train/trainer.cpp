@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "model/lora.h"
 #include "train/in_memory_trainer.h"
 #include "train/offload_trainer.h"
 
@@ -72,6 +73,7 @@ Status check_world(const TrainConfig& cfg, const Communicator& world) {
 Result<std::unique_ptr<Trainer>> create_trainer(Device& dev, const TrainConfig& cfg,
                                                 Communicator& world,
                                                 std::unique_ptr<PeerTransport> device_transport) {
+  STRATA_RETURN_IF_ERROR(check_lora(cfg));
   if (cfg.schedule == Schedule::in_memory) {
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InMemoryTrainer> t,
                             InMemoryTrainer::create(dev, cfg, world, std::move(device_transport)));

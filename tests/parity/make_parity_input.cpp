@@ -1,6 +1,8 @@
 // Writes the input of the PyTorch parity check (tools/torch_parity.py reads it): a tiny GPT-2's
 // initial weights as Strata initialises them, ten batches of the generated corpus, the training
-// hyperparameters, and a standalone AdamW case. See tests/parity_torch.sh.
+// hyperparameters, and a standalone AdamW case. See tests/parity_torch.sh. With "lora", the
+// model carries rank-4 adapters on every linear layer (Note [LoRA] in model/lora.h), their B
+// drawn nonzero so that every adapter has a gradient at step 0; tools/torch_lora.py reads it.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -26,9 +28,13 @@ std::string num(double x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool llama = argc == 3 && std::string(argv[2]) == "llama";
-  if (argc != 2 && !llama) {
-    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors [llama]\n");
+  bool llama = false, lora = false, bad = argc < 2;
+  for (int i = 2; i < argc; i++) {
+    const std::string a = argv[i];
+    (a == "llama" ? llama : a == "lora" ? lora : bad) = true;
+  }
+  if (bad) {
+    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors [llama] [lora]\n");
     return 2;
   }
   ModelConfig m;
@@ -91,9 +97,25 @@ int main(int argc, char** argv) {
       {"adamw_eps", num(1e-8f)},
   };
 
-  const ParamLayout layout = make_param_layout(m);
+  LoraConfig lc;
+  if (lora) {
+    lc.rank = 4;
+    lc.alpha = 8;
+    st.metadata["lora_rank"] = num(lc.rank);
+    st.metadata["lora_alpha"] = num(lc.alpha);
+    // The adapters' gradient norm runs 0.44-0.66 here: a tighter clip keeps clipping tested.
+    st.metadata["grad_clip"] = num(0.5f);
+  }
+  const ParamLayout layout = make_param_layout(m, lc);
   std::vector<float> params(static_cast<size_t>(layout.total_elems));
   init_params(layout, params.data(), 1337);
+  Rng b_rng(7);
+  for (const ParamTensor& t : layout.tensors) {
+    if (!t.lora_b) continue;
+    for (int64_t i = 0; i < t.numel(); i++) {
+      params[static_cast<size_t>(t.offset + i)] = static_cast<float>(0.05 * b_rng.next_normal());
+    }
+  }
   for (const ParamTensor& t : layout.tensors) {
     st.add_f32(t.name, t.shape.dims, params.data() + t.offset);
   }

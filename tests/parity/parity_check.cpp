@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/backend.h"
@@ -35,6 +36,10 @@ class ParityTorch : public ::testing::Test {
 
     // Fixtures written before Llama have no "arch": GPT-2.
     if (fx_.metadata.count("arch") && fx_.metadata["arch"] == "llama") read_llama_fields();
+    if (fx_.metadata.count("lora_rank")) {  // a LoRA fixture (tools/torch_lora.py)
+      cfg_.lora.rank = meta_int("lora_rank");
+      cfg_.lora.alpha = meta_float("lora_alpha");
+    }
     cfg_.model.n_layer = meta_int("n_layer");
     cfg_.model.n_head = meta_int("n_head");
     cfg_.model.n_embd = meta_int("n_embd");
@@ -237,6 +242,89 @@ TEST_F(ParityTorch, AdamWAgainstTorchOptim) {
       ASSERT_LE(std::fabs(p[i] - w), 1e-6 * std::max(1.0f, std::fabs(w)))
           << "step " << k << " element " << i << ": " << p[i] << " vs torch " << w;
     }
+  }
+}
+
+// LoRA (Note [LoRA] in model/lora.h) against tools/torch_lora.py: the fixture's adapters on every
+// linear layer, the base frozen. Same tolerances as full training: logits and loss 1e-5, every
+// adapter gradient 1e-4, ten AdamW steps of the adapters alone (clipped over their norm) 1e-4 a
+// loss, the adapters after them 1e-4; the base's gradient exactly zero and its bits unchanged.
+TEST_F(ParityTorch, LoraLossAndAdapterGradients) {
+  ASSERT_GT(cfg_.lora.rank, 0) << "not a LoRA fixture";
+  auto trainer = make_trainer();
+  std::vector<int32_t> in, tgt;
+  batch(0, in, tgt);
+  const int64_t BT = cfg_.batch_size * cfg_.seq_len;
+  trainer->zero_grads();
+  const double loss = trainer->forward_backward(in.data(), tgt.data(), 1.0f / BT);
+  const std::vector<float> want_loss = tensor("expected.lora.loss");
+  ASSERT_EQ(want_loss.size(), 1u);
+  EXPECT_LE(std::fabs(loss - want_loss[0]) / std::fabs(want_loss[0]), 1e-5);
+  std::vector<float> logits(static_cast<size_t>(BT * cfg_.model.vocab_size));
+  trainer->read_logits(logits.data());
+  const std::vector<float> want_logits = tensor("expected.lora.logits");
+  ASSERT_EQ(want_logits.size(), logits.size());
+  EXPECT_LE(
+      test::max_rel_error(logits.data(), want_logits.data(), static_cast<int64_t>(logits.size())),
+      1e-5);
+
+  const ParamLayout& layout = trainer->layout();
+  std::vector<float> grads(static_cast<size_t>(layout.total_elems));
+  trainer->read_grads(grads.data());
+  double worst = 0;
+  int adapters = 0;
+  for (const ParamTensor& p : layout.tensors) {
+    const float* g = grads.data() + p.offset;
+    if (p.frozen) {
+      for (int64_t i = 0; i < p.numel(); i++) ASSERT_EQ(g[i], 0.0f) << p.name << " is frozen";
+      continue;
+    }
+    const std::vector<float> want = tensor("expected.lora.grad." + p.name);
+    ASSERT_EQ(static_cast<int64_t>(want.size()), p.numel()) << p.name;
+    const double err = test::max_rel_error(g, want.data(), p.numel());
+    EXPECT_LE(err, 1e-4) << "gradient of " << p.name;
+    worst = std::max(worst, err);
+    adapters++;
+  }
+  EXPECT_GT(adapters, 0);
+  std::printf("lora loss %.7f (torch %.7f), worst adapter gradient rel err %.2e over %d\n", loss,
+              want_loss[0], worst, adapters);
+}
+
+TEST_F(ParityTorch, LoraTenAdamWStepsLeaveTheBaseUnchanged) {
+  ASSERT_GT(cfg_.lora.rank, 0) << "not a LoRA fixture";
+  auto trainer = make_trainer();
+  const ParamLayout& layout = trainer->layout();
+  std::vector<float> before(static_cast<size_t>(layout.total_elems));
+  ASSERT_TRUE(trainer->read_params(before.data()).ok());
+  const std::vector<float> want = tensor("expected.lora.losses");
+  ASSERT_EQ(static_cast<int64_t>(want.size()), cfg_.steps);
+  std::vector<int32_t> in, tgt;
+  int clipped = 0;
+  for (int64_t k = 0; k < cfg_.steps; k++) {
+    batch(k, in, tgt);
+    auto step = trainer->train_step(in.data(), tgt.data());
+    ASSERT_TRUE(step.ok()) << step.status().to_string();
+    const double err = std::fabs(step->loss - want[static_cast<size_t>(k)]) / std::fabs(want[k]);
+    EXPECT_LE(err, 1e-4) << "step " << k << ": loss " << step->loss << " torch " << want[k];
+    if (step->grad_norm > cfg_.optim.grad_clip) clipped++;
+    std::printf("lora step %lld loss %.6f torch %.6f rel err %.2e grad_norm %.3f\n",
+                static_cast<long long>(k), step->loss, want[static_cast<size_t>(k)], err,
+                step->grad_norm);
+  }
+  EXPECT_GT(clipped, 0) << "no step was clipped; the fixture no longer tests clipping";
+  std::vector<float> after(static_cast<size_t>(layout.total_elems));
+  ASSERT_TRUE(trainer->read_params(after.data()).ok());
+  for (const ParamTensor& p : layout.tensors) {
+    const float* a = after.data() + p.offset;
+    if (p.frozen) {
+      EXPECT_EQ(0, std::memcmp(a, before.data() + p.offset, static_cast<size_t>(p.numel()) * 4))
+          << p.name << " is frozen but changed";
+      continue;
+    }
+    const std::vector<float> final_want = tensor("expected.lora.final." + p.name);
+    ASSERT_EQ(static_cast<int64_t>(final_want.size()), p.numel()) << p.name;
+    EXPECT_LE(test::max_rel_error(a, final_want.data(), p.numel()), 1e-4) << p.name;
   }
 }
 
