@@ -1,7 +1,8 @@
 // Block quantization (Note [Quantized tensor format] in backend/quant.h): round-trip properties
 // of nf4, int8 and nf4_dq, the tie rules, refused input, the fast CPU kernels against the naive
-// reference bit for bit, and Device::dequantize on cpu, cpu-discrete and (when a GPU is present)
-// cuda against the reference. tests/nf4_torch.sh checks the reference against PyTorch.
+// reference bit for bit, and Device::dequantize on cpu and cpu-discrete against the reference.
+// test_cuda_quant.cpp holds CUDA to it (a binary of its own: the CUDA runtime costs a process
+// most of a second), tests/nf4_torch.sh the reference to PyTorch.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,28 +16,13 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels_quant.h"
 #include "backend/quant.h"
+#include "quant_test_data.h"
 #include "test_util.h"
 
 namespace strata {
 namespace {
 
-constexpr QuantFormat kFormats[] = {QuantFormat::nf4, QuantFormat::int8, QuantFormat::nf4_dq};
-
-std::vector<uint8_t> quantize(const std::vector<float>& x, QuantFormat fmt, bool fast = false) {
-  const auto n = static_cast<int64_t>(x.size());
-  std::vector<uint8_t> q(static_cast<size_t>(quantized_bytes(fmt, n)), 0xAB);
-  const Status s = fast ? cpu::quantize(q.data(), x.data(), fmt, n)
-                        : cpu::ref::quantize(q.data(), x.data(), fmt, n);
-  EXPECT_TRUE(s.ok()) << s.to_string();
-  return q;
-}
-
-std::vector<float> dequantize(const std::vector<uint8_t>& q, QuantFormat fmt, int64_t n,
-                              bool fast = false) {
-  std::vector<float> out(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
-  (fast ? cpu::dequantize : cpu::ref::dequantize)(out.data(), q.data(), fmt, n);
-  return out;
-}
+using namespace quant_test;
 
 int nf4_code(const std::vector<uint8_t>& q, int64_t n, int64_t i) {
   const uint8_t byte = q[quant_layout(QuantFormat::nf4, n).codes + i / 2];
@@ -47,21 +33,6 @@ float stored_absmax(const std::vector<uint8_t>& q, int64_t n, int64_t block) {
   float a;
   std::memcpy(&a, q.data() + quant_layout(QuantFormat::nf4, n).absmax + 4 * block, 4);
   return a;
-}
-
-// Varied data: normal-looking weights at several scales, exact code multiples, zeros.
-std::vector<float> mixed_data(int64_t n, uint64_t seed) {
-  std::vector<float> x = test::random_floats(n, seed);
-  const std::vector<float> pick = test::random_floats(n, seed + 1, 0.0f, 1.0f);
-  for (int64_t i = 0; i < n; ++i) {
-    const float scale = std::ldexp(1.0f, static_cast<int>(i / kQuantBlock % 13) - 6);
-    if (pick[i] < 0.1f)
-      x[i] = 0.0f;
-    else if (pick[i] < 0.2f)
-      x[i] = kNf4Codes[i % 16];
-    x[i] *= scale;
-  }
-  return x;
 }
 
 TEST(quant, layout_sizes) {
@@ -94,17 +65,16 @@ TEST(quant, every_code_times_absmax_is_exact) {
 }
 
 TEST(quant, absmax_element_round_trips_exactly) {
+  // nf4 only: its code for +-absmax is +-1 exactly; int8's (127 * a) / 127 need not be a.
   const int64_t n = 10 * kQuantBlock + 5;
   const std::vector<float> x = mixed_data(n, 11);
-  for (QuantFormat fmt : {QuantFormat::nf4}) {
-    const std::vector<float> y = dequantize(quantize(x, fmt), fmt, n);
-    for (int64_t b = 0; b * kQuantBlock < n; ++b) {
-      int64_t at = b * kQuantBlock;
-      for (int64_t i = at; i < std::min(n, (b + 1) * kQuantBlock); ++i) {
-        if (std::fabs(x[i]) > std::fabs(x[at])) at = i;
-      }
-      EXPECT_EQ(y[at], x[at]) << "block " << b;
+  const std::vector<float> y = dequantize(quantize(x, QuantFormat::nf4), QuantFormat::nf4, n);
+  for (int64_t b = 0; b * kQuantBlock < n; ++b) {
+    int64_t at = b * kQuantBlock;
+    for (int64_t i = at; i < std::min(n, (b + 1) * kQuantBlock); ++i) {
+      if (std::fabs(x[i]) > std::fabs(x[at])) at = i;
     }
+    EXPECT_EQ(y[at], x[at]) << "block " << b;
   }
 }
 
@@ -244,19 +214,6 @@ TEST(quant, fast_kernels_match_the_reference_bit_for_bit) {
   }
 }
 
-// Every code in every position, not only those quantizing produces: random bytes as codes,
-// random positive absmax (or mean and scales for nf4_dq).
-std::vector<uint8_t> random_quantized(QuantFormat fmt, int64_t n, uint64_t seed) {
-  const QuantLayout l = quant_layout(fmt, n);
-  std::vector<uint8_t> q(static_cast<size_t>(l.bytes));
-  const std::vector<int32_t> bytes = test::random_ints(l.bytes, seed, 0, 256);
-  for (int64_t i = 0; i < l.bytes; ++i) q[i] = static_cast<uint8_t>(bytes[i]);
-  const int64_t floats = l.mean < 0 ? l.blocks : 1 + l.groups;
-  const std::vector<float> f = test::random_floats(floats, seed + 1, 0.01f, 5.0f);
-  std::memcpy(q.data(), f.data(), static_cast<size_t>(4 * floats));
-  return q;
-}
-
 TEST(quant, fast_dequantize_matches_reference_on_every_code) {
   for (int64_t n : {7, 64 * 257 + 9}) {
     for (QuantFormat fmt : kFormats) {
@@ -264,21 +221,6 @@ TEST(quant, fast_dequantize_matches_reference_on_every_code) {
       test::expect_same_bits(dequantize(q, fmt, n, true), dequantize(q, fmt, n), "random codes");
     }
   }
-}
-
-// Device::dequantize: the quantized tensor copied to device memory, dequantized there, copied
-// back; the bits of cpu::ref::dequantize.
-std::vector<float> device_dequantize(Device& d, const std::vector<uint8_t>& q, QuantFormat fmt,
-                                     int64_t n) {
-  auto stream = d.create_stream("quant");
-  Buffer dq = std::move(d.alloc(static_cast<int64_t>(q.size()))).value();
-  Buffer dout = std::move(d.alloc(4 * n)).value();
-  std::vector<float> out(static_cast<size_t>(n));
-  d.copy(*stream, dq.data(), q.data(), static_cast<int64_t>(q.size()));
-  d.dequantize(*stream, dout.f32(), dq.data(), fmt, n);
-  d.copy(*stream, out.data(), dout.data(), 4 * n);
-  stream->synchronize();
-  return out;
 }
 
 TEST(quant, device_op_matches_reference_on_cpu_devices) {
@@ -289,22 +231,6 @@ TEST(quant, device_op_matches_reference_on_cpu_devices) {
       const std::vector<uint8_t> q = quantize(mixed_data(n, 8), fmt);
       test::expect_same_bits(device_dequantize(*d, q, fmt, n), dequantize(q, fmt, n),
                              d->name().c_str());
-    }
-  }
-}
-
-TEST(quant, cuda_dequantize_matches_reference) {
-  auto r = create_cuda_device();
-  if (!r.ok()) GTEST_SKIP() << "CUDA device unavailable: " << r.status().to_string();
-  Device& gpu = **r;
-  for (int64_t n : {1, 65, 64 * 257 + 9, 1000003}) {
-    for (QuantFormat fmt : kFormats) {
-      for (bool random_codes : {false, true}) {
-        const std::vector<uint8_t> q =
-            random_codes ? random_quantized(fmt, n, 90 + n) : quantize(mixed_data(n, 9), fmt);
-        test::expect_same_bits(device_dequantize(gpu, q, fmt, n), dequantize(q, fmt, n),
-                               quant_format_name(fmt));
-      }
     }
   }
 }

@@ -262,6 +262,7 @@ class CpuDevice final : public Device {
   // ---- quantized weights ----------------------------------------------------------------------
   void dequantize(Stream& s, float* out, const void* quantized, QuantFormat fmt,
                   int64_t n) override {
+    STRATA_CHECK(n >= 0);
     require_device("dequantize", {out, quantized});
     enqueue(s, [=] { cpu::dequantize(out, quantized, fmt, n); });
   }
