@@ -45,6 +45,14 @@ TEST(quant, layout_sizes) {
   EXPECT_EQ(quantized_bytes(QuantFormat::nf4_dq, 64 * 300), 4 + 2 * 4 + 300 + 32 * 300);
 }
 
+TEST(quant, empty_tensor) {
+  for (QuantFormat fmt : kFormats) {
+    const std::vector<uint8_t> q = quantize({}, fmt), q_fast = quantize({}, fmt, true);
+    EXPECT_EQ(q_fast, q);
+    EXPECT_TRUE(dequantize(q, fmt, 0).empty());
+  }
+}
+
 TEST(quant, nibble_order_high_first) {
   // As bitsandbytes: element 0 in the high nibble. -1 is code 0, 1 is code 15.
   const std::vector<uint8_t> q = quantize({-1.0f, 1.0f, 0.0f}, QuantFormat::nf4);

@@ -123,7 +123,7 @@ Status ref::quantize(void* out, const float* x, QuantFormat fmt, int64_t n) {
   for (int64_t b = 0; b < l.blocks; ++b) {
     absmax[b] = quant_absmax(x + b * kQuantBlock, std::min(kQuantBlock, n - b * kQuantBlock));
   }
-  std::memset(codes, 0, static_cast<size_t>(l.bytes - l.codes));
+  if (n > 0) std::memset(codes, 0, static_cast<size_t>(l.bytes - l.codes));
   for (int64_t i = 0; i < n; ++i) {
     const float a = absmax[i / kQuantBlock];
     if (fmt == QuantFormat::int8) {
