@@ -36,6 +36,7 @@
 #include <string>
 
 #include "backend/adamw_hyper.h"
+#include "backend/quant.h"
 #include "core/config_enums.h"
 #include "core/dtype.h"
 #include "core/status.h"
@@ -306,6 +307,13 @@ class Device {
   // CPU device has it (that host code on its stream).
   virtual Status adamw_step(Stream& s, float* param, float* m, float* v, bf16_t* param_bf16,
                             const float* grad, int64_t n, const AdamWHyper& h);
+
+  // ---- quantized weights (QLoRA; Note [Quantized tensor format] in backend/quant.h) ----------
+  // out (n) <- quantized (quantized_bytes(fmt, n) bytes, quant_layout's parts), both device
+  // memory: a frozen base's weights made f32 just before their GEMMs. Every backend gives the
+  // bits of cpu::ref::dequantize (cpu/kernels_quant.h). Quantizing is the host's, once.
+  virtual void dequantize(Stream& s, float* out, const void* quantized, QuantFormat fmt,
+                          int64_t n) = 0;
 };
 
 struct CpuDeviceOptions {

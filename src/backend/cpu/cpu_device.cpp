@@ -24,6 +24,7 @@
 #include "backend/cpu/cpu_stream.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_adamw.h"
+#include "backend/cpu/kernels_quant.h"
 #include "core/check.h"
 #include "core/format.h"
 #include "core/math_util.h"
@@ -261,6 +262,14 @@ class CpuDevice final : public Device {
     require_device("adamw_step", {param, m, v, param_bf16, grad});
     enqueue(s, [=] { strata::adamw_step(param, m, v, param_bf16, grad, n, h); });
     return Status::ok_status();
+  }
+
+  // ---- quantized weights ----------------------------------------------------------------------
+  void dequantize(Stream& s, float* out, const void* quantized, QuantFormat fmt,
+                  int64_t n) override {
+    STRATA_CHECK(n >= 0);
+    require_device("dequantize", {out, quantized});
+    enqueue(s, [=] { cpu::dequantize(out, quantized, fmt, n); });
   }
 
  private:

@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_pool.h"
 #include "backend/cuda/cuda_stream.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/kernels_quant.cuh"
 #include "core/math_util.h"
 
 namespace strata {
@@ -294,6 +295,13 @@ class CudaDevice final : public Device {
     STRATA_CHECK(n >= 0);
     cuda_adamw_step(stream(s), param, m, v, param_bf16, grad, n, detail::adamw_constants(h));
     return Status::ok_status();
+  }
+
+  // ---- quantized weights ----------------------------------------------------------------------
+  void dequantize(Stream& s, float* out, const void* quantized, QuantFormat fmt,
+                  int64_t n) override {
+    STRATA_CHECK(n >= 0);
+    cuda_dequantize(stream(s), out, quantized, fmt, n);
   }
 
  private:
