@@ -91,6 +91,30 @@ expect_error n_layer_bound 'model\.n_layer must be in \[1, 4096' train --set mod
 expect_error not_utf8 'data\.train is not UTF-8 text \(byte 0xe9 at offset 1\)' \
   train --set data.train=$'k\xe9.bin'
 
+# LoRA (Note [LoRA] in src/model/lora.h): the lora.* keys against the model, before training.
+lora=(train --set lora.rank=4)
+llama=(--set model.arch=llama --set model.n_kv_head=2)
+expect_error lora_rank_negative 'lora\.rank must be >= 0, got -1' train --set lora.rank=-1
+expect_error lora_rank_above_matrix "lora\.rank 200 is above attn\.c_attn's smaller side 128" \
+  train --set lora.rank=200
+expect_error lora_rank_above_gqa_k "lora\.rank 80 is above self_attn\.k_proj's smaller side 64" \
+  train "${llama[@]}" --set lora.rank=80
+expect_error lora_target_unknown 'lora\.targets names qproj, which matches no linear layer' \
+  "${lora[@]}" "${llama[@]}" --set lora.targets=q_proj,qproj
+expect_error lora_target_other_arch 'lora\.targets names q_proj, which matches no .* gpt2 block' \
+  "${lora[@]}" --set lora.targets=q_proj
+expect_error lora_targets_empty 'lora\.targets is empty' "${lora[@]}" --set 'lora.targets=[]'
+expect_error lora_target_lm_head 'lora\.targets names lm_head.*lora\.modules_to_save' \
+  "${lora[@]}" --set lora.targets=lm_head
+expect_error lora_save_unknown 'lora\.modules_to_save names c_fc' \
+  "${lora[@]}" --set lora.modules_to_save=c_fc
+expect_error lora_dropout 'lora\.dropout 0\.1: adapter dropout is not implemented yet' \
+  "${lora[@]}" --set lora.dropout=0.1
+expect_error lora_nf4 'lora\.base_precision nf4: a quantized base is not implemented yet' \
+  "${lora[@]}" --set lora.base_precision=nf4
+expect_error lora_bf16_base 'lora\.base_precision bf16 needs train\.precision bf16' \
+  "${lora[@]}" --set lora.base_precision=bf16
+
 # A plan's number of data-parallel ranks (docs/design.md §12).
 expect_error plan_ranks_zero "--ranks must be an integer from 1 to 4096, got '0'" \
   plan --profile "${STRATA_SOURCE_DIR:?}/profiles/a100-80gb-4nvme.json" --model gpt-65b --ranks 0

@@ -70,6 +70,11 @@ expect_refused allow_unknown "--allow-changes: 'train.batchsize' is not a config
 expect_refused allow_without_resume '--allow-changes needs --resume DIR' \
   "${tiny[@]}" --allow-changes train.batch_size
 
+# Which tensors train (lora.*) is the checkpoint's shape: never resumed with another.
+expect_refused lora_added \
+  'lora.rank 0 -> 4 would change which tensors train; a checkpoint resumes with its own adapters' \
+  "${tiny[@]}" --set lora.rank=4 --set train.steps=6 --resume "$ck" --allow-changes lora.rank
+
 # expect_resumed NAME LINES ARGS...: `train ARGS` exits 0 having resumed, and its log has each
 # line of LINES (newline-separated fixed strings).
 expect_resumed() {

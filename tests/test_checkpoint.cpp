@@ -28,11 +28,11 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "formats/checkpoint.h"
+#include "formats/safetensors.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
-#include "formats/safetensors.h"
-#include "train/trainer.h"
 #include "test_util.h"
+#include "train/trainer.h"
 
 namespace strata {
 namespace {
@@ -129,7 +129,7 @@ void expect_resume_bit_identical(const std::string& schedule, Precision precisio
   c.precision = precision;
   if (tweak) tweak(c);
   const Batches b = batches(c);
-  const ParamLayout layout = make_param_layout(c.model);
+  const ParamLayout layout = make_param_layout(c.model, c.lora);
 
   std::vector<double> straight_losses, resumed_losses;
   std::vector<float> straight_state;
@@ -201,6 +201,23 @@ TEST_P(ResumeAllOnStorage, TwoNEqualsNPlusResumedN) {
 
 INSTANTIATE_TEST_SUITE_P(resume_checkpoint_storage, ResumeAllOnStorage,
                          ::testing::Values("horizontal", "vertical"));
+
+// LoRA (Note [LoRA]): the adapters and their moments resume bit for bit, the frozen base with them;
+// with the offloaded schedules, everything on storage too.
+class ResumeLora : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeLora, TwoNEqualsNPlusResumedN) {
+  auto lora = [](TrainConfig& c) {
+    c.lora.rank = 4;
+    c.lora.modules_to_save = {"lm_head"};
+    if (c.schedule != Schedule::in_memory) all_on_storage(c);
+  };
+  expect_resume_bit_identical(GetParam(), Precision::f32, "_lora", lora);
+  expect_resume_bit_identical(GetParam(), Precision::bf16, "_lora", lora);
+}
+
+INSTANTIATE_TEST_SUITE_P(resume_checkpoint_lora, ResumeLora,
+                         ::testing::Values("in_memory", "horizontal", "vertical"));
 
 // Note [Slab pieces]: pieces that cut tensors. A vocabulary of 512 makes the embed group larger
 // than a block, so on storage its state moves in block-sized chunks that cut wte (laid out as

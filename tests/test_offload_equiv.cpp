@@ -226,13 +226,17 @@ INSTANTIATE_TEST_SUITE_P(equiv_offload, EquivAcrossPlacements,
 // Bit-identical across placements, close to in-memory LoRA as full training is; the base's bits are
 // its initial ones after training in every trainer; step 0 (B = 0) is the base model's loss, bit
 // for bit.
-class EquivLora : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+// In bf16 the working weights are rewritten from the master after each step, the base's too.
+class EquivLora : public ::testing::TestWithParam<std::tuple<std::string, std::string, Precision>> {
+};
 
 TEST_P(EquivLora, BitIdenticalAcrossPlacementsWithTheBaseUnchanged) {
-  const auto& [schedule, arch] = GetParam();
-  const std::string what = "lora " + schedule + " " + arch;
-  const std::string dir = test::make_temp_dir("equiv_lora_" + schedule + "_" + arch);
+  const auto& [schedule, arch, precision] = GetParam();
+  const std::string what = "lora " + schedule + " " + arch + " " + enum_name(precision);
+  const std::string dir =
+      test::make_temp_dir("equiv_lora_" + schedule + "_" + arch + "_" + enum_name(precision));
   TrainConfig base = small_config(arch);
+  base.precision = precision;
   const RunResult full = run_in_memory(base);
   base.lora.rank = 4;
   base.lora.alpha = 8;
@@ -250,6 +254,8 @@ TEST_P(EquivLora, BitIdenticalAcrossPlacementsWithTheBaseUnchanged) {
   const ParamLayout layout = make_param_layout(base.model, base.lora);
   std::vector<float> init(static_cast<size_t>(layout.total_elems));
   init_params(layout, init.data(), static_cast<uint64_t>(base.seed));
+  // A run's params are its working weights: in bf16, the initial master rounded.
+  if (precision == Precision::bf16) round_to_bf16(init.data(), init.data(), layout.total_elems);
   int frozen = 0, trained = 0;
   for (const ParamTensor& t : layout.tensors) {
     const size_t at = static_cast<size_t>(t.offset), bytes = static_cast<size_t>(t.numel()) * 4;
@@ -265,7 +271,8 @@ TEST_P(EquivLora, BitIdenticalAcrossPlacementsWithTheBaseUnchanged) {
 
 INSTANTIATE_TEST_SUITE_P(equiv_lora, EquivLora,
                          ::testing::Combine(::testing::Values("horizontal", "vertical"),
-                                            ::testing::Values("gpt2", "llama")));
+                                            ::testing::Values("gpt2", "llama"),
+                                            ::testing::Values(Precision::f32, Precision::bf16)));
 
 // Note [The discrete CPU device]: the discrete device moves every byte between host and device
 // by copies (saved activations through device buffers, not produced into their host slots) and

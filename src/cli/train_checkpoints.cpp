@@ -76,6 +76,14 @@ Status check_changes(const std::string& dir, const TrainConfig& saved, const Tra
     refused += (refused.empty() ? "" : ", ") + d.key + " " + d.a + " -> " + d.b;
     keys += (keys.empty() ? "" : ",") + d.key;
   }
+  // Which tensors train is the checkpoint's shape, never a change to allow.
+  for (const FieldDifference& d : config_differences(saved, cfg)) {
+    if (d.key != "lora.rank" && d.key != "lora.targets" && d.key != "lora.modules_to_save")
+      continue;
+    return invalid_argument("resuming " + dir + " with " + d.key + " " + d.a + " -> " + d.b +
+                            " would change which tensors train; a checkpoint resumes with its "
+                            "own adapters (start a new run with --init-from to change them)");
+  }
   if (!refused.empty()) {
     return invalid_argument("resuming " + dir + " with " + refused +
                             " would read other tokens than the checkpoint's run did; keep the "

@@ -1,6 +1,7 @@
 #include "model/lora.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/check.h"
 #include "core/format.h"
@@ -143,7 +144,9 @@ Status check_lora(const TrainConfig& cfg) {
     }
   }
   if (lora.dropout != 0) {
-    return invalid_argument("lora.dropout " + std::to_string(lora.dropout) +
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", static_cast<double>(lora.dropout));
+    return invalid_argument(std::string("lora.dropout ") + shown +
                             ": adapter dropout is not implemented yet; set lora.dropout 0");
   }
   if (lora.base_precision == BasePrecision::int8 || lora.base_precision == BasePrecision::nf4) {

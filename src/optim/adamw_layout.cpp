@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cpu/kernels_adamw.h"
+#include "core/dtype.h"
 
 namespace strata {
 
@@ -27,6 +28,18 @@ void adamw_slab_range(const ParamLayout& layout, int64_t slab, int64_t lo, int64
         adamw_step(master + (a - lo), m + (a - lo), v + (a - lo), out_bf16, grad + (a - lo), b - a,
                    th);
       });
+  if (master_bf16 == nullptr) return;
+  // The bf16 output is a whole range that the caller writes back as the working weights, so a
+  // frozen tensor (Note [LoRA]) gets its unchanged master rounded, as at load: not what the buffer
+  // held before (another block's weights, in the offloaded trainer's staging).
+  const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    const int64_t a = std::max(t.offset - s.offset, lo);
+    const int64_t b = std::min(t.offset - s.offset + t.numel(), hi);
+    if (!t.frozen || b <= a) continue;
+    for (int64_t k = a; k < b; ++k) master_bf16[k - lo] = f32_to_bf16(master[k - lo]);
+  }
 }
 
 }  // namespace strata
