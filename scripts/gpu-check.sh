@@ -13,6 +13,7 @@
 #      in-memory schedule (device AdamW, everything on the GPU: the reference), then the
 #      horizontal and vertical schedules with params and optimizer state on the local disk and a
 #      device budget (memory.device_bytes) below the state's size, block AdamW on the host CPU;
+#      Then the vertical run again with LoRA (rank 16, all linear layers, the bf16 base frozen);
 #   6. one JSON line: parity, GEMM, per run the medians over the steps after the first of
 #      tokens/s, model FLOP/s and MFU (against the measured bf16 peak), the busy time per
 #      resource, the predictions, and vertical over horizontal.
@@ -199,6 +200,8 @@ horizontal=$(train horizontal --set train.schedule=horizontal "${offload[@]}")
 vertical_flags=(--set train.schedule=vertical "${offload[@]}")
 [ -n "$profile" ] && vertical_flags+=(--profile "$profile")  # optim.alpha auto: simulated
 vertical=$(train vertical "${vertical_flags[@]}")
+# LoRA (Note [LoRA]): rank 16 on every linear layer over the frozen bf16 base, same placement.
+lora=$(train lora_vertical "${vertical_flags[@]}" --set lora.rank=16 --set lora.base_precision=bf16)
 alpha=$(sed -n 's/.*optim.alpha auto: \([0-9.]*\).*/\1/p' "$log_dir/vertical.log" | head -1)
 # The simulator's prediction of the same runs (the vertical one at the alpha it took).
 predicted_h=$(predict horizontal 1)
@@ -212,9 +215,9 @@ print(v["tokens_per_s"] / h["tokens_per_s"] if "tokens_per_s" in h and "tokens_p
       else "null")' "$horizontal" "$vertical" 2>/dev/null)
 status=passed
 [ "$failed" -eq 0 ] && [ "$runs_ok" = 1 ] || status=failed
-printf '{"gpu_check": "%s", "gpu": "%s", "dry_run": %s, "elapsed_s": %s, "parity": {"passed": %s, "failed": %s, "skipped": %s}, "gemm": %s, "model": {"layers": %s, "embd": %s, "vocab": %s, "seq": %s, "params": %s, "state_bytes": %s, "device_bytes": %s, "micro_batch": %s, "micro_batches": %s}, "runs": {"in_memory": %s, "horizontal": %s, "vertical": %s}, "vertical_alpha": %s, "vertical_over_horizontal": %s, "predicted": {"horizontal": %s, "vertical": %s}, "busy_s_note": "device rows of the runs are issue times under event ordering"}\n' \
+printf '{"gpu_check": "%s", "gpu": "%s", "dry_run": %s, "elapsed_s": %s, "parity": {"passed": %s, "failed": %s, "skipped": %s}, "gemm": %s, "model": {"layers": %s, "embd": %s, "vocab": %s, "seq": %s, "params": %s, "state_bytes": %s, "device_bytes": %s, "micro_batch": %s, "micro_batches": %s}, "runs": {"in_memory": %s, "horizontal": %s, "vertical": %s, "lora_vertical": %s}, "vertical_alpha": %s, "vertical_over_horizontal": %s, "predicted": {"horizontal": %s, "vertical": %s}, "busy_s_note": "device rows of the runs are issue times under event ordering"}\n' \
   "$status" "$gpu_name" "$([ "$dry" = 1 ] && echo true || echo false)" "$(elapsed)" \
   "$passed" "$failed" "$skipped" "$gemm_json" "$layers" "$embd" "$vocab" "$seq" "$params" \
-  "$state_bytes" "$device_bytes" "$batch" "$micro" "$in_memory" "$horizontal" "$vertical" \
+  "$state_bytes" "$device_bytes" "$batch" "$micro" "$in_memory" "$horizontal" "$vertical" "$lora" \
   "${alpha:-null}" "${ratio:-null}" "$predicted_h" "$predicted_v"
 [ "$status" = passed ]
