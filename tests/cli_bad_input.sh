@@ -108,8 +108,9 @@ expect_error lora_target_lm_head 'lora\.targets names lm_head.*lora\.modules_to_
   "${lora[@]}" --set lora.targets=lm_head
 expect_error lora_save_unknown 'lora\.modules_to_save names c_fc' \
   "${lora[@]}" --set lora.modules_to_save=c_fc
-expect_error lora_dropout 'lora\.dropout 0\.1: adapter dropout is not implemented yet' \
-  "${lora[@]}" --set lora.dropout=0.1
+expect_error lora_dropout_one 'lora\.dropout 1 drops every input of the adapters; it must be below 1' \
+  "${lora[@]}" --set lora.dropout=1
+expect_error lora_dropout_range 'lora\.dropout' "${lora[@]}" --set lora.dropout=-0.1
 expect_error lora_nf4 'lora\.base_precision nf4: a quantized base is not implemented yet' \
   "${lora[@]}" --set lora.base_precision=nf4
 expect_error lora_bf16_base 'lora\.base_precision bf16 needs train\.precision bf16' \

@@ -637,6 +637,16 @@ TEST_F(CudaBackendTest, ScaledCopy2dIsBitExact) {
   EXPECT_EQ(nmse(y, rows * ldy), 0.0);
 }
 
+TEST_F(CudaBackendTest, DropoutApplyIsBitExact) {
+  const int64_t n = 70001;
+  Twin x = twin(random_floats(n, 38)), y = twin(random_floats(n, 39));
+  both([&](Device& d, Stream& s, bool g) {
+    d.dropout_apply(s, y.f32(g), x.f32(g), n, dropout_mask(77, 0.1), true);
+    d.dropout_apply(s, y.f32(g) + 5, x.f32(g), n - 5, dropout_mask(78, 0.5), false);
+  });
+  EXPECT_EQ(nmse(y, n), 0.0);
+}
+
 TEST_F(CudaBackendTest, ConversionsAreBitExact) {
   std::vector<float> x = random_floats(65539, 35, -1e3f, 1e3f);
   x[0] = 0.0f, x[1] = -0.0f, x[2] = INFINITY, x[3] = NAN, x[4] = 1.00390625f;  // a tie

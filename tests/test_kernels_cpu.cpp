@@ -360,6 +360,37 @@ TEST(KernelsCpu, ScaledCopy2dMatchesRefBitForBit) {
   }
 }
 
+// Note [Adapter dropout]: the fast kernel and the reference give the same bits; about p of the
+// elements drop, the rest are scaled by 1 / (1 - p); another stream gives another mask.
+TEST(KernelsCpu, DropoutApplyMatchesRefBitForBit) {
+  const int64_t n = 100003;
+  const Floats x = random_floats(n, 65);
+  const DropoutMask m = dropout_mask(0x1234567890abcdefull, 0.25);
+  for (bool acc : {false, true}) {
+    Floats y = random_floats(n, 66), y_r = y;
+    cpu::dropout_apply(y.data(), x.data(), n, m, acc);
+    ref::dropout_apply(y_r.data(), x.data(), n, m, acc);
+    EXPECT_EQ(0, std::memcmp(y.data(), y_r.data(), y.size() * 4)) << "accumulate " << acc;
+  }
+  Floats y(n), other(n);
+  cpu::dropout_apply(y.data(), x.data(), n, m, false);
+  cpu::dropout_apply(other.data(), x.data(), n, dropout_mask(m.stream + 1, 0.25), false);
+  int64_t dropped = 0, differ = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (y[i] == 0.0f) {
+      dropped++;
+    } else {
+      ASSERT_EQ(y[i], x[i] * (1.0f / 0.75f)) << i;
+    }
+    differ += (y[i] == 0.0f) != (other[i] == 0.0f) ? 1 : 0;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / n, 0.25, 0.01);
+  EXPECT_GT(differ, n / 4);  // independent masks disagree on 2 p (1 - p) = 37.5% of elements
+  Floats none(n);
+  cpu::dropout_apply(none.data(), x.data(), n, dropout_mask(m.stream, 0.0), false);
+  EXPECT_EQ(0, std::memcmp(none.data(), x.data(), x.size() * 4)) << "p = 0 keeps every bit";
+}
+
 TEST(KernelsCpu, ConversionsMatchRefBitForBit) {
   const int64_t n = 4099;
   // Random bit patterns: every exponent, NaNs and infinities included.

@@ -241,6 +241,8 @@ TEST_P(EquivLora, BitIdenticalAcrossPlacementsWithTheBaseUnchanged) {
   base.lora.rank = 4;
   base.lora.alpha = 8;
   base.optim.lr = 1e-2f;
+  // Note [Adapter dropout]: Llama's runs drop 20% of each adapter's input, from the position.
+  if (arch == "llama") base.lora.dropout = 0.2;
   const RunResult host = run(placed(base, schedule, 1.0, dir));
   const RunResult storage = run(placed(base, schedule, 0.0, dir));
   const RunResult mixed = run(placed(base, schedule, 0.5, dir));

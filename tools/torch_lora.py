@@ -5,8 +5,11 @@ usage: torch_lora.py INPUT OUTPUT
 
 LoRA as PEFT defines it (Hu et al. 2021), written here from the formula, not from the peft
 library: a targeted linear layer y = W x + b becomes
-  y = W x + b + (alpha / r) * B (A x)        A (r, in), B (out, r), dropout 0
+  y = W x + b + (alpha / r) * B (A dropout(x))        A (r, in), B (out, r)
 and only A and B are trained; every other parameter (the base) is frozen and never changes.
+With metadata lora_dropout p > 0 (and seed), the dropout masks are Strata's (Note [Adapter
+dropout] in src/model/lora.h: SplitMix64 of the seed, step, micro-batch, layer, module slot and
+element), drawn here from that definition.
 
 INPUT (safetensors) is tools/torch_parity.py's format (metadata arch, n_layer, ..., lr,
 min_lr_ratio, weight_decay, beta1, beta2, eps, grad_clip, warmup_steps, steps, B, T and Llama's
@@ -31,6 +34,7 @@ import os
 import re
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -58,18 +62,61 @@ FLOAT_KEYS = ["lr", "min_lr_ratio", "weight_decay", "beta1", "beta2", "eps", "gr
               "lora_alpha"]
 
 
-class LoRALinear(nn.Module):
-    """A frozen Linear plus PEFT's low-rank update: base(x) + lora_B(lora_A(x)) * scale."""
+MASK64 = (1 << 64) - 1
 
-    def __init__(self, base: nn.Linear, A, B, scale):
+
+def splitmix64(z):
+    """SplitMix64's finalizer on a Python int, or elementwise on a numpy uint64 array (wrapping)."""
+    if isinstance(z, int):
+        z = (z + 0x9E3779B97F4A7C15) & MASK64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        return z ^ (z >> 31)
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class DropoutPlace:
+    """Where training is (Strata's Note [Adapter dropout]): the seed, the 0-based step and the
+    micro-batch; `p` 0 or `active` False: no dropout (PEFT's eval mode)."""
+
+    def __init__(self, p, seed):
+        self.p, self.seed, self.step, self.micro_batch, self.active = p, seed, 0, 0, False
+
+    def mask(self, layer, slot, shape):
+        """The keep mask times 1 / (1 - p) as float32 (0 where dropped), of `shape`."""
+        key = splitmix64(self.seed)
+        for part in (self.step, self.micro_batch, layer):
+            key = splitmix64(key ^ part)
+        stream = splitmix64(key ^ slot)
+        n = int(np.prod(shape))
+        h = splitmix64(np.arange(n, dtype=np.uint64) + np.uint64(stream))
+        keep = (h >> np.uint64(40)) >= np.uint64(int(self.p * 16777216.0))
+        scale = np.float32(1.0) / (np.float32(1.0) - np.float32(self.p))
+        return torch.from_numpy(np.where(keep, scale, np.float32(0.0)).astype(np.float32)
+                                .reshape(shape))
+
+
+class LoRALinear(nn.Module):
+    """A frozen Linear plus PEFT's low-rank update: base(x) + lora_B(lora_A(dropout(x))) * scale,
+    dropout drawn as `place` says (layer and slot name the mask)."""
+
+    def __init__(self, base: nn.Linear, A, B, scale, place=None, layer=0, slot=0):
         super().__init__()
         self.base = base
         self.lora_A = nn.Parameter(A.clone())  # (r, in)
         self.lora_B = nn.Parameter(B.clone())  # (out, r)
         self.scale = scale
+        self.place, self.layer, self.slot = place, layer, slot
 
     def forward(self, x):
-        return self.base(x) + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
+        xd = x
+        if self.place is not None and self.place.active and self.place.p > 0:
+            m = self.place.mask(self.layer, self.slot, tuple(x.shape))
+            xd = torch.where(m != 0, x * m, torch.zeros_like(x))
+        return self.base(x) + F.linear(F.linear(xd, self.lora_A), self.lora_B) * self.scale
 
 
 def parse_numbers(meta, int_keys, float_keys):
@@ -122,7 +169,7 @@ def check_adapters(model, arch_name, adapters, rank):
                              f"{(out_f, rank)}")
 
 
-def apply_lora(model, arch_name, adapters, rank, alpha):
+def apply_lora(model, arch_name, adapters, rank, alpha, place=None):
     """Freezes every parameter of `model` and wraps each targeted Linear in a LoRALinear.
 
     adapters: {(layer, module): (A, B)}. Returns {adapter name: nn.Parameter} in canonical order
@@ -138,7 +185,8 @@ def apply_lora(model, arch_name, adapters, rank, alpha):
     for layer, module in sorted(adapters, key=lambda k: (k[0], order.index(k[1]))):
         A, B = adapters[(layer, module)]
         block, attr = model.blk[layer], MODULES[arch_name][module]
-        wrapped = LoRALinear(getattr(block, attr), A, B, alpha / rank)
+        wrapped = LoRALinear(getattr(block, attr), A, B, alpha / rank, place, layer,
+                             order.index(module))
         setattr(block, attr, wrapped)
         trainable[f"blk.{layer}.{module}.lora_A"] = wrapped.lora_A
         trainable[f"blk.{layer}.{module}.lora_B"] = wrapped.lora_B
@@ -183,7 +231,7 @@ def step0(model, trainable, inputs, targets):
     return logits.detach(), loss.detach().reshape(1), grads
 
 
-def train_adapters(model, trainable, tokens, T, h):
+def train_adapters(model, trainable, tokens, T, h, place=None):
     """AdamW on the adapters only; the loss at step k on batch k after k steps (a list of
     floats). Weight decay applies
     to every adapter (all are matrices); clipping is over the adapters' global norm."""
@@ -192,6 +240,8 @@ def train_adapters(model, trainable, tokens, T, h):
                             weight_decay=h["weight_decay"], foreach=False)
     losses = []
     for k in range(h["steps"]):
+        if place is not None:
+            place.step = k
         for group in opt.param_groups:
             group["lr"] = tg.lr_at(k, h["lr"], h["warmup_steps"], h["steps"], h["min_lr_ratio"])
         opt.zero_grad(set_to_none=True)
@@ -218,9 +268,10 @@ def load_fixture(input_path):
     """(raw, meta, h, model with adapters, trainable, tokens) from a fixture file."""
     raw, meta = tg.read_safetensors(input_path)
     h = parse_numbers(meta, INT_KEYS, FLOAT_KEYS)
-    if float(meta.get("lora_dropout", "0")) != 0:
-        raise ValueError(f"metadata 'lora_dropout' = {meta['lora_dropout']!r}: this reference "
-                         f"implements dropout 0 only")
+    p = float(meta.get("lora_dropout", "0"))
+    if not 0 <= p < 1:
+        raise ValueError(f"metadata 'lora_dropout' = {meta['lora_dropout']!r} is not in [0, 1)")
+    place = DropoutPlace(p, int(meta.get("seed", "0")))
     cfg, arch = tp.model_config(meta, h)
     B, T, steps = h["B"], h["T"], h["steps"]
     if B < 1 or steps < 1 or not 1 <= T <= cfg.context_length:
@@ -233,19 +284,20 @@ def load_fixture(input_path):
     if tokens.min() < 0 or tokens.max() >= cfg.vocab_size:
         raise ValueError(f"tokens outside [0, {cfg.vocab_size})")
     trainable = apply_lora(model, meta.get("arch", "gpt2"), read_adapters(raw),
-                           h["lora_rank"], h["lora_alpha"])
-    return raw, meta, h, model, trainable, tokens
+                           h["lora_rank"], h["lora_alpha"], place)
+    return raw, meta, h, model, trainable, tokens, place
 
 
 def run(input_path, output_path):
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(2)
-    raw, meta, h, model, trainable, tokens = load_fixture(input_path)
+    raw, meta, h, model, trainable, tokens, place = load_fixture(input_path)
     before = {n: p.detach().clone() for n, p in base_parameters(model).items()}
     T = h["T"]
     batch0 = tokens[0].long()
+    place.active = True  # training from here: step k, micro-batch 0
     logits, loss, grads = step0(model, trainable, batch0[:, :T], batch0[:, 1:])
-    losses = train_adapters(model, trainable, tokens, T, h)
+    losses = train_adapters(model, trainable, tokens, T, h, place)
     check_base_unchanged(model, before)
 
     out = dict(raw)  # the input, byte for byte, so OUTPUT alone is a complete fixture

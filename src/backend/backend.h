@@ -38,6 +38,7 @@
 #include "backend/adamw_hyper.h"
 #include "backend/quant.h"
 #include "core/config_enums.h"
+#include "core/dropout_mask.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -229,6 +230,10 @@ class Device {
   // model/lora.h). With accumulate, y + alpha * x rounded twice, as scaled_add.
   virtual void scaled_copy_2d(Stream& s, float* y, int64_t ldy, const float* x, int64_t ldx,
                               int64_t rows, int64_t cols, float alpha, bool accumulate) = 0;
+  // out (n) = [out +] mask(inp): element i kept (times m.scale) or 0 by dropout_keeps(m, i)
+  // (core/dropout_mask.h); the same bits on every device. LoRA's adapter dropout.
+  virtual void dropout_apply(Stream& s, float* out, const float* inp, int64_t n,
+                             const DropoutMask& m, bool accumulate) = 0;
   // out (n) = a + b   (residual)
   virtual void add(Stream& s, float* out, const float* a, const float* b, int64_t n) = 0;
   // y (n) += alpha * x

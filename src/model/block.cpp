@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/dropout_mask.h"
 #include "model/block_arch.h"
 
 namespace strata {
@@ -31,8 +32,10 @@ BlockDims block_dims(const DeviceTraits& dev, const ModelConfig& m, int64_t B, i
       if (on[static_cast<size_t>(slot)]) {
         d.lora_widest_out =
             std::max(d.lora_widest_out, d.lora_slots[static_cast<size_t>(slot)].out);
+        d.lora_widest_in = std::max(d.lora_widest_in, d.lora_slots[static_cast<size_t>(slot)].in);
       }
     }
+    d.lora_dropout = lora.dropout;
   }
   return d;
 }
@@ -66,6 +69,7 @@ BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d) {
   a.qkv_rep = block_is_llama(d) ? c.take(BT * 3 * C) : nullptr;
   a.lora_t = d.lora_rank > 0 ? c.take(BT * d.lora_rank) : nullptr;
   a.lora_u = d.lora_rank > 0 ? c.take(BT * d.lora_widest_out) : nullptr;
+  a.lora_x = d.lora_dropout > 0 ? c.take(BT * d.lora_widest_in) : nullptr;
   return a;
 }
 
@@ -92,6 +96,7 @@ BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d) {
   g.lora_dy = d.lora_rank > 0 ? c.take(BT * d.lora_widest_out) : nullptr;
   g.lora_t = d.lora_rank > 0 ? c.take(BT * d.lora_rank) : nullptr;
   g.lora_dt = d.lora_rank > 0 ? c.take(BT * d.lora_rank) : nullptr;
+  g.lora_x = d.lora_dropout > 0 ? c.take(BT * d.lora_widest_in) : nullptr;
   return g;
 }
 
@@ -175,6 +180,14 @@ void linear_backward(Device& dev, Stream& s, float* dx, float* dW, float* db, co
   if (db != nullptr) dev.bias_backward(s, db, dy, rows, out_features);
 }
 
+namespace {
+
+DropoutMask lora_dropout_mask(const BlockDims& d, uint64_t key, size_t slot) {
+  return dropout_mask(lora_dropout_stream(key, static_cast<int>(slot)), d.lora_dropout);
+}
+
+}  // namespace
+
 void lora_forward(Device& dev, Stream& s, float* y, const float* x, BlockLinear linear,
                   const BlockView& w, const BlockActs& a, const BlockDims& d, int64_t rows) {
   const int64_t r = d.lora_rank;
@@ -182,7 +195,12 @@ void lora_forward(Device& dev, Stream& s, float* y, const float* x, BlockLinear 
     const LoraGeometry& g = d.lora_slots[slot];
     const LoraPair& p = w.lora[slot];
     if (p.A == nullptr || g.linear != linear) continue;
-    dev.matmul(s, a.lora_t, x, p.A, nullptr, rows, r, g.in, {.trans_b = true});  // (rows, r)
+    const float* xd = x;  // (rows, in) dropout(x)
+    if (a.lora_drop && d.lora_dropout > 0) {
+      dev.dropout_apply(s, a.lora_x, x, rows * g.in, lora_dropout_mask(d, a.lora_key, slot), false);
+      xd = a.lora_x;
+    }
+    dev.matmul(s, a.lora_t, xd, p.A, nullptr, rows, r, g.in, {.trans_b = true});  // (rows, r)
     dev.matmul(s, a.lora_u, a.lora_t, p.B, nullptr, rows, g.out, r,
                {.trans_b = true});  // (rows, out)
     dev.scaled_copy_2d(s, y + g.out_begin, g.out_width, a.lora_u, g.out, rows, g.out, d.lora_scale,
@@ -191,7 +209,7 @@ void lora_forward(Device& dev, Stream& s, float* y, const float* x, BlockLinear 
 }
 
 void lora_backward(Device& dev, Stream& s, float* dx, const BlockView& gw, const float* dy,
-                   const float* x, BlockLinear linear, const BlockView& w,
+                   const float* x, BlockLinear linear, const BlockView& w, const BlockActs& a,
                    const BlockGradScratch& g, const BlockDims& d, int64_t rows) {
   const int64_t r = d.lora_rank;
   for (size_t slot = 0; slot < w.lora.size() && r > 0; slot++) {
@@ -199,21 +217,33 @@ void lora_backward(Device& dev, Stream& s, float* dx, const BlockView& gw, const
     const LoraPair& p = w.lora[slot];
     if (p.A == nullptr || geo.linear != linear) continue;
     const int64_t out = geo.out, in = geo.in;
-    // dys = scale dy[:, range] (rows, out); t = x A^T (rows, r), recomputed.
+    // dys = scale dy[:, range] (rows, out); t = xd A^T (rows, r), recomputed; xd = dropout(x).
+    const bool drop = a.lora_drop && d.lora_dropout > 0;
+    const DropoutMask mask = drop ? lora_dropout_mask(d, a.lora_key, slot) : DropoutMask{};
+    const float* xd = x;
+    if (drop) {
+      dev.dropout_apply(s, g.lora_x, x, rows * in, mask, false);
+      xd = g.lora_x;
+    }
     dev.scaled_copy_2d(s, g.lora_dy, out, dy + geo.out_begin, geo.out_width, rows, out,
                        d.lora_scale, false);
-    dev.matmul(s, g.lora_t, x, p.A, nullptr, rows, r, in, {.trans_b = true});
+    dev.matmul(s, g.lora_t, xd, p.A, nullptr, rows, r, in, {.trans_b = true});
     const LoraPair& gp = gw.lora[slot];
     if (gp.B != nullptr) {  // dB (out, r) += dys^T t
       dev.matmul(s, gp.B, g.lora_dy, g.lora_t, nullptr, out, r, rows,
                  {.trans_a = true, .accumulate = true});
     }
     dev.matmul(s, g.lora_dt, g.lora_dy, p.B, nullptr, rows, r, out, {});  // dt (rows, r) = dys B
-    if (gp.A != nullptr) {                                                // dA (r, in) += dt^T x
-      dev.matmul(s, gp.A, g.lora_dt, x, nullptr, r, in, rows,
+    if (gp.A != nullptr) {                                                // dA (r, in) += dt^T xd
+      dev.matmul(s, gp.A, g.lora_dt, xd, nullptr, r, in, rows,
                  {.trans_a = true, .accumulate = true});
     }
-    dev.matmul(s, dx, g.lora_dt, p.A, nullptr, rows, in, r, {.accumulate = true});  // dx += dt A
+    if (!drop) {
+      dev.matmul(s, dx, g.lora_dt, p.A, nullptr, rows, in, r, {.accumulate = true});  // dx += dt A
+    } else {  // dx += dropout(dt A), the same mask
+      dev.matmul(s, g.lora_x, g.lora_dt, p.A, nullptr, rows, in, r, {});
+      dev.dropout_apply(s, dx, g.lora_x, rows * in, mask, true);
+    }
   }
 }
 

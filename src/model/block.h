@@ -42,6 +42,8 @@ struct BlockDims {
   int64_t lora_rank = 0;
   float lora_scale = 0;  // alpha / rank
   int64_t lora_widest_out = 0;
+  int64_t lora_widest_in = 0;  // with dropout: the largest input of a targeted slot
+  double lora_dropout = 0;     // Note [Adapter dropout]
   std::array<LoraGeometry, kLoraSlots> lora_slots{};
 };
 inline bool block_is_llama(const BlockDims& d) {
@@ -105,8 +107,21 @@ struct BlockActs {
   float* qkv_rep;  // (B, T, 3C)         Llama only: k and v heads repeated for attention
   float* lora_t;   // (B, T, r)           LoRA only: A x of one adapter
   float* lora_u;   // (B, T, widest out)  LoRA only: B A x of one adapter
+  float* lora_x;   // (B, T, widest in)   LoRA with dropout only: an adapter's dropped input
+  // Note [Adapter dropout]: this micro-batch's and block's masks (lora_dropout_key); without
+  // lora_drop (evaluation, sampling) no dropout.
+  uint64_t lora_key;
+  bool lora_drop;
 };
 BlockActs block_acts_carve(FloatCarver& c, const BlockDims& d);
+// a with layer `layer`'s dropout key for a training micro-batch at `drop` (null: a unchanged).
+inline BlockActs with_dropout(BlockActs a, const LoraDropoutAt* drop, int64_t layer) {
+  if (drop != nullptr) {
+    a.lora_key = lora_dropout_key(*drop, layer);
+    a.lora_drop = true;
+  }
+  return a;
+}
 inline int64_t block_acts_floats(const BlockDims& d) {
   FloatCarver counter(nullptr);
   block_acts_carve(counter, d);
@@ -130,6 +145,7 @@ struct BlockGradScratch {
   float* lora_dy;    // (B, T, widest out)  LoRA only: scale times an adapter's rows of dy
   float* lora_t;     // (B, T, r)           LoRA only: A x, recomputed
   float* lora_dt;    // (B, T, r)           LoRA only: its gradient
+  float* lora_x;  // (B, T, widest in)   LoRA with dropout only: the dropped input, then dx's part
 };
 BlockGradScratch block_grad_scratch_carve(FloatCarver& c, const BlockDims& d);
 inline int64_t block_grad_scratch_floats(const BlockDims& d) {

@@ -38,7 +38,7 @@ void lora_forward(Device& dev, Stream& s, float* y, const float* x, BlockLinear 
 // Its backward from dy (rows, out of `linear`): dx (rows, in) += , and the adapters' gradients
 // in gw += (where not null). Uses g.lora_dy, g.lora_t and g.lora_dt.
 void lora_backward(Device& dev, Stream& s, float* dx, const BlockView& gw, const float* dy,
-                   const float* x, BlockLinear linear, const BlockView& w,
+                   const float* x, BlockLinear linear, const BlockView& w, const BlockActs& a,
                    const BlockGradScratch& g, const BlockDims& d, int64_t rows);
 
 }  // namespace strata

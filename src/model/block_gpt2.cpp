@@ -39,21 +39,21 @@ void gpt2_block_backward(Device& dev, Stream& s, float* dinp, const BlockView& g
   dev.copy(s, g.dres2, dout, BT * C * f);
   linear_backward(dev, s, g.dfch_gelu, gw.fcproj_w, gw.fcproj_b, dout, a.fch_gelu, w.fcproj_w, BT,
                   4 * C, C, gemm);
-  lora_backward(dev, s, g.dfch_gelu, gw, dout, a.fch_gelu, BlockLinear::fcproj, w, g, d, BT);
+  lora_backward(dev, s, g.dfch_gelu, gw, dout, a.fch_gelu, BlockLinear::fcproj, w, a, g, d, BT);
   dev.gelu_backward(s, g.dfch, a.fch, g.dfch_gelu, BT * 4 * C);
   linear_backward(dev, s, g.dln, gw.fc_w, gw.fc_b, g.dfch, a.ln2, w.fc_w, BT, C, 4 * C, gemm);
-  lora_backward(dev, s, g.dln, gw, g.dfch, a.ln2, BlockLinear::fc, w, g, d, BT);
+  lora_backward(dev, s, g.dln, gw, g.dfch, a.ln2, BlockLinear::fc, w, a, g, d, BT);
   dev.layernorm_backward(s, g.dres2, gw.ln2_w, gw.ln2_b, g.dln, a.res2, w.ln2_w, a.ln2_mean,
                          a.ln2_rstd, BT, C);
 
   // res2 = inp + attproj: both see dres2.
   dev.scaled_add(s, dinp, g.dres2, 1.0f, BT * C);
   linear_backward(dev, s, g.datty, gw.proj_w, gw.proj_b, g.dres2, a.atty, w.proj_w, BT, C, C, gemm);
-  lora_backward(dev, s, g.datty, gw, g.dres2, a.atty, BlockLinear::proj, w, g, d, BT);
+  lora_backward(dev, s, g.datty, gw, g.dres2, a.atty, BlockLinear::proj, w, a, g, d, BT);
   dev.attention_backward(s, g.dqkv, g.datt, g.datty, a.qkv, a.att, d.B, d.T, C, d.NH);
   dev.fill_zero(s, g.dln, BT * C * f);
   linear_backward(dev, s, g.dln, gw.qkv_w, gw.qkv_b, g.dqkv, a.ln1, w.qkv_w, BT, C, 3 * C, gemm);
-  lora_backward(dev, s, g.dln, gw, g.dqkv, a.ln1, BlockLinear::qkv, w, g, d, BT);
+  lora_backward(dev, s, g.dln, gw, g.dqkv, a.ln1, BlockLinear::qkv, w, a, g, d, BT);
   dev.layernorm_backward(s, dinp, gw.ln1_w, gw.ln1_b, g.dln, inp, w.ln1_w, a.ln1_mean, a.ln1_rstd,
                          BT, C);
 }

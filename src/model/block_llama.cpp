@@ -57,24 +57,24 @@ void llama_block_backward(Device& dev, Stream& s, float* dinp, const BlockView& 
   dev.copy(s, g.dres2, dout, BT * C * f);
   linear_backward(dev, s, g.dfch_gelu, gw.fcproj_w, nullptr, dout, a.fch_gelu, w.fcproj_w, BT, F, C,
                   gemm);
-  lora_backward(dev, s, g.dfch_gelu, gw, dout, a.fch_gelu, BlockLinear::fcproj, w, g, d, BT);
+  lora_backward(dev, s, g.dfch_gelu, gw, dout, a.fch_gelu, BlockLinear::fcproj, w, a, g, d, BT);
   dev.swiglu_backward(s, g.dfch, a.fch, g.dfch_gelu, BT, F);
   linear_backward(dev, s, g.dln, gw.fc_w, nullptr, g.dfch, a.ln2, w.fc_w, BT, C, 2 * F, gemm);
-  lora_backward(dev, s, g.dln, gw, g.dfch, a.ln2, BlockLinear::fc, w, g, d, BT);
+  lora_backward(dev, s, g.dln, gw, g.dfch, a.ln2, BlockLinear::fc, w, a, g, d, BT);
   norm_backward(dev, s, rms(d), g.dres2, gw.ln2_w, nullptr, g.dln, a.res2, w.ln2_w, nullptr,
                 a.ln2_rstd, BT, C);
 
   // res2 = inp + o(atty): both see dres2.
   dev.scaled_add(s, dinp, g.dres2, 1.0f, BT * C);
   linear_backward(dev, s, g.datty, gw.proj_w, nullptr, g.dres2, a.atty, w.proj_w, BT, C, C, gemm);
-  lora_backward(dev, s, g.datty, gw, g.dres2, a.atty, BlockLinear::proj, w, g, d, BT);
+  lora_backward(dev, s, g.datty, gw, g.dres2, a.atty, BlockLinear::proj, w, a, g, d, BT);
   dev.repeat_kv_forward(s, g.qkv_rep, a.qkv, d.B, d.T, d.NH, d.NKV, hs);
   dev.attention_backward(s, g.dqkv, g.datt, g.datty, g.qkv_rep, a.att, d.B, d.T, C, d.NH);
   dev.repeat_kv_backward(s, g.dqkv_rot, g.dqkv, d.B, d.T, d.NH, d.NKV, hs);
   dev.rope_backward(s, g.dqkv_pre, g.dqkv_rot, d.rope, d.B, d.T, W, rotated_heads(d), hs);
   dev.fill_zero(s, g.dln, BT * C * f);
   linear_backward(dev, s, g.dln, gw.qkv_w, nullptr, g.dqkv_pre, a.ln1, w.qkv_w, BT, C, W, gemm);
-  lora_backward(dev, s, g.dln, gw, g.dqkv_pre, a.ln1, BlockLinear::qkv, w, g, d, BT);
+  lora_backward(dev, s, g.dln, gw, g.dqkv_pre, a.ln1, BlockLinear::qkv, w, a, g, d, BT);
   norm_backward(dev, s, rms(d), dinp, gw.ln1_w, nullptr, g.dln, inp, w.ln1_w, nullptr, a.ln1_rstd,
                 BT, C);
 }

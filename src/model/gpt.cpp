@@ -44,7 +44,8 @@ int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, in
 }
 
 void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout, float* params,
-                 const int32_t* tokens, const int32_t* targets, const BlockGemm* gemm) {
+                 const int32_t* tokens, const int32_t* targets, const BlockGemm* gemm,
+                 const LoraDropoutAt* drop) {
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd;
   const BlockDims& d = a.dims;
@@ -55,15 +56,15 @@ void gpt_forward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& la
   for (int64_t l = 0; l < cfg.n_layer; l++) {
     const float* inp = a.residual + l * BT * C;
     float* out = a.residual + (l + 1) * BT * C;
-    block_forward(dev, s, out, a.blocks[static_cast<size_t>(l)], inp, block_view(layout, params, l),
-                  d, gemm);
+    block_forward(dev, s, out, with_dropout(a.blocks[static_cast<size_t>(l)], drop, l), inp,
+                  block_view(layout, params, l), d, gemm);
   }
   lm_head_forward(dev, s, a.head, a.residual + cfg.n_layer * BT * C, emb, fin, targets, cfg, BT);
 }
 
 void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& layout,
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
-                  float dloss, const BlockGemm* gemm) {
+                  float dloss, const BlockGemm* gemm, const LoraDropoutAt* drop) {
   const ModelConfig& cfg = layout.config;
   const int64_t B = a.B, T = a.T, BT = B * T, C = cfg.n_embd;
   const int64_t f = static_cast<int64_t>(sizeof(float));
@@ -79,7 +80,7 @@ void gpt_backward(Device& dev, Stream& s, const GptActs& a, const ParamLayout& l
   for (int64_t l = cfg.n_layer - 1; l >= 0; l--) {
     dev.fill_zero(s, dinp, BT * C * f);
     block_backward(dev, s, dinp, block_view(layout, grads, l, ViewOf::grads), a.scratch, dout,
-                   a.residual + l * BT * C, a.blocks[static_cast<size_t>(l)],
+                   a.residual + l * BT * C, with_dropout(a.blocks[static_cast<size_t>(l)], drop, l),
                    block_view(layout, params, l), d, gemm);
     std::swap(dout, dinp);
   }

@@ -40,14 +40,17 @@ int64_t gpt_acts_floats(const Device& dev, const ModelConfig& cfg, int64_t B, in
 // After it, acts.head.losses holds the per-position losses and acts.head.logits the logits.
 // gemm: the blocks' GEMMs in bf16 (Note [bf16 GEMMs] in model/block.h; its f32_base is params),
 // or null for f32; the head's GEMM is f32 either way.
+// drop: a training micro-batch's place (Note [Adapter dropout] in model/lora.h), or null: no
+// adapter dropout (evaluation).
 void gpt_forward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
                  float* params, const int32_t* tokens, const int32_t* targets,
-                 const BlockGemm* gemm = nullptr);
+                 const BlockGemm* gemm = nullptr, const LoraDropoutAt* drop = nullptr);
 
 // grads (layout.total_elems) += d(sum of losses * dloss)/d(params). Needs gpt_forward's acts.
 void gpt_backward(Device& dev, Stream& s, const GptActs& acts, const ParamLayout& layout,
                   float* params, float* grads, const int32_t* tokens, const int32_t* targets,
-                  float dloss, const BlockGemm* gemm = nullptr);
+                  float dloss, const BlockGemm* gemm = nullptr,
+                  const LoraDropoutAt* drop = nullptr);
 
 // Matmul weights of one block, for FLOP counts: q|k|v, the output projection and the MLP's.
 double block_matmul_params(const ModelConfig& cfg);

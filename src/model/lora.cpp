@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/check.h"
+#include "core/dropout_mask.h"
 #include "core/format.h"
 
 namespace strata {
@@ -143,11 +144,11 @@ Status check_lora(const TrainConfig& cfg) {
                               std::to_string(most) + " (a rank is at most min(in, out))");
     }
   }
-  if (lora.dropout != 0) {
+  if (lora.dropout >= 1) {  // the config's bounds give [0, 1]; 1 would drop every input
     char shown[32];
     std::snprintf(shown, sizeof shown, "%g", static_cast<double>(lora.dropout));
     return invalid_argument(std::string("lora.dropout ") + shown +
-                            ": adapter dropout is not implemented yet; set lora.dropout 0");
+                            " drops every input of the adapters; it must be below 1");
   }
   if (lora.base_precision == BasePrecision::int8 || lora.base_precision == BasePrecision::nf4) {
     return invalid_argument(std::string("lora.base_precision ") + enum_name(lora.base_precision) +
@@ -169,6 +170,17 @@ LoraSaved lora_saved(const ModelConfig& m, const LoraConfig& lora) {
       (m.tie_embeddings || m.arch == ModelArch::gpt2 ? s.wte : s.lm_head) = true;
   }
   return s;
+}
+
+uint64_t lora_dropout_key(const LoraDropoutAt& at, int64_t layer) {
+  uint64_t h = splitmix64(at.seed);
+  h = splitmix64(h ^ static_cast<uint64_t>(at.step));
+  h = splitmix64(h ^ static_cast<uint64_t>(at.micro_batch));
+  return splitmix64(h ^ static_cast<uint64_t>(layer));
+}
+
+uint64_t lora_dropout_stream(uint64_t key, int slot) {
+  return splitmix64(key ^ static_cast<uint64_t>(slot));
 }
 
 }  // namespace strata

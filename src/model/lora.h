@@ -3,14 +3,24 @@
 //
 // Note [LoRA]
 // lora.rank r > 0 turns each targeted linear layer y = W x (+ b) of every block into
-//   y = W x (+ b) + (alpha / r) B (A x),   A (r, in), B (out, r),
-// PEFT's LoRA with dropout 0. A and B are f32 tensors at the end of the block's slab (model/
-// layout.h), A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming_uniform with a = sqrt(5)) from the
-// run's seed and B = 0, so step 0 computes the base model exactly. Every other tensor is frozen
-// (ParamTensor::frozen) unless lora.modules_to_save names it: no gradient is accumulated into it
-// and AdamW skips it (optim/adamw_layout.h), so its bits never change. Llama's fused q|k|v and
-// gate|up take one adapter per part, each adding into its own rows of the fused output. The
+//   y = W x (+ b) + (alpha / r) B (A dropout(x)),   A (r, in), B (out, r),
+// PEFT's LoRA (dropout: Note [Adapter dropout]). A and B are f32 tensors at the end of the block's
+// slab (model/layout.h), A ~ U(-1/sqrt(in), 1/sqrt(in)) (PEFT's kaiming_uniform with a = sqrt(5))
+// from the run's seed and B = 0, so step 0 computes the base model exactly. Every other tensor is
+// frozen (ParamTensor::frozen) unless lora.modules_to_save names it: no gradient is accumulated
+// into it and AdamW skips it (optim/adamw_layout.h), so its bits never change. Llama's fused q|k|v
+// and gate|up take one adapter per part, each adding into its own rows of the fused output. The
 // adapters compute in f32 from the working weights (bf16-rounded in precision bf16, as the base).
+//
+// Note [Adapter dropout]
+// lora.dropout p > 0 drops elements of each adapter's input, as PEFT's lora_dropout: the update
+// is (alpha / r) B A dropout(x); the base's W x sees x whole. The masks are functions of the
+// position, never of a generator's state, so every schedule, placement, device and the backward's
+// recomputation draw the same ones: micro-batch m (counted over the step's micro-batches of all
+// ranks) of step s (0-based) in layer l has key = h(h(h(h(seed) ^ s) ^ m) ^ l), h SplitMix64
+// (core/dropout_mask.h); slot k's mask is the stream h(key ^ k), element i of the (rows, in)
+// input kept when h(stream + i) >> 40 >= floor(p 2^24), then scaled by 1 / (1 - p). Evaluation
+// and sampling do not drop. tools/torch_lora.py draws the same masks.
 #pragma once
 
 #include <array>
@@ -61,5 +71,15 @@ struct LoraSaved {
   bool wte = false, lm_head = false;
 };
 LoraSaved lora_saved(const ModelConfig& m, const LoraConfig& lora);
+
+// Note [Adapter dropout]: where a training micro-batch is, and its key in one layer.
+struct LoraDropoutAt {
+  uint64_t seed = 0;
+  int64_t step = 0;         // 0-based optimizer step
+  int64_t micro_batch = 0;  // over the step's micro-batches of every rank
+};
+uint64_t lora_dropout_key(const LoraDropoutAt& at, int64_t layer);
+// Slot `slot`'s mask stream under a layer's key.
+uint64_t lora_dropout_stream(uint64_t key, int slot);
 
 }  // namespace strata

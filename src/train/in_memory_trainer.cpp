@@ -86,13 +86,14 @@ void InMemoryTrainer::zero_grads() {
   dev_.fill_zero(*stream_, grads_.data(), layout_.total_elems * 4);
 }
 
-double InMemoryTrainer::forward_loss(const int32_t* inputs, const int32_t* targets) {
+double InMemoryTrainer::forward_loss(const int32_t* inputs, const int32_t* targets,
+                                     const LoraDropoutAt* drop) {
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   // The copies read the caller's arrays; the synchronize below, before we return, covers them.
   dev_.copy(*stream_, tokens_.i32(), inputs, BT * 4);
   dev_.copy(*stream_, tokens_.i32() + BT, targets, BT * 4);
   gpt_forward(dev_, *stream_, acts_, layout_, params_.f32(), tokens_.i32(), tokens_.i32() + BT,
-              gemm_);
+              gemm_, drop);
   dev_.copy(*stream_, losses_host_.data(), acts_.head.losses, BT * 4);
   stream_->synchronize();
   double sum = 0;  // fixed order: the same loss bits on every run
@@ -100,12 +101,15 @@ double InMemoryTrainer::forward_loss(const int32_t* inputs, const int32_t* targe
   return sum / static_cast<double>(BT);
 }
 
-double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* targets,
-                                         float dloss) {
+double InMemoryTrainer::forward_backward(const int32_t* inputs, const int32_t* targets, float dloss,
+                                         int64_t micro_batch) {
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
-  const double loss = forward_loss(inputs, targets);
+  const LoraDropoutAt at{static_cast<uint64_t>(cfg_.seed), steps_done_,
+                         world_.rank() * cfg_.grad_accum + micro_batch};
+  const LoraDropoutAt* drop = cfg_.lora.dropout > 0 ? &at : nullptr;
+  const double loss = forward_loss(inputs, targets, drop);
   gpt_backward(dev_, *stream_, acts_, layout_, params_.f32(), grads_.f32(), tokens_.i32(),
-               tokens_.i32() + BT, dloss, gemm_);
+               tokens_.i32() + BT, dloss, gemm_, drop);
   stream_->synchronize();
   return loss;
 }
@@ -184,7 +188,7 @@ Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32
   zero_grads();
   double loss_sum = 0;
   for (int64_t k = 0; k < cfg_.grad_accum; k++) {
-    loss_sum += forward_backward(inputs + k * BT, targets + k * BT, dloss);
+    loss_sum += forward_backward(inputs + k * BT, targets + k * BT, dloss, k);
   }
   const auto sum_start = std::chrono::steady_clock::now();
   STRATA_RETURN_IF_ERROR(all_reduce_grads());

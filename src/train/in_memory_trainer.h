@@ -61,9 +61,12 @@ class InMemoryTrainer final : public Trainer {
   // Pieces of a step, for tests: zero grads, then forward+backward of one (B, T) micro-batch
   // accumulating gradients scaled by dloss; returns the micro-batch's mean loss.
   void zero_grads();
-  double forward_backward(const int32_t* inputs, const int32_t* targets, float dloss);
+  // micro_batch: this step's k-th of this rank (Note [Adapter dropout] counts over all ranks).
+  double forward_backward(const int32_t* inputs, const int32_t* targets, float dloss,
+                          int64_t micro_batch = 0);
   // The forward alone: the micro-batch's mean loss, activations left for a backward.
-  double forward_loss(const int32_t* inputs, const int32_t* targets);
+  double forward_loss(const int32_t* inputs, const int32_t* targets,
+                      const LoraDropoutAt* drop = nullptr);
 
   // Host copies of device state, (layout.total_elems) floats each; logits (B, T, V).
   // write_params sets the master weights and derives the working params from them (bf16 mode:

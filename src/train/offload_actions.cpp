@@ -199,6 +199,13 @@ Status OffloadActions::transfer(const BoundPlan& bp, const Task& t) {
 
 // ---- Compute ---------------------------------------------------------------------------------
 
+BlockActs OffloadActions::training_acts(const BlockActs& a, const Task& t) const {
+  if (sh_.cfg.lora.dropout <= 0) return a;
+  const LoraDropoutAt at{static_cast<uint64_t>(sh_.cfg.seed), progress_.steps_done,
+                         sh_.rank * sh_.cfg.grad_accum + t.micro_batch};
+  return with_dropout(a, &at, t.block);
+}
+
 STRATA_ACTION(grad_zero) {
   const int32_t slot = slot_of(t, Role::grad);
   dev_.fill_zero(*streams_.compute, slot_ptr(bp, slot), bp.slots[static_cast<size_t>(slot)]->bytes);
@@ -216,7 +223,7 @@ STRATA_ACTION(embed_forward) {
 
 STRATA_ACTION(block_forward) {
   float* saved = f32_of(bp, t, Role::saved);
-  const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
+  const BlockActs a = training_acts(saved != nullptr ? saved_view(saved) : ws_.acts, t);
   const std::optional<BlockGemm> gemm = block_gemm(f32_of(bp, t, Role::params));
   block_forward(dev_, *streams_.compute, f32_of(bp, t, Role::output), a, f32_of(bp, t, Role::input),
                 block_slab_view(sh_.layout, block_weights(bp, t), t.block), sh_.dims,
@@ -260,9 +267,9 @@ STRATA_ACTION(block_backward) {
     dev_.fill_zero(s, grad, bp.slots[static_cast<size_t>(gslot)]->bytes);
   }
   if (!t.fused && saved == nullptr) {
-    block_forward(dev_, s, ws_.recompute_out, ws_.acts, in, w, sh_.dims, g);
+    block_forward(dev_, s, ws_.recompute_out, training_acts(ws_.acts, t), in, w, sh_.dims, g);
   }
-  const BlockActs a = saved != nullptr ? saved_view(saved) : ws_.acts;
+  const BlockActs a = training_acts(saved != nullptr ? saved_view(saved) : ws_.acts, t);
   dev_.fill_zero(s, ws_.dinp, BT * C * f);
   block_backward(dev_, s, ws_.dinp, block_slab_view(sh_.layout, grad, t.block, ViewOf::grads),
                  ws_.scratch, dact, in, a, w, sh_.dims, g);

@@ -142,6 +142,9 @@ class OffloadActions {
   // workspace.
   BlockActs saved_view(float* saved) const;
   // Part 0 run in backward, before this iteration's norm (Note [Optimizer split]).
+  // a with task t's adapter dropout (Note [Adapter dropout] in model/lora.h): the step, the
+  // micro-batch over all ranks, the block.
+  BlockActs training_acts(const BlockActs& a, const Task& t) const;
   StepState early_step_state() const;
   Status step_block_part(const BoundPlan& bp, const Task& t, const StepState& st);
   // Where element `lo` of task t's part lands in its params slot: at lo in the block's layout,

@@ -2,7 +2,8 @@
 // initial weights as Strata initialises them, ten batches of the generated corpus, the training
 // hyperparameters, and a standalone AdamW case. See tests/parity_torch.sh. With "lora", the
 // model carries rank-4 adapters on every linear layer (Note [LoRA] in model/lora.h), their B
-// drawn nonzero so that every adapter has a gradient at step 0; tools/torch_lora.py reads it.
+// drawn nonzero so that every adapter has a gradient at step 0, and Llama's with adapter dropout
+// 0.1 (Note [Adapter dropout]); tools/torch_lora.py reads it.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -105,6 +106,10 @@ int main(int argc, char** argv) {
     st.metadata["lora_alpha"] = num(lc.alpha);
     // The adapters' gradient norm runs 0.44-0.66 here: a tighter clip keeps clipping tested.
     st.metadata["grad_clip"] = num(0.5f);
+    if (llama) {  // Note [Adapter dropout]: Llama's fixture drops 10% of each adapter's input
+      st.metadata["lora_dropout"] = "0.1";
+      st.metadata["seed"] = "4242";
+    }
   }
   const ParamLayout layout = make_param_layout(m, lc);
   std::vector<float> params(static_cast<size_t>(layout.total_elems));

@@ -39,6 +39,10 @@ class ParityTorch : public ::testing::Test {
     if (fx_.metadata.count("lora_rank")) {  // a LoRA fixture (tools/torch_lora.py)
       cfg_.lora.rank = meta_int("lora_rank");
       cfg_.lora.alpha = meta_float("lora_alpha");
+      if (fx_.metadata.count("lora_dropout")) {  // Note [Adapter dropout]: masks from the seed
+        cfg_.lora.dropout = std::stod(fx_.metadata.at("lora_dropout"));
+        cfg_.seed = meta_int("seed");
+      }
     }
     cfg_.model.n_layer = meta_int("n_layer");
     cfg_.model.n_head = meta_int("n_head");

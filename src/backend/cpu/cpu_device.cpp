@@ -189,6 +189,11 @@ class CpuDevice final : public Device {
     require_device("add", {out, a, b});
     enqueue(s, [=] { cpu::add(out, a, b, n); });
   }
+  void dropout_apply(Stream& s, float* out, const float* inp, int64_t n, const DropoutMask& m,
+                     bool accumulate) override {
+    require_device("dropout_apply", {out, inp});
+    enqueue(s, [=] { cpu::dropout_apply(out, inp, n, m, accumulate); });
+  }
   void scaled_copy_2d(Stream& s, float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows,
                       int64_t cols, float alpha, bool accumulate) override {
     require_device("scaled_copy_2d", {y, x});

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/dropout_mask.h"
 #include "core/dtype.h"
 
 namespace strata::cpu {
@@ -92,6 +93,9 @@ void scaled_copy_2d(float* y,        // (rows, cols at stride ldy) = [y +] alpha
                     int64_t ldy,     //
                     const float* x,  // (rows, cols at stride ldx)
                     int64_t ldx, int64_t rows, int64_t cols, float alpha, bool accumulate);
+void dropout_apply(float* out,        // (n) = [out +] mask(inp) (core/dropout_mask.h)
+                   const float* inp,  // (n)
+                   int64_t n, const DropoutMask& m, bool accumulate);
 void convert_f32_to_bf16(bf16_t* out,       // (n)  round to nearest even
                          const float* inp,  // (n)
                          int64_t n);
@@ -216,6 +220,7 @@ void add(float* out, const float* a, const float* b, int64_t n);
 void scaled_add(float* y, const float* x, float alpha, int64_t n);
 void scaled_copy_2d(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows, int64_t cols,
                     float alpha, bool accumulate);
+void dropout_apply(float* out, const float* inp, int64_t n, const DropoutMask& m, bool accumulate);
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n);
 void convert_bf16_to_f32(float* out, const bf16_t* inp, int64_t n);
 void sum_squares(double* out, const float* x, int64_t n);

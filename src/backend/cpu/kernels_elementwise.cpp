@@ -65,6 +65,14 @@ void scaled_copy_2d(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t 
   }
 }
 
+void dropout_apply(float* out, const float* inp, int64_t n, const DropoutMask& m, bool accumulate) {
+#pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
+  for (int64_t i = 0; i < n; i++) {
+    const float v = dropout_keeps(m, i) ? inp[i] * m.scale : 0.0f;
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
+
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(inp[i]);

@@ -300,6 +300,16 @@ void scaled_copy_2d(float* y, int64_t ldy, const float* x, int64_t ldx, int64_t 
   }
 }
 
+// The mask spelled out from its definition: the top 24 bits of the hash of stream + i.
+void dropout_apply(float* out, const float* inp, int64_t n, const DropoutMask& m, bool accumulate) {
+  for (int64_t i = 0; i < n; i++) {
+    const uint64_t h = splitmix64(m.stream + static_cast<uint64_t>(i));
+    const bool keep = (h >> 40) >= m.threshold;
+    const float v = keep ? inp[i] * m.scale : 0.0f;
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
+
 void convert_f32_to_bf16(bf16_t* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = f32_to_bf16(inp[i]);
 }

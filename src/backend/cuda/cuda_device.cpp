@@ -238,6 +238,10 @@ class CudaDevice final : public Device {
   void add(Stream& s, float* out, const float* a, const float* b, int64_t n) override {
     cuda_add(stream(s), out, a, b, n);
   }
+  void dropout_apply(Stream& s, float* out, const float* inp, int64_t n, const DropoutMask& m,
+                     bool accumulate) override {
+    cuda_dropout_apply(stream(s), out, inp, n, m, accumulate);
+  }
   void scaled_copy_2d(Stream& s, float* y, int64_t ldy, const float* x, int64_t ldx, int64_t rows,
                       int64_t cols, float alpha, bool accumulate) override {
     cuda_scaled_copy_2d(stream(s), y, ldy, x, ldx, rows, cols, alpha, accumulate);

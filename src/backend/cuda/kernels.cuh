@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "core/dropout_mask.h"
 #include "core/dtype.h"
 
 // In namespace strata itself (not strata::cuda): a nested `cuda` namespace would shadow CCCL's
@@ -89,6 +90,10 @@ void cuda_scaled_copy_2d(cudaStream_t stream,
                          int64_t ldy,     //
                          const float* x,  // (rows, cols at stride ldx)
                          int64_t ldx, int64_t rows, int64_t cols, float alpha, bool accumulate);
+void cuda_dropout_apply(cudaStream_t stream,
+                        float* out,        // (n) = [out +] mask(inp) (core/dropout_mask.h)
+                        const float* inp,  // (n)
+                        int64_t n, const DropoutMask& m, bool accumulate);
 void cuda_convert_f32_to_bf16(cudaStream_t stream,
                               bf16_t* out,       // (n)  round to nearest even, as core/dtype.h
                               const float* inp,  // (n)

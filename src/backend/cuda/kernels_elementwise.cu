@@ -73,6 +73,15 @@ __global__ void scaled_copy_2d_kernel(float* __restrict__ y, int64_t ldy,
   }
 }
 
+// core/dropout_mask.h's mask itself (a host and device function under nvcc).
+__global__ void dropout_apply_kernel(float* __restrict__ out, const float* __restrict__ inp,
+                                     int64_t n, DropoutMask m, bool accumulate) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const float v = dropout_keeps(m, i) ? __fmul_rn(inp[i], m.scale) : 0.0f;
+    out[i] = accumulate ? __fadd_rn(out[i], v) : v;
+  }
+}
+
 // core/dtype.h's conversions themselves (host and device functions under nvcc).
 __global__ void convert_f32_to_bf16_kernel(bf16_t* __restrict__ out,       // (n)
                                            const float* __restrict__ inp,  // (n)
@@ -120,6 +129,14 @@ void cuda_scaled_copy_2d(cudaStream_t stream, float* y, int64_t ldy, const float
   if (n <= 0) return;
   scaled_copy_2d_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
       y, ldy, x, ldx, rows, cols, alpha, accumulate);
+  STRATA_CUDA_LAUNCH_CHECK();
+}
+
+void cuda_dropout_apply(cudaStream_t stream, float* out, const float* inp, int64_t n,
+                        const DropoutMask& m, bool accumulate) {
+  if (n <= 0) return;
+  dropout_apply_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, inp, n, m,
+                                                                                  accumulate);
   STRATA_CUDA_LAUNCH_CHECK();
 }
 
