@@ -31,22 +31,13 @@ const std::vector<FlagSpec> kExportFlags = {{"checkpoint", true, false},
                                             {"shard-size", true, false},
                                             {"merge", false, false}};
 
-// What the export writes: a full checkpoint's model; a LoRA checkpoint's PEFT adapter, or with
-// --merge its merged model. Refused (2, one line) before anything is written.
+// Whether the export writes a PEFT adapter (choose_export), refused (2, one line) before
+// anything is written.
 Result<bool> export_adapter(const ParsedArgs& a, const std::string& dir) {
-  auto cfg = read_checkpoint_config(dir);
-  if (!cfg.ok()) return cfg.status();
-  const bool lora = cfg->lora.enabled();
-  if (a.has("merge") && !lora) {
-    return invalid_argument("--merge: checkpoint " + dir +
-                            " has no LoRA adapters (lora.rank 0); export it without --merge");
-  }
-  const bool adapter = lora && !a.has("merge");
-  if (adapter && a.has("shard-size")) {
-    return invalid_argument(
-        "--shard-size: a PEFT adapter is one file; add --merge to export "
-        "the merged model in shards");
-  }
+  STRATA_ASSIGN_OR_RETURN(TrainConfig cfg, read_checkpoint_config(dir));
+  STRATA_ASSIGN_OR_RETURN(ExportKind kind,
+                          choose_export(cfg, dir, a.has("merge"), a.has("shard-size")));
+  const bool adapter = kind == ExportKind::adapter;
   STRATA_RETURN_IF_ERROR(adapter ? check_peft_export_out(a.get("out"))
                                  : check_hf_export_out(a.get("out")));
   return adapter;

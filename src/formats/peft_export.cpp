@@ -110,6 +110,22 @@ std::string peft_adapter_config_json(const HfExportPlan& plan) {
   return c.dump(2) + "\n";
 }
 
+Result<ExportKind> choose_export(const TrainConfig& cfg, const std::string& checkpoint, bool merge,
+                                 bool sharded) {
+  if (!cfg.lora.enabled()) {
+    if (!merge) return ExportKind::model;
+    return invalid_argument("--merge: checkpoint " + checkpoint +
+                            " has no LoRA adapters (lora.rank 0); export it without --merge");
+  }
+  if (merge) return ExportKind::merged;
+  if (sharded) {
+    return invalid_argument(
+        "--shard-size: a PEFT adapter is one file; add --merge to export the "
+        "merged model in shards");
+  }
+  return ExportKind::adapter;
+}
+
 Status check_peft_export_out(const std::string& out) {
   if (out.empty()) return invalid_argument("--out is empty");
   const std::string suffix = ".safetensors";

@@ -50,6 +50,14 @@ std::string peft_adapter_config_json(const HfExportPlan& plan);
 // and is not a regular file. write_peft_adapter checks it first too.
 Status check_peft_export_out(const std::string& out);
 
+// What `strata export` writes of a checkpoint whose run had `cfg`: a full checkpoint's model; a
+// LoRA checkpoint's PEFT adapter, or with `merge` its merged model (Note [Merged export] in
+// formats/lora_merge.h). invalid_argument, one line naming the flag, for `merge` without LoRA and
+// for `sharded` (--shard-size) with an adapter, which is one file.
+enum class ExportKind { model, adapter, merged };
+Result<ExportKind> choose_export(const TrainConfig& cfg, const std::string& checkpoint, bool merge,
+                                 bool sharded);
+
 struct PeftExportFiles {
   std::string weights;  // DIR/adapter_model.safetensors
   std::string config;   // DIR/adapter_config.json
