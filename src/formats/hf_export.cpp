@@ -105,12 +105,14 @@ struct ExportSource {
   const HfExportPlan& plan;
   std::vector<LoraMergeSource> merges;  // by layout index
   std::vector<uint8_t> chunk;
-  LoraMergeBuffers merged;
   CheckpointReadStats* stats = nullptr;
 
+  // Host memory: the chunk, and while merging one base matrix and its adapter, (out * in +
+  // r * (in + out)) f32, freed before the next tensor.
   Status append(SafeTensorsWriter& w, size_t index) {
     const StEntry& e = plan.tensors[index];
     if (!merges[index].merges()) return append_copy(w, src, e, chunk);
+    LoraMergeBuffers merged;
     STRATA_RETURN_IF_ERROR(read_merged_tensor(src, plan.tensors, plan.layout,
                                               static_cast<int64_t>(index), merges[index], merged));
     if (stats != nullptr) {
@@ -296,7 +298,7 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
   STRATA_ASSIGN_OR_RETURN(ReadOnlyFile src,
                           ReadOnlyFile::open(plan.weights_path, "checkpoint file"));
   if (options.stats != nullptr) src.count_reads_in(&options.stats->reads);
-  ExportSource source{src, plan, lora_merge_sources(plan.layout), {}, {}, options.stats};
+  ExportSource source{src, plan, lora_merge_sources(plan.layout), {}, options.stats};
   source.chunk.resize(static_cast<size_t>(std::min(options.chunk_bytes, largest)));
   if (options.stats != nullptr) {
     options.stats->note_buffers(static_cast<int64_t>(source.chunk.size()));

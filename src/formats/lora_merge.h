@@ -43,7 +43,7 @@ double lora_scale(const LoraConfig& lora);
 void add_lora_delta(float* w, const float* A, const float* B, int64_t out, int64_t in, int64_t r,
                     double scale, bool transposed);
 
-// Reusable buffers of one merge: a base matrix and its adapter, in f32.
+// The buffers of one merge: a base matrix and its adapter, in f32.
 struct LoraMergeBuffers {
   std::vector<float> w, a, b;
   int64_t bytes() const {
