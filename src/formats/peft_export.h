@@ -1,5 +1,5 @@
 // A LoRA checkpoint's adapter as Hugging Face PEFT saves one: `strata export` of a checkpoint
-// whose config has lora.rank > 0 (docs/design.md §8).
+// whose config has lora.rank > 0 (Note [LoRA] in model/lora.h).
 //
 // Note [PEFT adapter export]
 // `out` is a directory (made when missing) that receives two files:
