@@ -10,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "core/check.h"
 #include "core/file_util.h"
 #include "core/output_file.h"
 #include "formats/lora_merge.h"
@@ -272,6 +273,8 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
     return invalid_argument("export copy chunk of " + std::to_string(options.chunk_bytes) +
                             " bytes; it must be positive");
   }
+  STRATA_CHECK_MSG(plan.layout.tensors.size() == plan.tensors.size(),
+                   "an export plan's tensors and layout disagree: make it with plan_hf_export");
   const ExportTarget target = export_target(out);
   STRATA_RETURN_IF_ERROR(prepare_export_dir(target.dir.string(), out, plan.checkpoint));
 
