@@ -44,6 +44,8 @@ const char* const kUsage =
     "            --out FILE.safetensors | DIR/ (DIR/model.safetensors)  [--shard-size 2GB]:\n"
     "            weights over the shard size go to BASE-00001-of-0000N.safetensors ... and\n"
     "            BASE.safetensors.index.json beside FILE (Hugging Face's layout)\n"
+    "            a LoRA checkpoint: its PEFT adapter in DIR/ (adapter_model.safetensors,\n"
+    "            adapter_config.json), or with --merge its merged model as above\n"
     "  gather    the ordinary checkpoint of one written by several ranks (their shards)\n"
     "            --checkpoint DIR (a step-* directory, or a root: its newest)  --out ROOT\n"
     "            (writes ROOT/step-N; export and sample gather by themselves)\n"

@@ -10,8 +10,10 @@
 #include <set>
 #include <utility>
 
+#include "core/check.h"
 #include "core/file_util.h"
 #include "core/output_file.h"
+#include "formats/lora_merge.h"
 #include "model/hf_config.h"
 #include "model/hf_names.h"
 #include "model/layout.h"
@@ -97,40 +99,55 @@ ExportTarget export_target(const std::string& out) {
           has_suffix ? name.substr(0, name.size() - suffix.size()) : name};
 }
 
-// The export's directory, made if needed; never the checkpoint itself, whose model.safetensors
-// and config.json the export would overwrite.
-Status prepare_directory(const ExportTarget& target, const std::string& out,
-                         const std::string& checkpoint) {
-  std::error_code ec;
-  fs::create_directories(target.dir, ec);
-  if (ec) {
-    return invalid_argument(target.dir.string() + ": cannot create directory: " + ec.message());
-  }
-  if (fs::equivalent(target.dir, checkpoint, ec)) {
-    return invalid_argument("--out " + out + " is inside the checkpoint " + checkpoint +
-                            "; export to another directory");
-  }
-  return Status();
-}
+// The bytes of the export's tensors, appended to a writer: copied through one chunk, or a LoRA
+// checkpoint's targeted weight merged (Note [Merged export]).
+struct ExportSource {
+  const ReadOnlyFile& src;
+  const HfExportPlan& plan;
+  std::vector<LoraMergeSource> merges;  // by layout index
+  std::vector<uint8_t> chunk;
+  CheckpointReadStats* stats = nullptr;
 
-// The tensors `which` of `all`, copied from `src` in order through `chunk` into a new
-// safetensors file at `path`.
-Status write_weights_file(const ReadOnlyFile& src, const std::vector<StEntry>& all,
-                          const std::vector<size_t>& which, const std::string& path,
-                          std::vector<uint8_t>& chunk) {
-  std::vector<StEntry> entries;
-  for (size_t i : which) entries.push_back(all[i]);
-  // transformers' loader refuses safetensors files without format "pt" in the metadata.
-  STRATA_ASSIGN_OR_RETURN(SafeTensorsWriter w,
-                          SafeTensorsWriter::create(path, entries, {{"format", "pt"}}));
-  for (const StEntry& e : entries) {
+  // Host memory: the chunk, and while merging one base matrix and its adapter, (out * in +
+  // r * (in + out)) f32, freed before the next tensor.
+  Status append(SafeTensorsWriter& w, size_t index) {
+    const StEntry& e = plan.tensors[index];
+    if (!merges[index].merges()) return append_copy(w, src, e, chunk);
+    LoraMergeBuffers merged;
+    STRATA_RETURN_IF_ERROR(read_merged_tensor(src, plan.tensors, plan.layout,
+                                              static_cast<int64_t>(index), merges[index], merged));
+    if (stats != nullptr) {
+      stats->note_buffers(static_cast<int64_t>(chunk.size()) + merged.bytes());
+    }
+    return w.append(merged.w.data(), e.bytes);
+  }
+
+  static Status append_copy(SafeTensorsWriter& w, const ReadOnlyFile& src, const StEntry& e,
+                            std::vector<uint8_t>& chunk) {
     for (int64_t done = 0; done < e.bytes;) {
       const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), e.bytes - done);
       STRATA_RETURN_IF_ERROR(src.read_at(chunk.data(), n, e.offset + done));
       STRATA_RETURN_IF_ERROR(w.append(chunk.data(), n));
       done += n;
     }
+    return Status();
   }
+};
+
+// transformers' loader refuses safetensors files without format "pt" in the metadata.
+Result<SafeTensorsWriter> hf_weights_writer(const std::string& path,
+                                            const std::vector<StEntry>& entries) {
+  return SafeTensorsWriter::create(path, entries, {{"format", "pt"}});
+}
+
+// The plan's tensors `which` (indices into plan.tensors), in order, as a new safetensors file at
+// `path`.
+Status write_weights_file(ExportSource& source, const std::vector<size_t>& which,
+                          const std::string& path) {
+  std::vector<StEntry> entries;
+  for (size_t i : which) entries.push_back(source.plan.tensors[i]);
+  STRATA_ASSIGN_OR_RETURN(SafeTensorsWriter w, hf_weights_writer(path, entries));
+  for (size_t i : which) STRATA_RETURN_IF_ERROR(source.append(w, i));
   return w.finish();
 }
 
@@ -176,6 +193,27 @@ Result<std::vector<std::string>> remove_stale(const ExportTarget& target,
 
 }  // namespace
 
+Status prepare_export_dir(const std::string& dir, const std::string& out,
+                          const std::string& checkpoint) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return invalid_argument(dir + ": cannot create directory: " + ec.message());
+  if (fs::equivalent(dir, checkpoint, ec)) {
+    return invalid_argument("--out " + out + " is inside the checkpoint " + checkpoint +
+                            "; export to another directory");
+  }
+  return Status();
+}
+
+Status write_copied_tensors(const ReadOnlyFile& src, const std::vector<StEntry>& entries,
+                            const std::string& path, std::vector<uint8_t>& chunk) {
+  STRATA_ASSIGN_OR_RETURN(SafeTensorsWriter w, hf_weights_writer(path, entries));
+  for (const StEntry& e : entries) {
+    STRATA_RETURN_IF_ERROR(ExportSource::append_copy(w, src, e, chunk));
+  }
+  return w.finish();
+}
+
 Status check_hf_export_out(const std::string& out) {
   if (out.empty()) return invalid_argument("--out is empty");
   const ExportTarget target = export_target(out);
@@ -204,6 +242,7 @@ Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
   HfExportPlan plan;
   plan.checkpoint = checkpoint_dir;
   plan.model = cfg->model;
+  plan.layout = layout;
   plan.weights_path = header.path;
   STRATA_ASSIGN_OR_RETURN(plan.tensors, hf_tensors_of(header, layout, config_path));
   plan.parameter_count = layout.parameter_count;
@@ -234,28 +273,45 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
     return invalid_argument("export copy chunk of " + std::to_string(options.chunk_bytes) +
                             " bytes; it must be positive");
   }
+  STRATA_CHECK_MSG(plan.layout.tensors.size() == plan.tensors.size(),
+                   "an export plan's tensors and layout disagree: make it with plan_hf_export");
   const ExportTarget target = export_target(out);
-  STRATA_RETURN_IF_ERROR(prepare_directory(target, out, plan.checkpoint));
+  STRATA_RETURN_IF_ERROR(prepare_export_dir(target.dir.string(), out, plan.checkpoint));
 
+  // The model's tensors, in layout order: all of a full checkpoint's, a LoRA checkpoint's base
+  // (Note [Merged export]).
+  HfExportFiles files;
+  std::vector<size_t> model;  // indices into plan.tensors
   std::vector<int64_t> bytes;
-  for (const StEntry& e : plan.tensors) bytes.push_back(e.bytes);
-  const std::vector<std::vector<size_t>> shards = group_into_shards(bytes, shard_bytes);
+  int64_t largest = 1;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    largest = std::max(largest, plan.tensors[i].bytes);
+    if (plan.layout.tensors[i].lora_slot >= 0) continue;
+    model.push_back(i);
+    bytes.push_back(plan.tensors[i].bytes);
+    files.parameters += plan.tensors[i].numel();
+  }
+  files.tensors = static_cast<int64_t>(model.size());
+  std::vector<std::vector<size_t>> shards = group_into_shards(bytes, shard_bytes);
+  for (auto& shard : shards) {
+    for (size_t& i : shard) i = model[i];
+  }
   const bool sharded = shards.size() > 1;
 
   STRATA_ASSIGN_OR_RETURN(ReadOnlyFile src,
                           ReadOnlyFile::open(plan.weights_path, "checkpoint file"));
   if (options.stats != nullptr) src.count_reads_in(&options.stats->reads);
-  int64_t largest = 1;
-  for (int64_t b : bytes) largest = std::max(largest, b);
-  std::vector<uint8_t> chunk(static_cast<size_t>(std::min(options.chunk_bytes, largest)));
-  if (options.stats != nullptr) options.stats->note_buffers(static_cast<int64_t>(chunk.size()));
+  ExportSource source{src, plan, lora_merge_sources(plan.layout), {}, options.stats};
+  source.chunk.resize(static_cast<size_t>(std::min(options.chunk_bytes, largest)));
+  if (options.stats != nullptr) {
+    options.stats->note_buffers(static_cast<int64_t>(source.chunk.size()));
+  }
 
-  HfExportFiles files;
   std::set<std::string> written;
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string name = sharded ? target.shard(s, shards.size()) : target.single;
     const std::string path = (target.dir / name).string();
-    STRATA_RETURN_IF_ERROR(write_weights_file(src, plan.tensors, shards[s], path, chunk));
+    STRATA_RETURN_IF_ERROR(write_weights_file(source, shards[s], path));
     files.weights.push_back(path);
     written.insert(name);
   }

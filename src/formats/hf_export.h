@@ -5,7 +5,9 @@
 // [Checkpoint format]), so an export copies byte ranges and never holds the model:
 //   1. plan_hf_export verifies the file against the manifest (size, CRC32C) and its header against
 //      the config: every HF tensor present, F32, of HF's shape, and nothing else.
-//   2. write_hf_export copies each tensor through one buffer of CheckpointReadOptions::chunk_bytes.
+//   2. write_hf_export copies each tensor through one buffer of CheckpointReadOptions::chunk_bytes
+//      (a LoRA checkpoint's targeted weights are merged instead, Note [Merged export]; its PEFT
+//      adapter is formats/peft_export.h's).
 // `out` is DIR/BASE.safetensors, or a directory (existing, or ending in '/') for BASE "model", the
 // name HF's loaders look for. Sharded (data over shard_bytes > 0): BASE-00001-of-0000N.safetensors
 // ..., whole tensors in layout order up to shard_bytes each (a larger one alone), and HF's index
@@ -19,9 +21,11 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/file_util.h"
 #include "core/status.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
+#include "model/layout.h"
 
 namespace strata {
 
@@ -29,9 +33,13 @@ namespace strata {
 struct HfExportPlan {
   std::string checkpoint;  // the step directory
   ModelConfig model;
+  ParamLayout layout;            // of the checkpoint's config: the model, and its LoRA adapters
   std::string weights_path;      // DIR/model.safetensors
   std::vector<StEntry> tensors;  // in layout order, checked against `model`
   int64_t parameter_count = 0;
+
+  // A LoRA checkpoint (Note [LoRA]): a frozen base and adapters.
+  bool lora() const { return layout.lora.enabled(); }
 };
 
 // Verifies `checkpoint_dir`'s model.safetensors and checks its header against its config.json.
@@ -45,10 +53,11 @@ std::vector<std::vector<size_t>> group_into_shards(const std::vector<int64_t>& t
                                                    int64_t shard_bytes);
 
 struct HfExportFiles {
-  std::vector<std::string> weights;  // the single file, or the shards in order
-  std::string index;                 // the shard index; empty when unsharded
-  std::string config;                // HF's config.json
-  std::vector<std::string> removed;  // stale files of the other layout (Note [Streaming export])
+  std::vector<std::string> weights;     // the single file, or the shards in order
+  std::string index;                    // the shard index; empty when unsharded
+  std::string config;                   // HF's config.json
+  std::vector<std::string> removed;     // stale files of the other layout (Note [Streaming export])
+  int64_t tensors = 0, parameters = 0;  // written (a LoRA checkpoint's merged base)
 };
 
 // Writes the plan's tensors to `out` (Note [Streaming export]). invalid_argument when `out` is in
@@ -59,8 +68,21 @@ struct HfExportFiles {
 // write_hf_export checks it first too; `strata export` also calls it before gathering anything.
 Status check_hf_export_out(const std::string& out);
 
+// A LoRA checkpoint's export is its merged model (Note [Merged export] in formats/lora_merge.h):
+// the base tensors, each targeted weight with its adapter merged in; no adapter tensor. Host
+// memory is then the copy chunk plus one base matrix and its adapter.
 Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::string& out,
                                       int64_t shard_bytes,
                                       const CheckpointReadOptions& options = {});
+
+// Pieces formats/peft_export.cpp shares. The export's directory `dir`, made if needed; refused
+// (invalid_argument) when it cannot be made or is the checkpoint itself, whose files the export
+// would overwrite.
+Status prepare_export_dir(const std::string& dir, const std::string& out,
+                          const std::string& checkpoint);
+// A safetensors file at `path` (format "pt") holding `entries`, under their names, each copied
+// from `src` at its offset through `chunk`.
+Status write_copied_tensors(const ReadOnlyFile& src, const std::vector<StEntry>& entries,
+                            const std::string& path, std::vector<uint8_t>& chunk);
 
 }  // namespace strata
