@@ -50,6 +50,28 @@ torch=$(/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_sample.py" \
 strata: $strata
 torch:  $torch"
 echo "ok   greedy Llama: 40 tokens past a 32-token context equal PyTorch's"
+base_tokens=$strata
+
+# A LoRA fine-tune of that Llama (Note [LoRA]): sample runs the base with the adapters merged as
+# it reads them, and its greedy tokens are PyTorch's on the merged export (Note [Merged export]).
+# Trained on other text than the base, so that the adapters change what greedy says.
+for i in $(seq 400); do printf 'The zebra quizzed %d jolly vixens. ' "$i"; done >"$work/zebra.txt"
+"$STRATA_BIN" prepare --in "$work/zebra.txt" --out "$work/zebra.bin" 2>/dev/null
+"$STRATA_BIN" train --init-from "$work/llama_export" --set lora.rank=4 --set lora.alpha=16 \
+  --set data.train="$work/zebra.bin" --set optim.lr=1e-2 --set train.seq_len=32 \
+  --set train.batch_size=4 --set train.steps=60 \
+  --save-every 60 --checkpoint-dir "$work/lora" --quiet 2>/dev/null
+"$STRATA_BIN" export --checkpoint "$work/lora" --merge --out "$work/lora_merged/model.safetensors" \
+  2>/dev/null
+strata=$("$STRATA_BIN" sample --checkpoint "$work/lora" --prompt-tokens "$prompt" --tokens 40 \
+  --temperature 0 --print-tokens)
+torch=$(/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_sample.py" \
+  "$work/lora_merged/model.safetensors" "$prompt" 40)
+[ "$strata" = "$torch" ] || fail "LoRA greedy tokens differ from PyTorch's on the merged model:
+strata: $strata
+torch:  $torch"
+[ "$strata" != "$base_tokens" ] || fail "the adapters changed no greedy token: $strata"
+echo "ok   greedy LoRA Llama: 40 tokens equal PyTorch's on the merged weights, not the base's"
 
 sample() { "$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "The " --tokens 40 "$@"; }
 a=$(sample --temperature 0.9 --top-k 40 --seed 7)

@@ -39,6 +39,7 @@
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_tensors.h"
 #include "formats/hf_export.h"
+#include "formats/lora_merge.h"
 #include "model/layout.h"
 #include "model/sample.h"
 
@@ -47,7 +48,9 @@ namespace strata::cli {
 namespace {
 
 // Slab `slab`'s master weights from a verified checkpoint's model.safetensors, converted from
-// Hugging Face's layout (padding between tensors zero).
+// Hugging Face's layout (padding between tensors zero). A LoRA checkpoint (Note [LoRA]) is read
+// as its base model with each targeted weight merged as it is read (Note [Merged export]): no
+// file is written, and host memory holds one base matrix and its adapter beside the slab.
 class CheckpointWeights {
  public:
   static Result<CheckpointWeights> open(const HfExportPlan& plan) {
@@ -60,18 +63,40 @@ class CheckpointWeights {
     std::fill_n(dst, s.numel, 0.0f);
     for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
       const ParamTensor& t = layout_.tensors[static_cast<size_t>(i)];
-      scratch_.resize(std::max(scratch_.size(), static_cast<size_t>(t.numel())));  // (numel)
-      STRATA_RETURN_IF_ERROR(read_hf_tensor(file_, plan_.tensors[static_cast<size_t>(i)], layout_,
-                                            i, dst + (t.offset - s.offset), scratch_.data()));
+      const int64_t at = plan_.layout.find(t.name);  // its index among the checkpoint's tensors
+      if (at < 0) return bad_format(plan_.weights_path + ": no tensor " + t.hf_name);
+      float* out = dst + (t.offset - s.offset);
+      const LoraMergeSource& src = merges_[static_cast<size_t>(at)];
+      if (!src.merges()) {
+        scratch_.resize(std::max(scratch_.size(), static_cast<size_t>(t.numel())));  // (numel)
+        STRATA_RETURN_IF_ERROR(read_hf_tensor(file_, plan_.tensors[static_cast<size_t>(at)],
+                                              plan_.layout, at, out, scratch_.data()));
+        continue;
+      }
+      STRATA_RETURN_IF_ERROR(
+          read_merged_tensor(file_, plan_.tensors, plan_.layout, at, src, merge_));
+      // merge_.w is in HF's layout: (in, out) for a Conv1D weight, which Strata holds (out, in).
+      const int64_t rows = t.shape.dims[0], cols = t.shape.dims[1];
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          out[r * cols + c] = t.hf_transposed ? merge_.w[static_cast<size_t>(c * rows + r)]
+                                              : merge_.w[static_cast<size_t>(r * cols + c)];
+        }
+      }
     }
     return Status();
   }
 
  private:
   CheckpointWeights(const HfExportPlan& plan, ReadOnlyFile f)
-      : plan_(plan), layout_(make_param_layout(plan.model)), file_(std::move(f)) {}
+      : plan_(plan),
+        layout_(make_param_layout(plan.model)),
+        merges_(lora_merge_sources(plan.layout)),
+        file_(std::move(f)) {}
   const HfExportPlan& plan_;
-  ParamLayout layout_;
+  ParamLayout layout_;                   // the base model's: what the sampler runs
+  std::vector<LoraMergeSource> merges_;  // by plan_.layout index
+  LoraMergeBuffers merge_;
   ReadOnlyFile file_;
   std::vector<float> scratch_;
 };
