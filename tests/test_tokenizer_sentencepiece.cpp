@@ -152,6 +152,27 @@ TEST(SentencePiece, NoCutsWithoutASpacePiece) {
   ASSERT_TRUE(cut->find_cut("ax xa", 0).has_value());
 }
 
+// Found by fuzz_sentencepiece_model: a word model's unknown words are whole pieces, "▁" and all,
+// so "ax xa" is one <unk> whole and two cut at the space; such a model is encoded whole.
+TEST(SentencePiece, NoCutsForAWordModelOrAnUnknownType) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm_word");
+  ASSERT_TRUE(
+      write_whole_file(dir + "/word.model", tiny_model({"<unk>", "a", "▁"}, 3), "test").ok());
+  auto t = load(dir + "/word.model");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(encode(*t, "ax xa"), (std::vector<int32_t>{0}));
+  EXPECT_EQ(encode(*t, "ax"), (std::vector<int32_t>{0}));
+  EXPECT_EQ(t->cut_refusal(), "a word model joins adjacent unknown words into one <unk>");
+  EXPECT_FALSE(t->find_cut("ax xa", 0).has_value());
+  // A type outside the enum: the library picks a model of its own, so nothing is cut.
+  ASSERT_TRUE(
+      write_whole_file(dir + "/odd.model", tiny_model({"<unk>", "a", "▁"}, 99), "test").ok());
+  auto odd = load(dir + "/odd.model");
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->cut_refusal(), "the model's type 99 is not a type SentencePiece defines");
+  EXPECT_FALSE(odd->find_cut("ax xa", 0).has_value());
+}
+
 // Ids decoded as they come (Note [Streaming text]): the pieces written make the text decode gives
 // for all the ids at once, though a piece's text depends on its neighbours (the first piece's
 // space dropped, byte pieces joined into characters), and each piece written is whole UTF-8.

@@ -89,7 +89,7 @@ uint64_t proto_varint(std::string_view model, uint32_t message, uint32_t flag, u
 constexpr uint32_t kTrainerSpec = 2, kNormalizerSpec = 3;
 constexpr uint32_t kModelType = 3, kTreatWhitespaceAsSuffix = 24;
 constexpr uint32_t kAddDummyPrefix = 3, kEscapeWhitespaces = 5;
-constexpr uint64_t kUnigram = 1;  // TrainerSpec.ModelType, the default
+constexpr uint64_t kUnigram = 1, kBpe = 2, kWord = 3, kChar = 4;  // TrainerSpec.ModelType
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's "▁"
 
@@ -128,8 +128,17 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
   t->vocab_size_ = t->sp_->GetPieceSize();
 
   const std::string model = t->sp_->serialized_model_proto();
-  if (proto_varint(model, kTrainerSpec, kModelType, kUnigram) == kUnigram) {
+  const uint64_t model_type = proto_varint(model, kTrainerSpec, kModelType, kUnigram);
+  if (model_type == kUnigram) {
     t->cut_refusal_ = "a unigram model's segmentation depends on the text before it";
+  } else if (model_type == kWord) {
+    // Found by fuzz_sentencepiece_model: a word model's unknown words are whole pieces ("▁"
+    // included), so adjacent ones join into one <unk> that a cut between them splits in two.
+    t->cut_refusal_ = "a word model joins adjacent unknown words into one <unk>";
+  } else if (model_type != kBpe && model_type != kChar) {
+    // Found by fuzz_sentencepiece_model: protobuf keeps a value outside the enum aside and the
+    // library falls back to a model of its choosing; the raw value we read says nothing.
+    t->cut_refusal_ = "the model's type " + std::to_string(model_type) + " is not a type SentencePiece defines";
   } else if (!proto_varint(model, kNormalizerSpec, kAddDummyPrefix, 1)) {
     t->cut_refusal_ = "the model adds no dummy prefix";
   } else if (!proto_varint(model, kNormalizerSpec, kEscapeWhitespaces, 1)) {

@@ -7,14 +7,15 @@
 //
 // Streaming cuts (Note [Streaming cuts]): at a space between two ASCII letters, the space being
 // dropped, since the dummy prefix SentencePiece puts before the next piece stands for it. That
-// is exact for a BPE, word or char model that adds the dummy prefix, escapes whitespace as "▁",
+// is exact for a BPE or char model that adds the dummy prefix, escapes whitespace as "▁",
 // does not treat it as a suffix, has "▁" as a piece (a run of unknown characters is one <unk>)
 // and no piece holding "▁" after its first character: no piece spans a word boundary, and BPE
 // merges by fixed piece scores, so each word's pieces are independent of the others'. The
 // model's protobuf is read for the flags. Not for unigram models: their Viterbi search sums
 // scores in floating point from the start of the text, so ties between equal-scored
 // segmentations ("55"+"5" against "5"+"55") fall differently after another prefix (seen on the
-// test corpus). A model that does not qualify is encoded whole, and says why (cut_refusal()).
+// test corpus); nor for word models, whose adjacent unknown words join into one <unk>. A model
+// that does not qualify is encoded whole, and says why (cut_refusal()).
 #pragma once
 
 #include <memory>
