@@ -8,7 +8,9 @@
 #     is rounding noise that AdamW scales up (tools/compare_checkpoints.py --key-bias-atol: at
 #     most lr per step, absolute). Both schedules and the in-memory trainer, state on host and on
 #     storage, N = 2 and 3, GPT-2 and Llama (no biases: every tensor within 1e-6), and bf16
-#     working weights (within 1e-5: at the cases).
+#     working weights (within 1e-5: at the cases), and LoRA (Note [LoRA]: the frozen base's zero
+#     gradients summed with the adapters', sharded state skipping it, dropout masks counted over
+#     the micro-batches of all ranks).
 #     With the state on storage, each rank's store is smaller than the single rank's by the
 #     blocks' masters and moments it does not own (Note [Sharded optimizer state]).
 #     Every N-rank checkpoint is sharded (Note [Sharded checkpoints]): N rank files, each an
@@ -124,6 +126,7 @@ cases=(
   "vertical-host-3 3 1e-6 --set train.schedule=vertical --set optim.alpha=0.5 ${host[*]}"
   "horizontal-storage-3 3 1e-6 --set train.schedule=horizontal ${storage[*]}"
   "vertical-llama-2 2 1e-6 --set model.arch=llama --set train.schedule=vertical ${storage[*]} ${checksums[*]}"
+  "vertical-lora-2 2 1e-6 --set train.schedule=vertical --set optim.alpha=0.5 --set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --set lora.modules_to_save=wte ${storage[*]}"
   "vertical-bf16-2 2 1e-5 --set train.schedule=vertical --set optim.alpha=0.5 --set train.precision=bf16 ${storage[*]} ${checksums[*]}"
 )
 # Validation after the last step (Note [Sharded working params]: with params on storage every
