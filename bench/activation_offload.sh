@@ -88,7 +88,7 @@ import json, statistics, sys
 out, rate, bigger = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def load(name):
     rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl")]
-    kept = [r for r in rows if r["step"] >= 1] or rows
+    kept = [r for r in rows if r["step"] >= 2] or rows
     med = lambda k: statistics.median(r[k] for r in kept)
     return {"tokens_per_s": med("tokens_per_s"), "iter_s": med("iter_s"),
             "peak_device_bytes": max(r["peak_device_bytes"] for r in rows),

@@ -156,7 +156,7 @@ def measure_rows(a):
                 os.path.join(a.out, f"{name}.round{rnd}.log"))
             other = other_cpu(before, cpu_times())
             steps = [json.loads(l) for l in open(metrics) if l.strip()]
-            measured[name][0].extend([s for s in steps if s["step"] >= 1] or steps)
+            measured[name][0].extend([s for s in steps if s["step"] >= 2] or steps)
             measured[name][1].append(other)
     return [(kept, max(other)) for kept, other in (measured[row[0]] for row in ROWS)], parts
 

@@ -50,7 +50,7 @@ def rss(d, name):
 
 
 def tokens_per_s(path):
-    kept = [s for s in steps(path) if s["step"] >= 1]
+    kept = [s for s in steps(path) if s["step"] >= 2]
     return statistics.median(s["tokens_per_s"] for s in kept)
 
 
@@ -66,7 +66,7 @@ def cmd_report(a):
     ratio = max(rss_big, rss_depth) / min(rss_big, rss_depth)
 
     straight, resumed = steps(f"{d}/straight.jsonl"), steps(f"{d}/resumed.jsonl")
-    tail = [s["loss"] for s in straight if s["step"] >= 2]
+    tail = [s["loss"] for s in straight if s["step"] >= 3]
     same_losses = tail == [s["loss"] for s in resumed]
     with open(f"{d}/straight_step4_manifest.json") as f:
         want = {e["name"]: e["crc32c"] for e in json.load(f)["files"]}

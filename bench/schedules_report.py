@@ -46,7 +46,7 @@ def load_steps(path):
 def summarize(path):
     """Medians over the steps after step 0 (all steps if there is only one)."""
     steps = load_steps(path)
-    kept = [s for s in steps if s["step"] >= 1] or steps
+    kept = [s for s in steps if s["step"] >= 2] or steps
     med = lambda key: statistics.median(s[key] for s in kept)
     busy = {r: statistics.median(s["busy_s"].get(r, 0.0) for s in kept) for r in RESOURCES}
     out = {
@@ -71,7 +71,7 @@ def summarize(path):
 
 def cmd_rate(a):
     steps = load_steps(a.calib)
-    kept = [s for s in steps if s["step"] >= 1] or steps
+    kept = [s for s in steps if s["step"] >= 2] or steps
     # The least busy step: other work on the machine only ever inflates compute time, and the
     # rate is meant to match this CPU's own speed.
     busy = min(s["busy_s"]["compute"] for s in kept)

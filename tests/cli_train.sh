@@ -17,7 +17,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 40, f"{len(rows)} metrics lines, want 40"
 for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "iter_s", "peak_device_bytes"):
     assert all(k in r for r in rows), f"metrics key {k} missing"
-assert [r["step"] for r in rows] == list(range(40))
+assert [r["step"] for r in rows] == list(range(1, 41))  # as the console and checkpoints count
 first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
 assert first > 5.0, f"initial loss {first} should be near ln(256)"
 assert last < first - 1.0, f"loss did not fall: {first} -> {last}"
@@ -43,4 +43,8 @@ done
 err=$("$STRATA_BIN" train --no-such-flag 2>&1) && { echo "FAIL: an unknown flag ran" >&2; exit 1; }
 grep -q "see strata train --help" <<<"$err" ||
   { echo "FAIL: an unknown flag's error does not point at --help: $err" >&2; exit 1; }
-echo "ok: every command's --help"
+for v in --version version; do
+  out=$("$STRATA_BIN" $v) && grep -qxE "strata [0-9]+\.[0-9]+\.[0-9]+" <<<"$out" ||
+    { echo "FAIL: strata $v: $out" >&2; exit 1; }
+done
+echo "ok: every command's --help, and --version"

@@ -117,7 +117,7 @@ TEST(Report, ALongRunGivesABoundedPageWithItsSpikeAndAnExactSummary) {
     for (int i = 0; i < kSteps; ++i) {
       const double loss = i == kSpike ? 50.0 : 6.0 - i * 1e-5;
       std::snprintf(line, sizeof line, R"({"step":%d,"loss":%.6f,"skipped":%s,"busy_s":{"x":0.1})",
-                    i, loss, i == kSkipped ? "true" : "false");
+                    i + 1, loss, i == kSkipped ? "true" : "false");  // steps count from 1
       out << line;
       if (i % 1000 == 999) out << ",\"val_loss\":" << 7.0 - i * 1e-5;
       out << "}\n";

@@ -28,7 +28,7 @@ small=(--set model.n_layer=2 --set model.n_embd=64 --set model.context_length=64
 read -r val3 val6 < <(/usr/bin/python3 - "$work/mem.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-vals = {r["step"] + 1: r["val_loss"] for r in rows if "val_loss" in r}
+vals = {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
 if sorted(vals) != [3, 6]:
     sys.exit(f"val_loss on steps {sorted(vals)}, expected after steps 3 and 6")
 print(repr(vals[3]), repr(vals[6]))

@@ -30,7 +30,7 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
                             const std::vector<CheckpointReport>& checkpoints,
                             std::optional<double> val_loss) {
   nlohmann::json line = {
-      {"step", st.step},
+      {"step", st.step + 1},  // counted as the console and the checkpoints count: from 1
       {"loss", st.loss},
       {"lr", st.lr},
       {"grad_norm", st.grad_norm},

@@ -55,7 +55,8 @@ const char* const kUsage =
     "            --max-micro-batch B  --ranks N (data-parallel ranks: tokens/s of all N)\n"
     "  profile   measure this machine and write a hardware profile\n"
     "            --out HW.json  --dir DIR ...  [--config FILE --set ... | --model PRESET]\n"
-    "  help      this text\n";
+    "  help      this text (also: strata COMMAND --help)\n"
+    "  version   the program's version (also: strata --version)\n";
 
 }  // namespace
 

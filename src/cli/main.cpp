@@ -14,6 +14,10 @@ int main(int argc, char** argv) {
     std::fputs(strata::cli::usage_text(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
+  if (args[0] == "--version" || args[0] == "version") {
+    std::printf("strata %s\n", STRATA_VERSION);
+    return 0;
+  }
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "train") return strata::cli::cmd_train(args);

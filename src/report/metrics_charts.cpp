@@ -85,7 +85,7 @@ void ChartBuilder::add_busy(const json& busy, bool has_step, double x) {
 void ChartBuilder::add(const json& line) {
   const double step = field(line, "step");
   const bool has_step = std::isfinite(step);
-  const double x = step + 1;  // steps count from 1 on the page
+  const double x = step;  // steps count from 1, as the checkpoints do
   for (Tracked& t : fields_) {
     const double v = field(line, t.key.c_str());
     if (has_step && std::isfinite(v)) t.points.add(x, v * t.scale);

@@ -101,11 +101,11 @@ std::string summary(const MetricsFile& m) {
   if (m.records == 0) return "No steps in this metrics file.";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%llu steps recorded; last step %g: loss %.4f",
-                static_cast<unsigned long long>(m.records), m.last_step + 1, m.last_loss);
+                static_cast<unsigned long long>(m.records), m.last_step, m.last_loss);
   std::string s = buf;
   if (m.has_val) {
     std::snprintf(buf, sizeof buf, "; last validation loss %.4f (step %g)", m.val_loss,
-                  m.val_step + 1);
+                  m.val_step);
     s += buf;
   }
   return s + ".";
