@@ -5,7 +5,9 @@
 #  - the prompt's ids, as sample prints them, equal gpt-3-encoder's encode() of the prompt;
 #  - the text sample prints starts with the prompt, and equals the decode of the printed ids
 #    (ids past the tokenizer's 50257 written <|id N|>);
-#  - a tokenizer larger than the model's vocabulary is refused: exit 2, one line.
+#  - a tokenizer larger than the model's vocabulary is refused: exit 2, one line;
+#  - so is the model of 50304 ids without --tokenizer (the byte tokenizer would read its ids as
+#    bytes), unless ids go in and out (--prompt-tokens, --print-tokens).
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/sample_tokenizer"
@@ -61,3 +63,17 @@ err=$("$STRATA_BIN" sample --checkpoint "$work/small" --tokenizer "$tok" 2>&1 >/
   grep -q "50257 tokens, more than the model's 256" <<<"$err" ||
   fail "a tokenizer larger than the vocabulary: status $status, '$err'"
 echo "ok   too large a tokenizer: $err"
+
+status=0
+err=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "$prompt" --tokens 2 2>&1 >/dev/null) ||
+  status=$?
+[ "$status" -eq 2 ] && [ "$(printf '%s\n' "$err" | grep -c .)" -eq 1 ] &&
+  grep -q "model has 50304 tokens (model.vocab_size), the default byte tokenizer 256: give its --tokenizer" <<<"$err" ||
+  fail "a large vocabulary without --tokenizer: status $status, '$err'"
+echo "ok   no tokenizer for 50304 ids: $err"
+ids=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt-tokens "$want" --tokens 12 \
+  --temperature 0 --print-tokens 2>/dev/null) || fail "ids in and out without --tokenizer failed"
+case "$ids" in
+  "$want "*) echo "ok   ids in and out need no tokenizer" ;;
+  *) fail "ids in and out: '${ids:0:80}'" ;;
+esac

@@ -279,6 +279,16 @@ int sample_main(const ParsedArgs& a) {
   const std::string tokenizer_path = a.has("tokenizer") ? a.get("tokenizer") : "byte";
   auto tokenizer = load_tokenizer(tokenizer_path);
   if (!tokenizer.ok()) return fail(tokenizer.status().message(), 2);
+  const bool text_used = !a.has("prompt-tokens") || !a.has("print-tokens");
+  if (!a.has("tokenizer") && text_used && plan->model.vocab_size > (*tokenizer)->vocab_size()) {
+    // Its ids past 255 are no bytes: read as bytes, the prompt would be wrong and the output
+    // invalid UTF-8.
+    return fail("the model has " + std::to_string(plan->model.vocab_size) +
+                    " tokens (model.vocab_size), the default byte tokenizer 256: give its "
+                    "--tokenizer (tokenizer.json, x.model or a model directory), or "
+                    "--prompt-tokens with --print-tokens",
+                2);
+  }
   if ((*tokenizer)->vocab_size() > plan->model.vocab_size) {
     return fail("the tokenizer " + (*tokenizer)->name() + " has " +
                     std::to_string((*tokenizer)->vocab_size()) + " tokens, more than the model's " +
