@@ -5,7 +5,7 @@
 # [LoRA] in src/model/lora.h), vertically, every state tensor on storage, in bf16. Checked:
 # the loss falls; every base tensor of the step-8 checkpoint is the imported weight, bit for bit
 # (the base is frozen); every adapter B moved off zero; resumed from step 4, the step-8
-# checkpoint is byte-identical.
+# checkpoint is byte-identical, with --resume alone (a --set against its model: one line, exit 2).
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/finetune_llama_lora"
@@ -33,12 +33,18 @@ ckpt="$work/ckpt/step-0000000$steps"
 [ -f "$ckpt/manifest.json" ] || fail "no checkpoint at $ckpt"
 
 mkdir -p "$work/resumed" && cp -r "$work/ckpt/step-00000004" "$work/resumed/"
-"$STRATA_BIN" train --quiet --config "$work/ckpt/step-00000004/config.json" "${run[@]}" \
-  --checkpoint-dir "$work/resumed" --resume "$work/resumed/step-00000004"
+# --resume alone: the run continued is the checkpoint's (its model, from --init-from, and config).
+"$STRATA_BIN" train --quiet --save-every 4 --checkpoint-dir "$work/resumed" --resume "$work/resumed"
 for f in model.safetensors exp_avg.safetensors exp_avg_sq.safetensors; do
   cmp -s "$ckpt/$f" "$work/resumed/step-0000000$steps/$f" || fail "resumed $f differs"
 done
-echo "ok   resumed at step 4: the step-$steps checkpoint is bit-identical"
+echo "ok   resumed at step 4 by --resume alone: the step-$steps checkpoint is bit-identical"
+status=0
+err=$("$STRATA_BIN" train --quiet --resume "$work/ckpt/step-00000004" --set model.n_layer=3 2>&1) ||
+  status=$?
+[ "$status" -eq 2 ] && [ "$(grep -c . <<<"$err")" -eq 1 ] && grep -q "model.n_layer" <<<"$err" ||
+  fail "a --set against the resumed model: status $status, '$err'"
+echo "ok   a --set against the resumed model: $err"
 
 /usr/bin/python3 - "$STRATA_SOURCE_DIR/tools" "$work/base" "$ckpt/model.safetensors" \
   "$work/metrics.jsonl" <<'PY'

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "formats/checkpoint.h"
 #include "planner/planner.h"
 
 namespace strata::cli {
@@ -57,9 +58,14 @@ Result<uint64_t> parse_byte_size(const std::string& flag, const std::string& tex
 
 Result<TrainConfig> load_config_from_args(const ParsedArgs& a) {
   nlohmann::json j = default_config_json();
-  if (a.has("config")) {
-    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(a.get("config")));
-    STRATA_RETURN_IF_ERROR(merge_config(j, file, a.get("config")));
+  std::string layer = a.get("config");
+  if (layer.empty() && a.has("resume")) {  // the run continued is the checkpoint's
+    STRATA_ASSIGN_OR_RETURN(const std::string dir, resolve_checkpoint(a.get("resume")));
+    layer = dir + "/config.json";
+  }
+  if (!layer.empty()) {
+    STRATA_ASSIGN_OR_RETURN(nlohmann::json file, read_json_file(layer));
+    STRATA_RETURN_IF_ERROR(merge_config(j, file, layer));
   }
   for (const std::string& assignment : a.all("set")) {
     STRATA_RETURN_IF_ERROR(apply_set(j, assignment));

@@ -25,8 +25,9 @@ struct ParsedArgs {
   const std::vector<std::string>& all(const std::string& flag) const;
 };
 
-// The embedded default, then --config FILE, then each --set key=value in order, then --device
-// (for the commands that take it).
+// The embedded default, then --config FILE (or, without it, --resume's checkpoint's config.json:
+// a resumed run is the checkpoint's unless a --set says otherwise), then each --set key=value in
+// order, then --device (for the commands that take it).
 Result<TrainConfig> load_config_from_args(const ParsedArgs& a);
 // load_config_from_args, then --model PRESET's shape and the sequence length it is trained at
 // (planner/planner.h's presets), for the commands that take it.

@@ -176,8 +176,8 @@ std::optional<SetupError> configure(const ParsedArgs& a, TrainRun& run, AlphaCho
   if (a.has("init-from")) {
     if (a.has("resume")) {
       return SetupError{
-          "--init-from and --resume cannot be combined: a resumed run's weights "
-          "and optimizer state come from its checkpoint"};
+          "--init-from and --resume cannot be combined: a resumed run's model, weights "
+          "and optimizer state come from its checkpoint (give --resume alone)"};
     }
     auto plan = plan_hf_import(a.get("init-from"));
     if (!plan.ok())
