@@ -32,7 +32,7 @@ python3 -c "print('the cat sat on the mat. ' * 400)" >"$work/text.txt"
 
 # `strata COMMAND --help` (or -h) prints that command's usage on stdout and exits 0, for every
 # command; the error for an unknown flag points there.
-for cmd in train prepare bench-io report sample export gather plan profile; do
+for cmd in train prepare bench-io report sample eval export gather plan profile; do
   for flag in --help -h; do
     out=$("$STRATA_BIN" "$cmd" "$flag") || { echo "FAIL: strata $cmd $flag exited $?" >&2; exit 1; }
     head -1 <<<"$out" | grep -qx "usage: strata $cmd \[flags\]" ||

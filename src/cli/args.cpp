@@ -1,6 +1,8 @@
 #include "cli/args.h"
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -18,6 +20,19 @@ const std::vector<std::string>& ParsedArgs::all(const std::string& flag) const {
   static const std::vector<std::string> none;
   auto it = values.find(flag);
   return it == values.end() ? none : it->second;
+}
+
+Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allow_zero) {
+  const std::string text = a.get(flag);
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < (allow_zero ? 0 : 1)) {
+    return invalid_argument("--" + flag + " must be " +
+                            (allow_zero ? "a non-negative" : "a positive") + " integer, got '" +
+                            text + "'");
+  }
+  return static_cast<int64_t>(v);
 }
 
 Result<uint64_t> parse_byte_size(const std::string& flag, const std::string& text) {

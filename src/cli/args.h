@@ -33,6 +33,8 @@ Result<TrainConfig> load_config_from_args(const ParsedArgs& a);
 // (planner/planner.h's presets), for the commands that take it.
 Result<TrainConfig> load_config_and_preset(const ParsedArgs& a);
 
+// A positive (or, with allow_zero, non-negative) integer flag; invalid_argument naming it.
+Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allow_zero);
 // A size flag's value in bytes: "4096", "64K", "2G", "2GiB" (K, M, G, KiB, MiB, GiB: powers of
 // 1024) or "5GB" (KB, MB, GB: powers of 1000, as Hugging Face's max_shard_size). invalid_argument
 // naming --flag otherwise.

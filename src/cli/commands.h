@@ -19,6 +19,7 @@ int cmd_gather(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
 int cmd_sample(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 // The run report of a metrics file (and a trace, when `trace_path` is not empty) to `out`.
 Status write_run_report(const std::string& metrics_path, const std::string& trace_path,

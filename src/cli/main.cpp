@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   if (command == "export") return strata::cli::cmd_export(args);
   if (command == "gather") return strata::cli::cmd_gather(args);
   if (command == "sample") return strata::cli::cmd_sample(args);
+  if (command == "eval") return strata::cli::cmd_eval(args);
   if (command == "report") return strata::cli::cmd_report(args);
   if (command == "plan") return strata::cli::cmd_plan(args);
   if (command == "profile") return strata::cli::cmd_profile(args);

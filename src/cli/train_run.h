@@ -27,6 +27,10 @@
 #include "io/io_engine.h"
 #include "train/trainer.h"
 
+namespace strata {
+struct AlphaChoice;  // planner/planner.h
+}
+
 namespace strata::cli {
 
 // The training tokens: either the generated corpus or a token file, kept alive here.
@@ -103,6 +107,18 @@ void log_run(const TrainRun& run);
 bool writes_outputs(const TrainRun& run);
 // "1.23M": a count for people.
 std::string human_count(double n);
+// The pieces of set_up that `strata eval` shares. The tokens of `source` (data.train or data.val:
+// "embedded" generates `embedded_bytes` of text from `seed`, else a token file).
+Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,
+                                  int64_t embedded_bytes, uint64_t seed);
+// data.val's tokens ("embedded": the generated held-out text).
+Result<TrainData> load_val_data(const TrainConfig& cfg);
+// --init-from's config: the embedded default with plan's model, then --config, --set, --device;
+// a model field set against plan's is one line naming it.
+Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& plan);
+// The device, the ranks' transport and the trainer for run.cfg (with alpha "auto"'s simulated
+// costs, when there are some).
+std::optional<SetupError> set_up_trainer(TrainRun& run, const AlphaChoice& predicted);
 
 // ---- train_checkpoints.cpp ----------------------------------------------------------------------
 

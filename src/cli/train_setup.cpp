@@ -33,6 +33,8 @@ constexpr int64_t kEmbeddedCorpusBytes = 4 << 20;
 // corpus, so no sentence of it was trained on by chance of the generator).
 constexpr int64_t kEmbeddedValBytes = 256 << 10;
 
+}  // namespace
+
 // The tokens of `source` (data.train or data.val): "embedded" generates `embedded_bytes` of text
 // from `seed`; anything else is a token file in data.format.
 Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,
@@ -58,19 +60,7 @@ Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& sou
   return d;
 }
 
-// A positive (or, with allow_zero, non-negative) integer flag.
-Result<int64_t> int_flag(const ParsedArgs& a, const std::string& flag, bool allow_zero) {
-  const std::string text = a.get(flag);
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < (allow_zero ? 0 : 1)) {
-    return invalid_argument("--" + flag + " must be " +
-                            (allow_zero ? "a non-negative" : "a positive") + " integer, got '" +
-                            text + "'");
-  }
-  return static_cast<int64_t>(v);
-}
+namespace {
 
 // The checkpoint flags; one that is bad or lacks the flag it needs is refused naming it.
 Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
@@ -91,6 +81,12 @@ Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
   }
   o.behind = !a.has("save-sync");
   return o;
+}
+
+}  // namespace
+
+Result<TrainData> load_val_data(const TrainConfig& cfg) {
+  return load_token_data(cfg, cfg.data_val, kEmbeddedValBytes, 20240521);
 }
 
 // --init-from DIR: the run's model is DIR/config.json's. The config's layers apply as without it
@@ -137,6 +133,8 @@ Result<TrainConfig> config_over_import(const ParsedArgs& a, const HfImportPlan& 
   }
   return cfg;
 }
+
+namespace {
 
 // Note [Data parallel ranks]: the config for this rank of the world. Each rank's io.dirs are its
 // own ("{rank}" replaced, so a single-process run reads it as 0); rank 0 alone writes metrics,
@@ -212,7 +210,7 @@ std::optional<SetupError> load_data(TrainRun& run) {
   if (!loader.ok()) return SetupError{loader.status().message()};
   run.loader = std::make_unique<DataLoader>(std::move(*loader));
   if (!c.data_val.empty()) {
-    auto val = load_token_data(c, c.data_val, kEmbeddedValBytes, 20240521);
+    auto val = load_val_data(c);
     if (!val.ok()) return SetupError{"data.val: " + val.status().message()};
     run.val_data = std::move(*val);
     auto val_loader = DataLoader::create(run.val_data.tokens, c.batch_size, c.seq_len,
@@ -289,6 +287,8 @@ std::optional<SetupError> open_outputs(const ParsedArgs& a, TrainRun& run) {
   return std::nullopt;
 }
 
+}  // namespace
+
 // The device, the ranks' transport and the trainer, with alpha "auto"'s simulated costs.
 std::optional<SetupError> set_up_trainer(TrainRun& run, const AlphaChoice& predicted) {
   const TrainConfig& c = run.cfg;
@@ -313,8 +313,6 @@ std::optional<SetupError> set_up_trainer(TrainRun& run, const AlphaChoice& predi
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 std::string human_count(double n) {
   char buf[32];
