@@ -30,6 +30,12 @@ python3 -c "print('the cat sat on the mat. ' * 400)" >"$work/text.txt"
 "$STRATA_BIN" prepare --in "$work/text.txt" --out "$work/text.bin"
 "$STRATA_BIN" train "${small[@]}" --set train.steps=3 --set data.train="$work/text.bin" --quiet
 
+# train.steps 0 trains nothing and says so: no loss of steps never run, the validation loss of the
+# initial model when data.val is set.
+log=$("$STRATA_BIN" train "${small[@]}" --set train.steps=0 --set data.val=embedded 2>&1)
+grep -qE "trained 0 steps in [0-9.]+ s; validation loss [0-9]+\.[0-9]{4}$" <<<"$log" ||
+  { echo "FAIL: train.steps 0: $(tail -1 <<<"$log")" >&2; exit 1; }
+
 # `strata COMMAND --help` (or -h) prints that command's usage on stdout and exits 0, for every
 # command; the error for an unknown flag points there.
 for cmd in train prepare bench-io report sample eval export gather plan profile; do

@@ -260,6 +260,7 @@ std::optional<SetupError> start_from(TrainRun& run, int64_t& start_step) {
 // The first and the last step's loss, for the summary line.
 struct LossRange {
   double first = 0, last = 0;
+  bool any = false;  // a step ran (train.steps 0 runs none)
 };
 
 // Steps start_step .. train.steps - 1, each followed by after_step; a stop signal ends the run at
@@ -293,6 +294,7 @@ std::optional<int> run_steps(TrainRun& run, int64_t start_step, Progress& progre
     const double tokens_per_s = static_cast<double>(step_tokens) / st->seconds;
     if (step == start_step) loss.first = st->loss;
     loss.last = st->loss;
+    loss.any = true;
     progress.on_step(*st, tokens_per_s);
     Status after = after_step(run, *st, tokens_per_s, flops_per_step, progress);
     if (!after.ok()) {  // a full disk under a checkpoint too: a failure while running (1)
@@ -329,10 +331,19 @@ int finish_run(TrainRun& run, Progress& progress, const LossRange& loss,
   progress.finish();
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!loss.any && run.val_loader) {  // train.steps 0: the initial (or imported) model's
+    auto v = validate(run);
+    if (!v.ok()) return fail("validation stopped: " + v.status().to_string(), 1);
+    run.last_val_loss = *v;
+  }
   char summary[200];
-  std::snprintf(summary, sizeof summary, "trained %lld steps in %.1f s; loss %.4f -> %.4f",
-                static_cast<long long>(run.cfg.steps), total_s, loss.first, loss.last);
+  std::snprintf(summary, sizeof summary, "trained %lld steps in %.1f s",
+                static_cast<long long>(run.cfg.steps), total_s);
   std::string text = summary;
+  if (loss.any) {
+    std::snprintf(summary, sizeof summary, "; loss %.4f -> %.4f", loss.first, loss.last);
+    text += summary;
+  }
   if (run.last_val_loss) {
     char val[64];
     std::snprintf(val, sizeof val, "; validation loss %.4f", *run.last_val_loss);
