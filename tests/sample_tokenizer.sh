@@ -7,7 +7,8 @@
 #    (ids past the tokenizer's 50257 written <|id N|>);
 #  - a tokenizer larger than the model's vocabulary is refused: exit 2, one line;
 #  - so is the model of 50304 ids without --tokenizer (the byte tokenizer would read its ids as
-#    bytes), unless ids go in and out (--prompt-tokens, --print-tokens).
+#    bytes), unless ids go in and out (--prompt-tokens, --print-tokens);
+#  - --special-tokens reads "<|endoftext|>" in the prompt as its id 50256, else as text.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/sample_tokenizer"
@@ -77,3 +78,15 @@ case "$ids" in
   "$want "*) echo "ok   ids in and out need no tokenizer" ;;
   *) fail "ids in and out: '${ids:0:80}'" ;;
 esac
+
+special="Hi<|endoftext|>"
+ids=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --tokenizer "$tok" --prompt "$special" \
+  --tokens 1 --temperature 0 --print-tokens --special-tokens)
+plain=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --tokenizer "$tok" --prompt "$special" \
+  --tokens 1 --temperature 0 --print-tokens)
+want_plain=$(node -e 'console.log(require(process.argv[1]).encode(process.argv[2]).join(" "))' \
+  "$package" "$special")
+hi=$(node -e 'console.log(require(process.argv[1]).encode("Hi").join(" "))' "$package")
+case "$ids" in "$hi 50256 "*) ;; *) fail "--special-tokens: '$ids', want '$hi 50256 ...'" ;; esac
+case "$plain" in "$want_plain "*) ;; *) fail "without --special-tokens: '$plain'" ;; esac
+echo "ok   --special-tokens: $special is $hi 50256; without it $want_plain"

@@ -253,10 +253,12 @@ int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tok
 }
 
 const std::vector<FlagSpec> kSampleFlags = {
-    {"checkpoint", true, false},     {"prompt", true, false},        {"prompt-tokens", true, false},
-    {"tokens", true, false},         {"temperature", true, false},   {"top-k", true, false},
-    {"seed", true, false},           {"print-tokens", false, false}, {"no-kv-cache", false, false},
-    {"resident-bytes", true, false}, {"tokenizer", true, false}};
+    {"checkpoint", true, false},    {"prompt", true, false},
+    {"prompt-tokens", true, false}, {"tokens", true, false},
+    {"temperature", true, false},   {"top-k", true, false},
+    {"seed", true, false},          {"print-tokens", false, false},
+    {"no-kv-cache", false, false},  {"resident-bytes", true, false},
+    {"tokenizer", true, false},     {"special-tokens", false, false}};
 
 int sample_main(const ParsedArgs& a) {
   if (!a.has("checkpoint")) return fail("strata sample: --checkpoint DIR is required", 2);
@@ -277,7 +279,9 @@ int sample_main(const ParsedArgs& a) {
   if (!plan.ok()) return fail(plan.status().message(), 2);
   // Text in and out through the tokenizer (byte-level by default); --prompt-tokens skips it in.
   const std::string tokenizer_path = a.has("tokenizer") ? a.get("tokenizer") : "byte";
-  auto tokenizer = load_tokenizer(tokenizer_path);
+  // --special-tokens: a tokenizer.json's added tokens in the prompt are theirs (chat markers).
+  auto tokenizer =
+      load_tokenizer(tokenizer_path, TokenizerOptions{.special_tokens = a.has("special-tokens")});
   if (!tokenizer.ok()) return fail(tokenizer.status().message(), 2);
   const bool text_used = !a.has("prompt-tokens") || !a.has("print-tokens");
   if (!a.has("tokenizer") && text_used && plan->model.vocab_size > (*tokenizer)->vocab_size()) {

@@ -36,6 +36,7 @@ const char* const kUsage =
     "            --checkpoint DIR  --prompt TEXT | --prompt-tokens \"1 2 3\"  --tokens N\n"
     "            --temperature T (0: greedy)  --top-k K  --seed S  --print-tokens\n"
     "            --tokenizer byte (default) | tokenizer.json | x.model  (--prompt in, text out)\n"
+    "            --special-tokens (match a tokenizer.json's added tokens in the prompt)\n"
     "            --no-kv-cache (recompute the window for every token, for comparison)\n"
     "            --resident-bytes SIZE (keep the blocks' weights when they fit in SIZE; default\n"
     "            half the available memory; 0: read every block for every token)\n"
