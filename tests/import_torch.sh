@@ -4,7 +4,9 @@
 # PyTorch's loss on the same weights and batch to 1e-5 relative, for models written by
 # tools/make_hf_fixture.py: GPT-2 in F32, BF16 (sharded, GPT2LMHeadModel's names, buffers and a
 # tied lm_head) and F16; Llama with grouped-query attention in F32 (untied, sharded, rotary
-# buffers), BF16 (tied, one KV head, llama3 rope scaling) and F16. PyTorch reads the files by
+# buffers), BF16 (tied, one KV head, llama3 rope scaling), F16, and Llama 3.1's shape (131072
+# positions, llama3 scaling from 8192, vocabulary 128256: imported as it is, nothing allocated
+# by its context; its export keeps those fields). PyTorch reads the files by
 # their HF names alone (tools/torch_gpt2.py's and tools/torch_llama.py's models, GPT-2's Conv1D
 # weights transposed back). And import -> checkpoint -> `strata export` -> import is
 # bit-identical, for the F32 GPT-2 and Llama: a run at a learning rate of 1e-30 checkpoints the
@@ -99,14 +101,31 @@ $work/gpt2_f16 --arch gpt2 --dtype f16 --ctx $T --layers 3 --seed 3
 $work/llama_f32 --arch llama --dtype f32 --ctx $T --heads 4 --kv-heads 2 --untied --shards 2 --buffers --seed 4
 $work/llama_bf16_tied --arch llama --dtype bf16 --ctx $T --heads 4 --kv-heads 1 --tied --lm-head --rope-scaling --rope-theta 500000 --seed 5
 $work/llama_f16 --arch llama --dtype f16 --ctx $T --layers 3 --heads 8 --kv-heads 2 --ffn 160 --seed 6
+$work/llama31_shape --arch llama --dtype bf16 --ctx 131072 --original-ctx 8192 --vocab 128256 --layers 1 --embd 32 --heads 4 --kv-heads 2 --ffn 64 --untied --rope-scaling --rope-theta 500000 --seed 7
 FIXTURES
   fail "writing the fixtures (they need Debian's python3-torch, /usr/bin/python3)"
 losses=()
-for name in gpt2_f32 gpt2_bf16 gpt2_f16 llama_f32 llama_bf16_tied llama_f16; do
+for name in gpt2_f32 gpt2_bf16 gpt2_f16 llama_f32 llama_bf16_tied llama_f16 llama31_shape; do
   loss=$(first_loss "$name" "$work/$name")
   losses+=("$work/$name" "$loss")
 done
 torch_losses "${losses[@]}" || fail "see above"
+
+# Llama 3.1's shape trains and exports as it came: its context, scaling and vocabulary kept.
+first_loss llama31_ck "$work/llama31_shape" --save-every 1 --checkpoint-dir "$work/llama31_ckpt" \
+  >/dev/null
+"$STRATA_BIN" export --checkpoint "$work/llama31_ckpt" --out "$work/llama31_export/" 2>/dev/null ||
+  fail "llama31_shape: the export failed"
+/usr/bin/python3 - "$work/llama31_shape/config.json" "$work/llama31_export/config.json" <<'PY' ||
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+keys = ["max_position_embeddings", "rope_scaling", "rope_theta", "vocab_size",
+        "num_key_value_heads", "tie_word_embeddings"]
+bad = [k for k in keys if a.get(k) != b.get(k)]
+print(f"ok   llama31_shape: the export keeps {', '.join(keys)}" if not bad else f"differ: {bad}")
+sys.exit(1 if bad else 0)
+PY
+  fail "llama31_shape: the export's config.json differs from the imported one"
 
 # Import -> checkpoint -> export -> import. The learning rate must be positive; at 1e-30 the
 # step changes no weight (every one is far above 2^24 times the step, |w| > 1e-22) and weight

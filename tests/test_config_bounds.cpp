@@ -47,7 +47,9 @@ TEST(ConfigBounds, ModelDimensions) {
   expect_error(parse_sets({"model.n_embd=131072", "model.n_head=1"}), ErrorCode::invalid_argument,
                {"model.n_embd must be in [1, 65536 (2^16)], got 131072"});
   expect_error(parse_sets({"model.context_length=9223372036854775807"}),
-               ErrorCode::invalid_argument, {"model.context_length", "65536 (2^16)"});
+               ErrorCode::invalid_argument, {"model.context_length", "1048576 (2^20)"});
+  // Llama 3.1's 131072 positions are the model's; they allocate nothing at train.seq_len.
+  EXPECT_TRUE(parse_sets({"model.arch=llama", "model.context_length=131072"}).ok());
   expect_error(parse_sets({"model.n_embd=4611686018427387904", "model.n_head=1"}),
                ErrorCode::invalid_argument, {"model.n_embd"});
   // Each dimension within bounds, the parameters not: 4096 blocks of 12 x 65536^2.

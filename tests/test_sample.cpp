@@ -89,7 +89,7 @@ int64_t documented_window_start(int64_t prev, int64_t len, int64_t context) {
 void expect_documented_windows(Device& dev, const ModelConfig& m, const ParamLayout& layout,
                                std::vector<float>& params, const std::vector<int32_t>& out,
                                size_t prompt) {
-  Buffer rope = upload_rope_table(dev, m).value();
+  Buffer rope = upload_rope_table(dev, m, m.context_length).value();
   int64_t start = -1;
   for (size_t n = prompt; n < out.size(); ++n) {
     start = documented_window_start(start, static_cast<int64_t>(n), m.context_length);
@@ -207,7 +207,7 @@ TEST_P(GenerateArch, BlockDecodeGivesEveryRowOfTheForward) {
   init_params(layout, params.data(), 3);
   auto dev = create_cpu_device();
   auto s = dev->create_stream("test");
-  Buffer rope = upload_rope_table(*dev, m).value();
+  Buffer rope = upload_rope_table(*dev, m, m.context_length).value();
   const int64_t T = m.context_length, C = m.n_embd;
   const BlockView w = block_view(layout, params.data(), 1);
   Rng rng(4);

@@ -3,7 +3,8 @@
 
 usage: make_hf_fixture.py OUT_DIR --arch gpt2|llama [--dtype f32|bf16|f16] [--shards N]
            [--layers L] [--embd C] [--heads NH] [--kv-heads NKV] [--ffn F] [--vocab V]
-           [--ctx T] [--tied | --untied] [--rope-scaling] [--prefix] [--buffers] [--lm-head]
+           [--ctx T] [--tied | --untied] [--rope-scaling [--original-ctx N]] [--prefix] [--buffers]
+           [--lm-head]
            [--seed S] [--config KEY=JSON ...]
        make_hf_fixture.py --each-line FILE|-
            one fixture per non-empty line of FILE (or stdin), each line the arguments above
@@ -188,7 +189,8 @@ def llama_model(a, gen):
     rope_scaling = None
     if a.rope_scaling:
         rope_scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                        "high_freq_factor": 4.0, "original_max_position_embeddings": a.ctx // 2}
+                        "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": a.original_ctx or a.ctx // 2}
     config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": V,
               "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
               "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
@@ -255,6 +257,8 @@ def make_fixture(argv):
     ap.add_argument("--ctx", type=int, default=64)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--rope-scaling", action="store_true", help="Llama 3's llama3 scaling")
+    ap.add_argument("--original-ctx", type=int, default=0,
+                    help="llama3 scaling's original_max_position_embeddings (default: ctx / 2)")
     tie = ap.add_mutually_exclusive_group()
     tie.add_argument("--tied", dest="tied", action="store_true", help="Llama: tied head")
     tie.add_argument("--untied", dest="tied", action="store_false", help="Llama (default)")

@@ -22,7 +22,9 @@ namespace strata {
 
 inline constexpr int64_t kMaxVocabSize = int64_t{1} << 20;  // Llama 3: 128256; tokens are int32
 // model.context_length, model.n_embd, model.ffn_hidden, model.n_layer: far above today's models.
-inline constexpr int64_t kMaxContextLength = int64_t{1} << 16;
+// A context is the model's (Llama 3.1: 131072), not what a run allocates: training sizes by
+// train.seq_len, sampling by its window (Note [Sampling]); only GPT-2's wpe is context-sized.
+inline constexpr int64_t kMaxContextLength = int64_t{1} << 20;
 inline constexpr int64_t kMaxEmbd = int64_t{1} << 16;
 inline constexpr int64_t kMaxFfnHidden = int64_t{1} << 20;
 inline constexpr int64_t kMaxLayers = 4096;

@@ -36,11 +36,11 @@ std::vector<float> rope_inv_freq(const ModelConfig& m) {
   return inv;
 }
 
-std::vector<float> rope_table(const ModelConfig& m) {
+std::vector<float> rope_table(const ModelConfig& m, int64_t positions) {
   const std::vector<float> inv = rope_inv_freq(m);
   const int64_t half = static_cast<int64_t>(inv.size());
-  std::vector<float> table(static_cast<size_t>(m.context_length * half * 2));
-  for (int64_t t = 0; t < m.context_length; t++) {
+  std::vector<float> table(static_cast<size_t>(positions * half * 2));
+  for (int64_t t = 0; t < positions; t++) {
     for (int64_t i = 0; i < half; i++) {
       const float angle = static_cast<float>(t) * inv[static_cast<size_t>(i)];
       const size_t at = static_cast<size_t>((t * half + i) * 2);
@@ -51,9 +51,9 @@ std::vector<float> rope_table(const ModelConfig& m) {
   return table;
 }
 
-Result<Buffer> upload_rope_table(Device& dev, const ModelConfig& m) {
+Result<Buffer> upload_rope_table(Device& dev, const ModelConfig& m, int64_t positions) {
   if (m.arch != ModelArch::llama) return Buffer();
-  const std::vector<float> table = rope_table(m);
+  const std::vector<float> table = rope_table(m, positions);
   const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(float));
   STRATA_ASSIGN_OR_RETURN(Buffer buf, dev.alloc(bytes));
   auto s = dev.create_stream("rope");

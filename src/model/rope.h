@@ -20,10 +20,12 @@ namespace strata {
 
 // inv_freq (hs/2), scaling applied.
 std::vector<float> rope_inv_freq(const ModelConfig& model);
-// (context_length, hs/2, 2) cos, sin.
-std::vector<float> rope_table(const ModelConfig& model);
+// (positions, hs/2, 2) cos, sin of positions 0 .. positions - 1: the ones a run uses (training:
+// train.seq_len; sampling: its window), never the model's whole context_length (Llama 3.1's
+// 131072 would be 64 MiB for nothing).
+std::vector<float> rope_table(const ModelConfig& model, int64_t positions);
 // The table on `dev` (device memory), ready when the call returns; an empty Buffer for a model
 // without rotary embeddings (GPT-2). out_of_memory naming the budget as alloc does.
-Result<Buffer> upload_rope_table(Device& dev, const ModelConfig& model);
+Result<Buffer> upload_rope_table(Device& dev, const ModelConfig& model, int64_t positions);
 
 }  // namespace strata

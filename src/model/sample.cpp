@@ -50,13 +50,15 @@ namespace {
 // buffers (Note [Sampling]).
 class Sampler {
  public:
+  // window: the most positions a window holds (Note [Sampling]), at most the model's context.
   Sampler(Device& dev, const ModelConfig& model, const SlabWeightsFn& weights,
-          int64_t resident_bytes)
+          int64_t resident_bytes, int64_t window)
       : dev_(dev),
         model_(model),
         layout_(make_param_layout(model)),
         weights_(weights),
-        resident_bytes_(resident_bytes) {}
+        resident_bytes_(resident_bytes),
+        window_(window) {}
 
   Status allocate();
   // The window (T tokens at positions 0 .. T-1) through every block; the cache holds their keys
@@ -79,6 +81,7 @@ class Sampler {
   const ParamLayout layout_;
   const SlabWeightsFn& weights_;
   const int64_t resident_bytes_;
+  const int64_t window_;
   std::unique_ptr<Stream> s_;
   std::vector<Buffer> resident_;  // (L) each (block slab): every block, when they fit
   Buffer embed_, final_, block_;  // (embed slab), (final slab), (block slab)
@@ -93,7 +96,7 @@ class Sampler {
 };
 
 Status Sampler::allocate() {
-  const int64_t Tmax = model_.context_length, C = model_.n_embd, V = model_.vocab_size;
+  const int64_t Tmax = window_, C = model_.n_embd, V = model_.vocab_size;
   const int64_t es = layout_.slabs[static_cast<size_t>(layout_.embed_slab())].numel;
   const int64_t fs = layout_.slabs[static_cast<size_t>(layout_.final_slab())].numel;
   const int64_t bs = layout_.slabs[static_cast<size_t>(layout_.block_slab(0))].numel;
@@ -110,7 +113,7 @@ Status Sampler::allocate() {
   STRATA_ASSIGN_OR_RETURN(cache_, dev_.alloc(model_.n_layer * Tmax * kv_row_floats(one) * 4));
   STRATA_ASSIGN_OR_RETURN(head_, dev_.alloc((2 + C + V) * 4));
   STRATA_ASSIGN_OR_RETURN(tokens_, dev_.alloc(Tmax * 4));
-  STRATA_ASSIGN_OR_RETURN(rope_, upload_rope_table(dev_, model_));
+  STRATA_ASSIGN_OR_RETURN(rope_, upload_rope_table(dev_, model_, Tmax));
   staged_.resize(static_cast<size_t>(std::max({es, fs, bs})));
   STRATA_RETURN_IF_ERROR(fetch(layout_.embed_slab(), embed_));
   STRATA_RETURN_IF_ERROR(fetch(layout_.final_slab(), final_));
@@ -139,7 +142,7 @@ Status Sampler::fetch(int64_t slab, Buffer& dst) {
 }
 
 Status Sampler::prefill(const int32_t* window, int64_t T) {
-  const int64_t C = model_.n_embd, Tmax = model_.context_length;
+  const int64_t C = model_.n_embd, Tmax = window_;
   const EmbedView e = embed_slab_view(layout_, embed_.f32());
   dev_.copy(*s_, tokens_.data(), window, T * 4);
   dev_.embedding_forward(*s_, x_.f32(), tokens_.i32(), e.wte, e.wpe, 1, T, C);
@@ -162,7 +165,7 @@ Status Sampler::prefill(const int32_t* window, int64_t T) {
 }
 
 Status Sampler::decode(int32_t token, int64_t pos) {
-  const int64_t C = model_.n_embd, Tmax = model_.context_length;
+  const int64_t C = model_.n_embd, Tmax = window_;
   const EmbedView e = embed_slab_view(layout_, embed_.f32());
   dev_.copy(*s_, tokens_.data(), &token, 4);
   // Position pos's learned embedding (GPT-2): the table from its row pos.
@@ -215,9 +218,13 @@ Result<std::vector<int32_t>> generate(Device& dev, const ModelConfig& model,
                                       const SlabWeightsFn& weights, std::vector<int32_t> prompt,
                                       const SampleOptions& o, const SampleHooks& hooks) {
   STRATA_RETURN_IF_ERROR(check_prompt(model, prompt));
-  Sampler sampler(dev, model, weights, o.resident_bytes);
+  // The window never holds more than the prompt and the new tokens: nothing is allocated by a
+  // context (Llama 3.1's 131072) the sample does not reach; past the context it slides as before.
+  const auto prompt_len = static_cast<int64_t>(prompt.size());
+  const int64_t Tmax =
+      std::min(model.context_length, prompt_len + std::max<int64_t>(o.new_tokens, 1));
+  Sampler sampler(dev, model, weights, o.resident_bytes, Tmax);
   STRATA_RETURN_IF_ERROR(sampler.allocate());
-  const int64_t Tmax = model.context_length;
   const int64_t keep = std::max<int64_t>(1, Tmax / 2);  // a slide's window (Note [Sampling])
   SampleStats local;
   SampleStats& stats = hooks.stats != nullptr ? *hooks.stats : local;

@@ -7,7 +7,8 @@
 // s = n - max(1, context/2). So past the context a token sees from context/2 to context tokens,
 // not always the last context (a slide moves every position: recomputing the last context tokens
 // for each token would give other tokens). A window runs whole once (the prefill: one (1, T)
-// sequence through every block), filling the key/value cache (L, context, 2 NKV hs); each later
+// sequence through every block), filling the key/value cache (L, W, 2 NKV hs), W = min(context,
+// P + new tokens): nothing is sized by a context the sample does not reach; each later
 // token runs alone at the next position against it (block_decode): at most one prefill per
 // context/2 + 1 tokens. Blocks that fit SampleOptions::resident_bytes are read once and kept, the
 // others fetched one at a time per token: memory is the embed and final slabs, one block, one

@@ -58,7 +58,7 @@ Result<std::unique_ptr<InMemoryTrainer>> InMemoryTrainer::create(
   STRATA_ASSIGN_OR_RETURN(t->slab_sumsq_,
                           dev.alloc(static_cast<int64_t>(t->layout_.slabs.size()) * 8));
   STRATA_ASSIGN_OR_RETURN(t->losses_host_, dev.alloc_host(B * T * f));
-  STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
+  STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model, cfg.seq_len));
   t->acts_ = gpt_acts_at(dev, t->acts_buf_.f32(), cfg.model, B, T, t->rope_.f32(), cfg.lora);
   if (bf16_gemm) {
     STRATA_ASSIGN_OR_RETURN(t->gemm_scratch_,

@@ -110,7 +110,7 @@ class InMemoryTrainer final : public Trainer {
   Buffer losses_host_;  // (B, T) f32
   std::vector<float> grads_host_;  // (total_elems) f32, several ranks summing on the host only
   std::unique_ptr<DeviceCollectives> device_sum_;  // several ranks summing on the device only
-  Buffer rope_;  // (context_length, hs/2, 2) Llama's cos/sin table; empty for GPT-2
+  Buffer rope_;  // (seq_len, hs/2, 2) Llama's cos/sin table; empty for GPT-2
   // (total_elems) bf16: the working params as bf16 (bf16 mode, on_device_ or with bf16 GEMMs),
   // the rounding's scratch and the GEMMs' weights.
   Buffer bf16_buf_;

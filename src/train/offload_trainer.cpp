@@ -62,7 +62,7 @@ Result<std::unique_ptr<OffloadTrainer>> OffloadTrainer::create(
   }
   t->actions_ = std::make_unique<OffloadActions>(dev, world, t->shape_, *t->state_, t->streams_,
                                                  t->progress_, std::move(device_sum));
-  STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model));
+  STRATA_ASSIGN_OR_RETURN(t->rope_, upload_rope_table(dev, cfg.model, cfg.seq_len));
   t->shape_.dims.rope = t->rope_.f32();
   const std::vector<ActPolicy> acts_policy = decide_activation_policy(dev, t->shape_);
   const PlanSite site{.rank = world.rank(),

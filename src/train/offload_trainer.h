@@ -147,7 +147,7 @@ class OffloadTrainer final : public Trainer {
   std::unique_ptr<OffloadActions> actions_;
   std::vector<std::unique_ptr<BoundPlan>> plans_;  // one per offload_plan_keys(shape_)
   BoundPlan* last_ = nullptr;
-  // (context_length, hs/2, 2) Llama's rotary cos/sin table on the device, outside the plan's
+  // (seq_len, hs/2, 2) Llama's rotary cos/sin table on the device, outside the plan's
   // slots (a constant of the model, a few KiB to MiB); empty for GPT-2.
   Buffer rope_;
   // Note [Asynchronous checkpoints]: the snapshot being captured (null or finished: none);
