@@ -38,6 +38,13 @@ mkdir -p "$work/resumed" && cp -r "$work/ckpt/step-00000004" "$work/resumed/"
 for f in model.safetensors exp_avg.safetensors exp_avg_sq.safetensors; do
   cmp -s "$ckpt/$f" "$work/resumed/step-0000000$steps/$f" || fail "resumed $f differs"
 done
+/usr/bin/python3 - "$ckpt/trainer_state.json" "$work/resumed/step-0000000$steps/trainer_state.json" \
+  "$work/base" <<'PY' || fail "the resumed run lost its base model (Note [Base model])"
+import json, os, sys
+a, b = (json.load(open(p)).get("base_model") for p in sys.argv[1:3])
+want = json.load(open(os.path.join(sys.argv[3], "config.json")))
+sys.exit(0 if a == b and a["path"] == os.path.abspath(sys.argv[3]) and a["config"] == want else 1)
+PY
 echo "ok   resumed at step 4 by --resume alone: the step-$steps checkpoint is bit-identical"
 status=0
 err=$("$STRATA_BIN" train --quiet --resume "$work/ckpt/step-00000004" --set model.n_layer=3 2>&1) ||

@@ -120,7 +120,8 @@ first_loss llama31_ck "$work/llama31_shape" --save-every 1 --checkpoint-dir "$wo
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 keys = ["max_position_embeddings", "rope_scaling", "rope_theta", "vocab_size",
-        "num_key_value_heads", "tie_word_embeddings"]
+        "num_key_value_heads", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+        "torch_dtype"]
 bad = [k for k in keys if a.get(k) != b.get(k)]
 print(f"ok   llama31_shape: the export keeps {', '.join(keys)}" if not bad else f"differ: {bad}")
 sys.exit(1 if bad else 0)

@@ -45,18 +45,35 @@ ckpt="$work/ckpt/step-00000004"
 "$STRATA_BIN" export --checkpoint "$ckpt" --out "$work/A/"
 "$STRATA_BIN" export --checkpoint "$ckpt" --out "$work/M/" --merge "${merged_flags[@]}"
 [ "$arch" = gpt2 ] || [ -f "$work/M/model.safetensors.index.json" ] || fail "M/ is not sharded"
-/usr/bin/python3 - "$work/A/adapter_config.json" "$want_targets" "$want_saved" "$arch" <<'PY'
-import json, sys
+/usr/bin/python3 - "$work/A/adapter_config.json" "$want_targets" "$want_saved" "$arch" \
+  "$work/base" <<'PY'
+import json, os, sys
 c = json.load(open(sys.argv[1]))
 want = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8,
         "lora_dropout": 0.0, "target_modules": json.loads(sys.argv[2]),
         "fan_in_fan_out": sys.argv[4] == "gpt2", "modules_to_save": json.loads(sys.argv[3]),
         "bias": "none", "use_rslora": False, "use_dora": False, "init_lora_weights": True,
-        "base_model_name_or_path": ""}
+        "base_model_name_or_path": os.path.abspath(sys.argv[5])}  # Note [Base model]
 if c != want:
     sys.exit(f"adapter_config.json is {c}, expected {want}")
 print(f"ok   adapter_config.json: target_modules {c['target_modules']}, "
-      f"modules_to_save {c['modules_to_save']}")
+      f"modules_to_save {c['modules_to_save']}, base {c['base_model_name_or_path']}")
+PY
+# The merged export's config.json is the imported one wherever Strata sets nothing (Note [Base
+# model]): every imported key is there, the special token ids equal; generation_config.json
+# carries them.
+/usr/bin/python3 - "$work/base/config.json" "$work/M/config.json" "$work/M/generation_config.json" \
+  <<'PY' || fail "the merged export's config.json lost what the import had"
+import json, sys
+base, out = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+missing = sorted(set(base) - set(out))
+kept = ["bos_token_id", "eos_token_id", "torch_dtype", "initializer_range"]
+differ = [k for k in kept if k in base and base[k] != out.get(k)]
+gen = json.load(open(sys.argv[3]))
+ids = {k: base[k] for k in ("bos_token_id", "eos_token_id") if k in base}
+if missing or differ or any(gen.get(k) != v for k, v in ids.items()):
+    sys.exit(f"missing {missing}, differ {differ}, generation_config {gen}")
+print(f"ok   M/config.json keeps the imported fields; generation_config.json {gen}")
 PY
 
 /usr/bin/python3 - "$work/tokens.safetensors" <<'PY'

@@ -629,6 +629,10 @@ TEST(resume_checkpoint, TrainerStateIsCheckedFieldByField) {
       {R"({"step": 1, "adam_steps": 1, "data_position": 0, "seed": 1, "schedule": "in_memory", )"
        R"("lineage": ["0123456789abcdef", "x"]})",
        "lineage must be a list of run ids"},
+      // Note [Base model]: an export merges its config into the one it writes.
+      {R"({"step": 1, "adam_steps": 1, "data_position": 0, "seed": 1, "schedule": "in_memory", )"
+       R"("base_model": {"path": "/m", "config": [1]}})",
+       "base_model must be {\"path\": a string, \"config\": an object}"},
   };
   for (const auto& [text, wanted] : cases) {
     rewrite_checkpoint_file(dir, "trainer_state.json", text);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/train_run.h"
 #include "core/format.h"
@@ -26,6 +27,7 @@ CheckpointMeta checkpoint_meta(const TrainRun& run, int64_t steps_done) {
   meta.schedule = enum_name(run.cfg.schedule);
   meta.run_id = run.lineage.back();
   meta.lineage = run.lineage;
+  meta.base_model = run.base_model;
   return meta;
 }
 
@@ -140,6 +142,7 @@ Result<int64_t> resume(TrainRun& run) {
   run.trainer->set_progress(meta->step, meta->adam_steps);
   log_info("resumed from " + dir + " at step " + std::to_string(meta->step));
   // Note [Checkpoint lineage]: this run continues the checkpoint's line.
+  run.base_model = meta->base_model;  // Note [Base model]: the line keeps its base
   std::vector<std::string> lineage = meta->lineage;
   lineage.push_back(run.lineage.back());
   run.lineage = std::move(lineage);
@@ -153,8 +156,32 @@ Result<int64_t> resume(TrainRun& run) {
   return meta->step;
 }
 
+namespace {
+
+// Note [Base model]: what the checkpoints of a run imported from plan.dir record of it.
+Result<nlohmann::json> base_model_of(const HfImportPlan& plan) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::absolute(plan.dir, ec).lexically_normal();
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json config, read_json_file(plan.config_path));
+  nlohmann::json base = {{"path", ec ? plan.dir : dir.string()}, {"config", std::move(config)}};
+  const std::string generation =
+      (std::filesystem::path(plan.dir) / "generation_config.json").string();
+  if (std::filesystem::exists(generation, ec)) {
+    auto g = read_json_file(generation);
+    if (g.ok() && g->is_object()) {
+      base["generation_config"] = std::move(*g);
+    } else {
+      log_warn(generation + " is not a JSON object; an export will write its own from config.json");
+    }
+  }
+  return base;
+}
+
+}  // namespace
+
 Status init_from(TrainRun& run) {
   const HfImportPlan& plan = *run.import;
+  STRATA_ASSIGN_OR_RETURN(run.base_model, base_model_of(plan));
   STRATA_ASSIGN_OR_RETURN(HfImportStats st,
                           import_hf_weights(
                               plan, run.trainer->layout(),

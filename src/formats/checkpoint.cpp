@@ -508,6 +508,18 @@ Result<CheckpointMeta> read_trainer_state(const std::string& dir) {
     }
     meta.lineage = line->get<std::vector<std::string>>();
   }
+  if (const auto base = sj.find("base_model"); base != sj.end() && !base->is_null()) {
+    const auto path = base->is_object() ? base->find("path") : base->end();
+    const auto config = base->is_object() ? base->find("config") : base->end();
+    const auto generation = base->is_object() ? base->find("generation_config") : base->end();
+    if (path == base->end() || !path->is_string() || config == base->end() ||
+        !config->is_object() || (generation != base->end() && !generation->is_object())) {
+      return bad_format(what +
+                        ": base_model must be {\"path\": a string, \"config\": an object}, got " +
+                        json_preview(*base));
+    }
+    meta.base_model = *base;
+  }
   return meta;
 }
 

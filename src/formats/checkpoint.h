@@ -7,7 +7,8 @@
 //     and v, under HF names (Note [Checkpoint tensor streams] in formats/checkpoint_tensors.h);
 //     model.safetensors's metadata is {"format": "strata-checkpoint", "version": "1"}
 //   config.json: the run's config (config_to_json); trainer_state.json: CheckpointMeta
-//     {"step", "adam_steps", "data_position", "seed", "schedule", "run_id", "lineage"}
+//     {"step", "adam_steps", "data_position", "seed", "schedule", "run_id", "lineage",
+//     "base_model"} (base_model: Note [Base model])
 //   manifest.json, written last: {"format": "strata-checkpoint", "version": 2, "step",
 //     "files": [{"name", "bytes", "crc32c"}]} (crc32c: 8 hex digits)
 // Version 1 (both moments in optimizer.safetensors) still loads; several ranks write version 3
@@ -46,6 +47,11 @@ struct CheckpointMeta {
   // it continues, oldest first, its own id last. Empty in checkpoints written before run ids.
   std::string run_id;
   std::vector<std::string> lineage;
+  // Note [Base model]: a run started with --init-from DIR (and every run resuming it) records
+  // {"path": DIR, "config": DIR/config.json, "generation_config": DIR/generation_config.json
+  // (when there was one)}, so an export can give Hugging Face back every field it came with and
+  // a PEFT adapter can name its base. null for a run trained from scratch.
+  nlohmann::json base_model;
 };
 
 // A save's source: hands slab `slab`'s state to `take`, piece by piece (Note [Slab pieces]).

@@ -59,6 +59,7 @@ Status write_checkpoint_meta(IoEngine& engine, const std::string& dir, const Tra
                           {"schedule", meta.schedule}};
   if (!meta.run_id.empty()) state["run_id"] = meta.run_id;
   if (!meta.lineage.empty()) state["lineage"] = meta.lineage;
+  if (!meta.base_model.is_null()) state["base_model"] = meta.base_model;
   STRATA_RETURN_IF_ERROR(
       write_text(engine, dir, "trainer_state.json", state.dump(2) + "\n", &files));
   nlohmann::json listed = nlohmann::json::array();

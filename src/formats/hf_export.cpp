@@ -218,7 +218,8 @@ Status check_hf_export_out(const std::string& out) {
   if (out.empty()) return invalid_argument("--out is empty");
   const ExportTarget target = export_target(out);
   STRATA_RETURN_IF_ERROR(check_output_dir(target.dir.string(), "export directory"));
-  for (const std::string& name : {target.single, target.index(), std::string("config.json")}) {
+  for (const std::string& name : {target.single, target.index(), std::string("config.json"),
+                                  std::string("generation_config.json")}) {
     STRATA_RETURN_IF_ERROR(check_output_path((target.dir / name).string(), "export file"));
   }
   return Status::ok_status();
@@ -229,8 +230,8 @@ Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
   // The weights and the config come from bytes the manifest vouched for, so a torn or corrupted
   // checkpoint is refused here rather than exported as plausible-looking weights. The optimizer
   // state, twice the weights, is not read.
-  STRATA_RETURN_IF_ERROR(
-      verify_checkpoint_files(checkpoint_dir, {"config.json", "model.safetensors"}, options));
+  STRATA_RETURN_IF_ERROR(verify_checkpoint_files(
+      checkpoint_dir, {"config.json", "model.safetensors", "trainer_state.json"}, options));
   STRATA_ASSIGN_OR_RETURN(SafeTensorsHeader header,
                           read_safetensors_header(checkpoint_dir + "/model.safetensors"));
   const std::string config_path = (fs::path(checkpoint_dir) / "config.json").string();
@@ -246,7 +247,33 @@ Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
   plan.weights_path = header.path;
   STRATA_ASSIGN_OR_RETURN(plan.tensors, hf_tensors_of(header, layout, config_path));
   plan.parameter_count = layout.parameter_count;
+  STRATA_ASSIGN_OR_RETURN(const CheckpointMeta meta, read_trainer_state(checkpoint_dir));
+  plan.base_model = meta.base_model;
   return plan;
+}
+
+nlohmann::json hf_export_config(const HfExportPlan& plan) {
+  nlohmann::json ours = nlohmann::json::parse(hf_config_json_for(plan.model));
+  if (plan.base_model.is_null()) return ours;
+  static const std::set<std::string> kImported = {"torch_dtype", "attention_dropout",
+                                                  "resid_pdrop", "embd_pdrop",
+                                                  "attn_pdrop",  "initializer_range"};
+  nlohmann::json merged = plan.base_model["config"];
+  for (const auto& [key, value] : ours.items()) {
+    if (!kImported.count(key) || !merged.contains(key)) merged[key] = value;
+  }
+  return merged;
+}
+
+nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohmann::json& config) {
+  if (!plan.base_model.is_null() && plan.base_model.contains("generation_config")) {
+    return plan.base_model["generation_config"];
+  }
+  nlohmann::json g = {{"_from_model_config", true}};
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    if (config.contains(key) && !config[key].is_null()) g[key] = config[key];
+  }
+  return g.size() > 1 ? g : nlohmann::json();
 }
 
 std::vector<std::vector<size_t>> group_into_shards(const std::vector<int64_t>& tensor_bytes,
@@ -322,7 +349,13 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
     written.insert(target.index());
   }
   files.config = (target.dir / "config.json").string();
-  STRATA_RETURN_IF_ERROR(write_output_file(files.config, hf_config_json_for(plan.model), "config"));
+  const nlohmann::json config = hf_export_config(plan);
+  STRATA_RETURN_IF_ERROR(write_output_file(files.config, config.dump(2) + "\n", "config"));
+  if (const nlohmann::json g = hf_export_generation_config(plan, config); !g.is_null()) {
+    files.generation_config = (target.dir / "generation_config.json").string();
+    STRATA_RETURN_IF_ERROR(
+        write_output_file(files.generation_config, g.dump(2) + "\n", "generation config"));
+  }
   STRATA_ASSIGN_OR_RETURN(files.removed, remove_stale(target, written, sharded));
   return files;
 }

@@ -37,6 +37,7 @@ struct HfExportPlan {
   std::string weights_path;      // DIR/model.safetensors
   std::vector<StEntry> tensors;  // in layout order, checked against `model`
   int64_t parameter_count = 0;
+  nlohmann::json base_model;  // Note [Base model] (formats/checkpoint.h): null when trained anew
 
   // A LoRA checkpoint (Note [LoRA]): a frozen base and adapters.
   bool lora() const { return layout.lora.enabled(); }
@@ -47,6 +48,15 @@ struct HfExportPlan {
 Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
                                     const CheckpointReadOptions& options = {});
 
+// The export's config.json: Strata's for the model (hf_config_json_for) over, for an imported
+// model (Note [Base model]), the imported config.json, so every field Strata does not set (special
+// token ids, transformers_version, ...) comes back; its dropouts, initializer_range and
+// torch_dtype are the imported ones too (Strata trains without them; the weights load in it).
+nlohmann::json hf_export_config(const HfExportPlan& plan);
+// The export's generation_config.json: the imported one, else one from the config's special
+// token ids (HF's _from_model_config); null when there is neither.
+nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohmann::json& config);
+
 // Tensor indices grouped into shards, in order: each shard takes tensors while its data stays
 // within shard_bytes; a tensor larger than that has a shard of its own. shard_bytes <= 0: one.
 std::vector<std::vector<size_t>> group_into_shards(const std::vector<int64_t>& tensor_bytes,
@@ -56,6 +66,7 @@ struct HfExportFiles {
   std::vector<std::string> weights;     // the single file, or the shards in order
   std::string index;                    // the shard index; empty when unsharded
   std::string config;                   // HF's config.json
+  std::string generation_config;        // HF's generation_config.json; empty when none is known
   std::vector<std::string> removed;     // stale files of the other layout (Note [Streaming export])
   int64_t tensors = 0, parameters = 0;  // written (a LoRA checkpoint's merged base)
 };

@@ -104,9 +104,10 @@ std::string peft_adapter_config_json(const HfExportPlan& plan) {
   c["use_rslora"] = false;
   c["use_dora"] = false;
   c["init_lora_weights"] = true;
-  // The checkpoint does not record the directory --init-from read; PEFT takes the base model
-  // from the caller when this is empty.
-  c["base_model_name_or_path"] = "";
+  // Note [Base model]: the directory --init-from read; empty for a base trained here (PEFT then
+  // takes the base model from the caller).
+  c["base_model_name_or_path"] =
+      plan.base_model.is_null() ? std::string() : plan.base_model["path"].get<std::string>();
   return c.dump(2) + "\n";
 }
 

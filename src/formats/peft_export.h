@@ -41,8 +41,8 @@ std::vector<std::string> peft_modules_to_save(const ParamLayout& layout);
 // adapter_config.json of a LoRA plan: peft_type LORA, task_type CAUSAL_LM, r, lora_alpha,
 // lora_dropout, target_modules, fan_in_fan_out (true for GPT-2, whose Conv1D holds W
 // transposed), modules_to_save (null or a list), bias "none", use_rslora and use_dora false,
-// init_lora_weights true and base_model_name_or_path "" (a checkpoint does not record its
-// --init-from directory).
+// init_lora_weights true and base_model_name_or_path: the --init-from directory (Note [Base
+// model]), "" for a base trained here.
 std::string peft_adapter_config_json(const HfExportPlan& plan);
 
 // Refuses (invalid_argument) an `out` that is not a directory (a FIFO, a file, a link to one, a
