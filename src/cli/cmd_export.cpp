@@ -21,9 +21,15 @@ namespace strata::cli {
 namespace {
 
 std::string written_text(const HfExportFiles& files) {
-  if (files.index.empty()) return files.weights.front() + " and " + files.config;
-  return std::to_string(files.weights.size()) + " shards (" + files.weights.front() + " ...), " +
-         files.index + " and " + files.config;
+  std::string text = files.index.empty() ? files.weights.front() + " and " + files.config
+                                         : std::to_string(files.weights.size()) + " shards (" +
+                                               files.weights.front() + " ...), " + files.index +
+                                               " and " + files.config;
+  if (!files.generation_config.empty()) text += ", " + files.generation_config;
+  if (!files.tokenizer.empty()) {
+    text += ", the base model's " + std::to_string(files.tokenizer.size()) + " tokenizer files";
+  }
+  return text;
 }
 
 const std::vector<FlagSpec> kExportFlags = {{"checkpoint", true, false},

@@ -278,13 +278,25 @@ int sample_main(const ParsedArgs& a) {
   auto plan = plan_hf_export(readable->dir());  // verifies model.safetensors against the manifest
   if (!plan.ok()) return fail(plan.status().message(), 2);
   // Text in and out through the tokenizer (byte-level by default); --prompt-tokens skips it in.
-  const std::string tokenizer_path = a.has("tokenizer") ? a.get("tokenizer") : "byte";
+  // Unless told, the base model's tokenizer when its directory still holds one (Note [Base
+  // model]), else the byte tokenizer.
+  std::string tokenizer_path = a.get("tokenizer", "byte");
+  if (!a.has("tokenizer")) {
+    for (const std::string& f : base_tokenizer_files(plan->base_model)) {
+      const std::string name = std::filesystem::path(f).filename().string();
+      if (name != "tokenizer.json" && name != "tokenizer.model") continue;
+      tokenizer_path = std::filesystem::path(f).parent_path().string();
+      log_info("tokenizer: the base model's, " + tokenizer_path);
+      break;
+    }
+  }
+  const bool byte_default = !a.has("tokenizer") && tokenizer_path == "byte";
   // --special-tokens: a tokenizer.json's added tokens in the prompt are theirs (chat markers).
   auto tokenizer =
       load_tokenizer(tokenizer_path, TokenizerOptions{.special_tokens = a.has("special-tokens")});
   if (!tokenizer.ok()) return fail(tokenizer.status().message(), 2);
   const bool text_used = !a.has("prompt-tokens") || !a.has("print-tokens");
-  if (!a.has("tokenizer") && text_used && plan->model.vocab_size > (*tokenizer)->vocab_size()) {
+  if (byte_default && text_used && plan->model.vocab_size > (*tokenizer)->vocab_size()) {
     // Its ids past 255 are no bytes: read as bytes, the prompt would be wrong and the output
     // invalid UTF-8.
     return fail("the model has " + std::to_string(plan->model.vocab_size) +

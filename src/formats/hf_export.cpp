@@ -218,8 +218,11 @@ Status check_hf_export_out(const std::string& out) {
   if (out.empty()) return invalid_argument("--out is empty");
   const ExportTarget target = export_target(out);
   STRATA_RETURN_IF_ERROR(check_output_dir(target.dir.string(), "export directory"));
-  for (const std::string& name : {target.single, target.index(), std::string("config.json"),
-                                  std::string("generation_config.json")}) {
+  for (const std::string& name :
+       {target.single, target.index(), std::string("config.json"),
+        std::string("generation_config.json"), std::string("tokenizer.json"),
+        std::string("tokenizer.model"), std::string("tokenizer_config.json"),
+        std::string("special_tokens_map.json")}) {
     STRATA_RETURN_IF_ERROR(check_output_path((target.dir / name).string(), "export file"));
   }
   return Status::ok_status();
@@ -263,6 +266,18 @@ nlohmann::json hf_export_config(const HfExportPlan& plan) {
     if (!kImported.count(key) || !merged.contains(key)) merged[key] = value;
   }
   return merged;
+}
+
+std::vector<std::string> base_tokenizer_files(const nlohmann::json& base_model) {
+  std::vector<std::string> found;
+  if (base_model.is_null()) return found;
+  const fs::path dir = base_model["path"].get<std::string>();
+  for (const char* name :
+       {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(dir / name, ec)) found.push_back((dir / name).string());
+  }
+  return found;
 }
 
 nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohmann::json& config) {
@@ -355,6 +370,12 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
     files.generation_config = (target.dir / "generation_config.json").string();
     STRATA_RETURN_IF_ERROR(
         write_output_file(files.generation_config, g.dump(2) + "\n", "generation config"));
+  }
+  for (const std::string& from : base_tokenizer_files(plan.base_model)) {
+    STRATA_ASSIGN_OR_RETURN(const std::string bytes, read_whole_file(from, "base tokenizer file"));
+    const std::string to = (target.dir / fs::path(from).filename()).string();
+    STRATA_RETURN_IF_ERROR(write_output_file(to, bytes, "tokenizer file"));
+    files.tokenizer.push_back(to);
   }
   STRATA_ASSIGN_OR_RETURN(files.removed, remove_stale(target, written, sharded));
   return files;

@@ -57,6 +57,12 @@ nlohmann::json hf_export_config(const HfExportPlan& plan);
 // token ids (HF's _from_model_config); null when there is neither.
 nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohmann::json& config);
 
+// The tokenizer files (tokenizer.json, tokenizer.model, tokenizer_config.json,
+// special_tokens_map.json) still in the base's directory (Note [Base model]): `strata sample`
+// reads the base's tokenizer unless told another, and an export copies them beside the weights.
+// Empty for a model trained here or a base that moved.
+std::vector<std::string> base_tokenizer_files(const nlohmann::json& base_model);
+
 // Tensor indices grouped into shards, in order: each shard takes tensors while its data stays
 // within shard_bytes; a tensor larger than that has a shard of its own. shard_bytes <= 0: one.
 std::vector<std::vector<size_t>> group_into_shards(const std::vector<int64_t>& tensor_bytes,
@@ -67,6 +73,7 @@ struct HfExportFiles {
   std::string index;                    // the shard index; empty when unsharded
   std::string config;                   // HF's config.json
   std::string generation_config;        // HF's generation_config.json; empty when none is known
+  std::vector<std::string> tokenizer;   // the base's tokenizer files, copied
   std::vector<std::string> removed;     // stale files of the other layout (Note [Streaming export])
   int64_t tensors = 0, parameters = 0;  // written (a LoRA checkpoint's merged base)
 };

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# CTest `base_model_files`: what a run imported with --init-from keeps of its base (Note [Base
+# model] in src/formats/checkpoint.h). A random-weight Llama (tools/make_hf_fixture.py, vocabulary
+# 320, bos 1 and eos 2 in config.json, a generation_config.json of its own) with a small
+# byte-level BPE tokenizer.json and tokenizer_config.json beside it is fine-tuned 2 steps. Checked:
+#  - `strata sample` of the checkpoint reads the base's tokenizer unasked: the prompt's ids are
+#    the ones `strata prepare --tokenizer BASE` gives;
+#  - `strata export` writes the base's generation_config.json and config.json fields back and
+#    copies the tokenizer files byte for byte;
+#  - once the base has moved, sample says so in one line (exit 2) instead of reading bytes.
+set -euo pipefail
+: "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
+work="$STRATA_BINARY_DIR/test_tmp/base_model_files"
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "base_model_files: FAILED: $*" >&2; exit 1; }
+
+/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/make_hf_fixture.py" "$work/base" --arch llama \
+  --dtype f32 --layers 1 --embd 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 320 --ctx 64
+/usr/bin/python3 - "$work/base" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+# GPT-2's byte-to-unicode map over all 256 bytes, two merges: ids 256 "ab", 257 "Ġab".
+bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): b for b, c in zip(bs, cs)}
+vocab.update({"ab": 256, "\u0120ab": 257})
+tok = {"normalizer": None,
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+       "added_tokens": [{"id": 300, "content": "<|eot|>", "special": True}],
+       "model": {"type": "BPE", "vocab": vocab, "merges": ["a b", "\u0120 ab"]}}
+json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w"))
+json.dump({"eos_token": "<|eot|>"}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+json.dump({"bos_token_id": 1, "eos_token_id": [2, 300], "max_new_tokens": 7},
+          open(os.path.join(d, "generation_config.json"), "w"))
+PY
+"$STRATA_BIN" train --init-from "$work/base" --set train.steps=2 --set train.seq_len=32 \
+  --set train.batch_size=2 --save-every 2 --checkpoint-dir "$work/ckpt" --quiet 2>"$work/train.log" ||
+  fail "train: $(cat "$work/train.log")"
+
+printf 'ab ab ab' >"$work/prompt.txt"
+"$STRATA_BIN" prepare --tokenizer "$work/base" --in "$work/prompt.txt" --out "$work/prompt.bin" \
+  2>/dev/null
+want=$(od -An -tu2 -j1024 "$work/prompt.bin" | tr -s ' ' | sed 's/^ //')
+ids=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "ab ab ab" --tokens 3 \
+  --temperature 0 --print-tokens 2>"$work/sample.log") || fail "sample: $(cat "$work/sample.log")"
+grep -q "tokenizer: the base model's, $work/base" "$work/sample.log" ||
+  fail "sample did not say it read the base's tokenizer: $(cat "$work/sample.log")"
+case "$ids" in "$want "*) ;; *) fail "sample's prompt ids '$ids', prepare's '$want'" ;; esac
+echo "ok   sample reads the base's tokenizer: the prompt is $want"
+
+"$STRATA_BIN" export --checkpoint "$work/ckpt" --out "$work/hf/" 2>"$work/export.log" ||
+  fail "export: $(cat "$work/export.log")"
+for f in tokenizer.json tokenizer_config.json; do
+  cmp -s "$work/base/$f" "$work/hf/$f" || fail "export: $f is not the base's, byte for byte"
+done
+/usr/bin/python3 - "$work/base" "$work/hf" <<'PY' || fail "export: the base's config fields"
+import json, os, sys
+base, out = (json.load(open(os.path.join(d, "config.json"))) for d in sys.argv[1:3])
+gen = json.load(open(os.path.join(sys.argv[2], "generation_config.json")))
+want = json.load(open(os.path.join(sys.argv[1], "generation_config.json")))
+assert gen == want, (gen, want)
+assert all(out.get(k) == base[k] for k in ("bos_token_id", "eos_token_id", "torch_dtype")), out
+print(f"ok   the export keeps the base's generation_config.json {gen} and special token ids")
+PY
+
+mv "$work/base" "$work/moved"
+status=0
+err=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "ab" --tokens 2 2>&1 >/dev/null) ||
+  status=$?
+[ "$status" -eq 2 ] && [ "$(grep -c . <<<"$err")" -eq 1 ] && grep -q -- "--tokenizer" <<<"$err" ||
+  fail "the base moved: status $status, '$err'"
+echo "ok   the base moved: $err"
