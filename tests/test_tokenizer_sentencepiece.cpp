@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sentencepiece_trainer.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,27 @@ TEST(SentencePiece, NoCutsForAWordModelOrAnUnknownType) {
   ASSERT_TRUE(odd);
   EXPECT_EQ(odd->cut_refusal(), "the model's type 99 is not a type SentencePiece defines");
   EXPECT_FALSE(odd->find_cut("ax xa", 0).has_value());
+}
+
+// A Llama 2 / Mistral directory: a tokenizer.json the BPE reader refuses (here a Metaspace
+// normalizer) beside the tokenizer.model it was made from, which is read instead.
+TEST(SentencePiece, ADirectoryFallsBackToTheModelBesideAnUnreadableJson) {
+  const std::string dir = test::make_temp_dir("tokenizer_spm_fallback");
+  const std::string json =
+      R"({"normalizer": {"type": "Metaspace", "replacement": "\u2581"}, "pre_tokenizer": null, )"
+      R"("model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  ASSERT_TRUE(write_whole_file(dir + "/tokenizer.json", json, "test").ok());
+  auto alone = load_tokenizer(dir);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.status().code(), ErrorCode::bad_format) << alone.status().to_string();
+  EXPECT_NE(alone.status().message().find("normalizer"), std::string::npos)
+      << alone.status().to_string();
+  const std::string model = train(dir, "bpe", "--model_type=bpe");
+  std::filesystem::rename(model, dir + "/tokenizer.model");
+  auto t = load(dir);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->name(), "SentencePiece " + dir + "/tokenizer.model");
+  EXPECT_EQ(encode(*t, "hello"), encode(*load(dir + "/tokenizer.model"), "hello"));
 }
 
 // Ids decoded as they come (Note [Streaming text]): the pieces written make the text decode gives

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/log.h"
 #include "data/bpe_tokenizer.h"
 #include "data/byte_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -83,8 +84,18 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
     return not_found("tokenizer " + path + " does not exist");
   }
   if (ends_with(file, ".json") || (!ends_with(file, ".model") && looks_like_json(file))) {
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t, BpeTokenizer::load(file, options));
-    return std::unique_ptr<Tokenizer>(std::move(t));
+    auto t = BpeTokenizer::load(file, options);
+    if (t.ok()) return std::unique_ptr<Tokenizer>(std::move(*t));
+    // A Llama 2 or Mistral directory: its tokenizer.json (a Metaspace normalizer, byte fallback)
+    // may be beyond the BPE reader while the tokenizer.model beside it is the original.
+    const std::string model = path + "/tokenizer.model";
+    if (file == path + "/tokenizer.json" && t.status().code() == ErrorCode::bad_format &&
+        std::filesystem::exists(model, ec)) {
+      log_info("tokenizer: " + t.status().message() + "; reading " + model + " instead");
+      file = model;
+    } else {
+      return t.status();
+    }
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> t,
                           SentencePieceTokenizer::load(file));

@@ -68,7 +68,8 @@ class Tokenizer {
 
 // "byte"; a Hugging Face tokenizer.json (by the .json suffix or a '{' first); a SentencePiece
 // model (anything else, normally tokenizer.model); a directory holding tokenizer.json or
-// tokenizer.model. Errors are one line naming the file and, for a tokenizer.json, the field:
+// tokenizer.model (the .json first; the .model when the .json is bad_format, which is logged:
+// Llama 2's and Mistral's). Errors are one line naming the file and, for a tokenizer.json, the field:
 // not_found (no such file), bad_format (bad JSON, an unsupported or malformed field).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const TokenizerOptions& options = {});
