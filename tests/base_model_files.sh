@@ -15,27 +15,10 @@ rm -rf "$work" && mkdir -p "$work"
 fail() { echo "base_model_files: FAILED: $*" >&2; exit 1; }
 
 /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/make_hf_fixture.py" "$work/base" --arch llama \
-  --dtype f32 --layers 1 --embd 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 320 --ctx 64
-/usr/bin/python3 - "$work/base" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-# GPT-2's byte-to-unicode map over all 256 bytes, two merges: ids 256 "ab", 257 "Ġab".
-bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): b for b, c in zip(bs, cs)}
-vocab.update({"ab": 256, "\u0120ab": 257})
-tok = {"normalizer": None,
-       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-       "added_tokens": [{"id": 300, "content": "<|eot|>", "special": True}],
-       "model": {"type": "BPE", "vocab": vocab, "merges": ["a b", "\u0120 ab"]}}
-json.dump(tok, open(os.path.join(d, "tokenizer.json"), "w"))
-json.dump({"eos_token": "<|eot|>"}, open(os.path.join(d, "tokenizer_config.json"), "w"))
-json.dump({"bos_token_id": 1, "eos_token_id": [2, 300], "max_new_tokens": 7},
-          open(os.path.join(d, "generation_config.json"), "w"))
-PY
+  --dtype f32 --layers 1 --embd 32 --heads 4 --kv-heads 2 --ffn 64 --vocab 320 --ctx 64 --tokenizer
+/usr/bin/python3 -c 'import json, sys
+json.dump({"bos_token_id": 1, "eos_token_id": [2, 300], "max_new_tokens": 7}, open(sys.argv[1], "w"))' \
+  "$work/base/generation_config.json"
 "$STRATA_BIN" train --init-from "$work/base" --set train.steps=2 --set train.seq_len=32 \
   --set train.batch_size=2 --save-every 2 --checkpoint-dir "$work/ckpt" --quiet 2>"$work/train.log" ||
   fail "train: $(cat "$work/train.log")"

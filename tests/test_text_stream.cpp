@@ -6,9 +6,11 @@
 // test_tokenizer_sentencepiece.cpp.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/file_util.h"
 #include "data/text_stream.h"
 #include "data/tokenizer.h"
 #include "test_util.h"
@@ -29,6 +31,35 @@ struct Written {
 std::vector<int32_t> bytes_of(std::string_view s) {
   return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(s.data()),
                               reinterpret_cast<const unsigned char*>(s.data()) + s.size());
+}
+
+// Found by the README walk-through: a tokenizer.json whose vocabulary leaves ids out (here 256
+// and 257) writes them as <|id N|> like ids past its size, not an error mid-sample.
+TEST(Detokenize, IdsAVocabularyLeavesOutAreWrittenAsIds) {
+  const std::string dir = test::make_temp_dir("text_stream_holes");
+  // Byte-level BPE needs a token for every byte: byte b is GPT-2's character for it (printable
+  // bytes themselves, the others U+0100 on), id b; then "ab" is 258, and 256, 257 are no ids.
+  nlohmann::json vocab = {{"ab", 258}};
+  for (int b = 0, shifted = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int c = printable ? b : 256 + shifted++;
+    const std::string ch = c < 0x80 ? std::string(1, static_cast<char>(c))
+                                    : std::string{static_cast<char>(0xC0 | (c >> 6)),
+                                                  static_cast<char>(0x80 | (c & 0x3F))};
+    vocab[ch] = b;
+  }
+  const nlohmann::json tj = {
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b"}}}}};
+  ASSERT_TRUE(write_whole_file(dir + "/tokenizer.json", tj.dump(), "test").ok());
+  auto tok = load_tokenizer(dir + "/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  EXPECT_FALSE((*tok)->has_id(256));
+  EXPECT_TRUE((*tok)->has_id(258));
+  const std::vector<int32_t> ids = {'a', 256, 258, 257, 'c', 259};
+  EXPECT_EQ(*detokenize(**tok, ids), "a<|id 256|>ab<|id 257|>c<|id 259|>");
+  EXPECT_FALSE((*tok)->decode(ids).ok());  // decode itself still names the id it lacks
 }
 
 TEST(SettledLength, HoldsAnIncompleteCharacterOrTrailingReplacements) {

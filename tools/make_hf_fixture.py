@@ -5,7 +5,7 @@ usage: make_hf_fixture.py OUT_DIR --arch gpt2|llama [--dtype f32|bf16|f16] [--sh
            [--layers L] [--embd C] [--heads NH] [--kv-heads NKV] [--ffn F] [--vocab V]
            [--ctx T] [--tied | --untied] [--rope-scaling [--original-ctx N]] [--prefix] [--buffers]
            [--lm-head]
-           [--seed S] [--config KEY=JSON ...]
+           [--seed S] [--tokenizer] [--config KEY=JSON ...]
        make_hf_fixture.py --each-line FILE|-
            one fixture per non-empty line of FILE (or stdin), each line the arguments above
            as shell words: one Python start and one torch import for all of them
@@ -242,6 +242,28 @@ def write_model(out_dir, config, tensors, shards):
         f.write("\n")
 
 
+def write_tokenizer(out_dir):
+    """A byte-level BPE tokenizer.json (GPT-2's byte map, merges "a b" -> 256 and "Ġ ab" -> 257,
+    added token <|eot|> = 300) and a tokenizer_config.json naming it the eos token."""
+    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): b for b, c in zip(bs, cs)}
+    vocab.update({"ab": 256, "\u0120ab": 257})
+    tok = {"normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+           "added_tokens": [{"id": 300, "content": "<|eot|>", "special": True}],
+           "model": {"type": "BPE", "vocab": vocab, "merges": ["a b", "\u0120 ab"]}}
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|eot|>"}, f)
+
+
 def make_fixture(argv):
     ap = argparse.ArgumentParser(description="write a tiny random Hugging Face model")
     ap.add_argument("out")
@@ -267,6 +289,8 @@ def make_fixture(argv):
     ap.add_argument("--buffers", action="store_true", help="the buffers HF's loader ignores")
     ap.add_argument("--lm-head", action="store_true", help="a tied model's lm_head.weight copy")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer", action="store_true",
+                    help="a small byte-level BPE tokenizer.json (301 ids) beside the model")
     ap.add_argument("--config", action="append", default=[], metavar="KEY=JSON")
     a = ap.parse_args(argv)
     if a.arch == "gpt2" and a.tied is False and "--untied" in argv:
@@ -284,6 +308,10 @@ def make_fixture(argv):
         else:
             config[key] = v
     write_model(a.out, config, tensors, a.shards)
+    if a.tokenizer:
+        if a.vocab < 301:
+            ap.error("--tokenizer: its 301 ids need --vocab 301 or more")
+        write_tokenizer(a.out)
 
 
 def main():

@@ -196,7 +196,7 @@ Result<std::string> BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
-    if (id < 0 || id >= vocab_size() || !present_[static_cast<size_t>(id)]) {
+    if (!has_id(id)) {
       return invalid_argument("token id " + std::to_string(id) + " at position " +
                               std::to_string(i) + " is not in the vocabulary of tokenizer " +
                               path_);

@@ -67,6 +67,9 @@ class BpeTokenizer final : public Tokenizer {
 
   std::string name() const override;
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
+  bool has_id(int32_t id) const override {
+    return id >= 0 && id < vocab_size() && present_[static_cast<size_t>(id)];
+  }
   Status encode_append(std::string_view text, std::vector<int32_t>* ids) override;
   Result<std::string> decode(std::span<const int32_t> ids) const override;
   std::optional<TextCut> find_cut(std::string_view text, size_t from) const override;

@@ -9,7 +9,7 @@ Result<std::string> detokenize(const Tokenizer& t, std::span<const int32_t> ids)
   std::string text;
   size_t run = 0;  // the start of the current run of ids the tokenizer has
   for (size_t i = 0; i <= ids.size(); ++i) {
-    if (i < ids.size() && ids[i] >= 0 && ids[i] < t.vocab_size()) continue;
+    if (i < ids.size() && t.has_id(ids[i])) continue;
     STRATA_ASSIGN_OR_RETURN(std::string piece, t.decode(ids.subspan(run, i - run)));
     text += piece;
     if (i < ids.size()) text += "<|id " + std::to_string(ids[i]) + "|>";

@@ -50,6 +50,9 @@ class Tokenizer {
   virtual std::string name() const = 0;
   // Ids are in [0, vocab_size()).
   virtual int64_t vocab_size() const = 0;
+  // Whether decode knows `id`: every id below vocab_size() but the holes a tokenizer.json's
+  // vocabulary may leave (ids it never names).
+  virtual bool has_id(int32_t id) const { return id >= 0 && id < vocab_size(); }
 
   // Appends the ids of text to *ids. Not thread-safe (a BPE caches the pieces it has merged).
   virtual Status encode_append(std::string_view text, std::vector<int32_t>* ids) = 0;
@@ -69,8 +72,8 @@ class Tokenizer {
 // "byte"; a Hugging Face tokenizer.json (by the .json suffix or a '{' first); a SentencePiece
 // model (anything else, normally tokenizer.model); a directory holding tokenizer.json or
 // tokenizer.model (the .json first; the .model when the .json is bad_format, which is logged:
-// Llama 2's and Mistral's). Errors are one line naming the file and, for a tokenizer.json, the field:
-// not_found (no such file), bad_format (bad JSON, an unsupported or malformed field).
+// Llama 2's and Mistral's). Errors are one line naming the file and, for a tokenizer.json, the
+// field: not_found (no such file), bad_format (bad JSON, an unsupported or malformed field).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path,
                                                   const TokenizerOptions& options = {});
 
