@@ -69,4 +69,9 @@ set -e
 [ "$rc" -eq 2 ] || { echo "--rounds 0: exit $rc, want 2"; exit 1; }
 grep -q -- "--rounds must be in 1..100" "$work/bad.log"
 [ "$(wc -l <"$work/bad.log")" -eq 1 ]
+# 5. A LoRA config is shown with its trainable share (Note [LoRA]), planned as full training.
+"$STRATA_BIN" plan --model llama3-8b --profile "$STRATA_SOURCE_DIR/profiles/h200-141gb-4nvme.json" \
+  --set lora.rank=16 >"$work/lora.txt"
+grep -q "^lora: rank 16, alpha 16 on 7 of 7 modules per layer: 41.94M trainable parameters (0.52% of 8.07B), the rest frozen; planned as full training" "$work/lora.txt" ||
+  { echo "plan of a LoRA config: $(cat "$work/lora.txt")"; exit 1; }
 echo "cli_profile: ok"

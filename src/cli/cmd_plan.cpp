@@ -259,6 +259,14 @@ void print_report(const TrainConfig& cfg, const HardwareProfile& prof, const Pre
               static_cast<long long>(cfg.model.n_head),
               static_cast<long long>(cfg.model.vocab_size), static_cast<long long>(cfg.seq_len),
               static_cast<double>(make_param_layout(cfg.model, cfg.lora).parameter_count));
+  if (cfg.lora.enabled()) {
+    // Note [LoRA]: the plans do not yet leave the frozen base's gradient and optimizer state
+    // out, so the prediction is full training's, as the run's traffic is.
+    std::printf(
+        "%s; planned as full training (the base's gradient and optimizer state still "
+        "move)\n",
+        describe_lora(make_param_layout(cfg.model, cfg.lora)).c_str());
+  }
   std::printf("profile: %s\n", prof.name.c_str());
   std::printf("%s: %s\n", simulated ? "configuration" : "chosen",
               describe_choice(best.choice, cfg.seq_len).c_str());

@@ -1,10 +1,12 @@
 // What every `strata` subcommand shares: its one-line errors and the reading of its flags.
 #include "cli/commands.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "core/log.h"
+#include "model/lora.h"
 
 namespace strata::cli {
 
@@ -116,6 +118,37 @@ int run_command(const std::vector<std::string>& args, const std::vector<FlagSpec
   auto parsed = parse_args(args, specs, command);
   if (!parsed.ok()) return fail(parsed.status().message(), 2);
   return body(*parsed);
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+// "lora: rank 8, alpha 16 on 4 of 4 modules per layer: 65.5K trainable parameters (7.21% of
+// 908.0K), the rest frozen" (PEFT's print_trainable_parameters, in one line).
+std::string describe_lora(const ParamLayout& layout) {
+  int on = 0;
+  for (bool b : layout.lora_on) on += b ? 1 : 0;
+  const double pct = 100.0 * static_cast<double>(layout.trainable_count) /
+                     static_cast<double>(std::max<int64_t>(layout.parameter_count, 1));
+  char share[64];
+  std::snprintf(share, sizeof share, ", alpha %g on ", static_cast<double>(layout.lora.alpha));
+  std::string text = "lora: rank " + std::to_string(layout.lora.rank) + share;
+  std::snprintf(share, sizeof share, "%.2f%%", pct);
+  return text + std::to_string(on) + " of " +
+         std::to_string(lora_modules(layout.config.arch).size()) +
+         " modules per layer: " + human_count(static_cast<double>(layout.trainable_count)) +
+         " trainable parameters (" + share + " of " +
+         human_count(static_cast<double>(layout.parameter_count)) + "), the rest frozen";
 }
 
 }  // namespace strata::cli

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "core/status.h"
+#include "model/layout.h"
 
 namespace strata::cli {
 
@@ -48,5 +49,11 @@ int exit_status_for(const Status& s, Stage stage);
 // exits 0. Returns the exit status.
 int run_command(const std::vector<std::string>& args, const std::vector<FlagSpec>& specs,
                 const std::string& command, const std::function<int(const ParsedArgs&)>& body);
+
+// "1.23M": a count for people.
+std::string human_count(double n);
+// "lora: rank 8, alpha 16 on 4 of 4 modules per layer: 65.5K trainable parameters (7.21% of
+// 908.0K), the rest frozen" (PEFT's print_trainable_parameters, in one line).
+std::string describe_lora(const ParamLayout& layout);
 
 }  // namespace strata::cli

@@ -106,8 +106,6 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run);
 void log_run(const TrainRun& run);
 // Rank 0 alone writes metrics, traces and reports and publishes checkpoints.
 bool writes_outputs(const TrainRun& run);
-// "1.23M": a count for people.
-std::string human_count(double n);
 // The pieces of set_up that `strata eval` shares. The tokens of `source` (data.train or data.val:
 // "embedded" generates `embedded_bytes` of text from `seed`, else a token file).
 Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,

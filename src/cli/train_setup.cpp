@@ -314,19 +314,6 @@ std::optional<SetupError> set_up_trainer(TrainRun& run, const AlphaChoice& predi
   return std::nullopt;
 }
 
-std::string human_count(double n) {
-  char buf[32];
-  if (n >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else if (n >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else if (n >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1fK", n / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", n);
-  return buf;
-}
-
 bool writes_outputs(const TrainRun& run) {
   return run.world->rank() == 0;
 }
@@ -347,28 +334,6 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   run.quiet = a.has("quiet") || !writes_outputs(run);
   return std::nullopt;
 }
-
-namespace {
-
-// "lora: rank 8, alpha 16 on 4 of 4 modules per layer: 65.5K trainable parameters (7.21% of
-// 908.0K), the rest frozen" (PEFT's print_trainable_parameters, in one line).
-std::string describe_lora(const ParamLayout& layout) {
-  int on = 0;
-  for (bool b : layout.lora_on) on += b ? 1 : 0;
-  const double pct = 100.0 * static_cast<double>(layout.trainable_count) /
-                     static_cast<double>(std::max<int64_t>(layout.parameter_count, 1));
-  char share[64];
-  std::snprintf(share, sizeof share, ", alpha %g on ", static_cast<double>(layout.lora.alpha));
-  std::string text = "lora: rank " + std::to_string(layout.lora.rank) + share;
-  std::snprintf(share, sizeof share, "%.2f%%", pct);
-  return text + std::to_string(on) + " of " +
-         std::to_string(lora_modules(layout.config.arch).size()) +
-         " modules per layer: " + human_count(static_cast<double>(layout.trainable_count)) +
-         " trainable parameters (" + share + " of " +
-         human_count(static_cast<double>(layout.parameter_count)) + "), the rest frozen";
-}
-
-}  // namespace
 
 void log_run(const TrainRun& run) {
   const ModelConfig& m = run.cfg.model;
