@@ -281,14 +281,10 @@ int sample_main(const ParsedArgs& a) {
   // Unless told, the base model's tokenizer when its directory still holds one (Note [Base
   // model]), else the byte tokenizer.
   std::string tokenizer_path = a.get("tokenizer", "byte");
-  if (!a.has("tokenizer")) {
-    for (const std::string& f : base_tokenizer_files(plan->base_model)) {
-      const std::string name = std::filesystem::path(f).filename().string();
-      if (name != "tokenizer.json" && name != "tokenizer.model") continue;
-      tokenizer_path = std::filesystem::path(f).parent_path().string();
-      log_info("tokenizer: the base model's, " + tokenizer_path);
-      break;
-    }
+  if (const std::string base = base_tokenizer_dir(plan->base_model);
+      !a.has("tokenizer") && !base.empty()) {
+    tokenizer_path = base;
+    log_info("tokenizer: the base model's, " + tokenizer_path);
   }
   const bool byte_default = !a.has("tokenizer") && tokenizer_path == "byte";
   // --special-tokens: a tokenizer.json's added tokens in the prompt are theirs (chat markers).

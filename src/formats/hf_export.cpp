@@ -280,6 +280,16 @@ std::vector<std::string> base_tokenizer_files(const nlohmann::json& base_model) 
   return found;
 }
 
+std::string base_tokenizer_dir(const nlohmann::json& base_model) {
+  for (const std::string& f : base_tokenizer_files(base_model)) {
+    const fs::path p = f;
+    if (p.filename() == "tokenizer.json" || p.filename() == "tokenizer.model") {
+      return p.parent_path().string();
+    }
+  }
+  return "";
+}
+
 nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohmann::json& config) {
   if (!plan.base_model.is_null() && plan.base_model.contains("generation_config")) {
     return plan.base_model["generation_config"];

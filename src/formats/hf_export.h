@@ -62,6 +62,9 @@ nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohm
 // reads the base's tokenizer unless told another, and an export copies them beside the weights.
 // Empty for a model trained here or a base that moved.
 std::vector<std::string> base_tokenizer_files(const nlohmann::json& base_model);
+// The base's directory when it still holds tokenizer.json or tokenizer.model (load_tokenizer
+// takes it and picks the file), else "".
+std::string base_tokenizer_dir(const nlohmann::json& base_model);
 
 // Tensor indices grouped into shards, in order: each shard takes tensors while its data stays
 // within shard_bytes; a tensor larger than that has a shard of its own. shard_bytes <= 0: one.
