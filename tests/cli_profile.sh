@@ -69,9 +69,18 @@ set -e
 [ "$rc" -eq 2 ] || { echo "--rounds 0: exit $rc, want 2"; exit 1; }
 grep -q -- "--rounds must be in 1..100" "$work/bad.log"
 [ "$(wc -l <"$work/bad.log")" -eq 1 ]
-# 5. A LoRA config is shown with its trainable share (Note [LoRA]), planned as full training.
-"$STRATA_BIN" plan --model llama3-8b --profile "$STRATA_SOURCE_DIR/profiles/h200-141gb-4nvme.json" \
-  --set lora.rank=16 >"$work/lora.txt"
-grep -q "^lora: rank 16, alpha 16 on 7 of 7 modules per layer: 41.94M trainable parameters (0.52% of 8.07B), the rest frozen; planned as full training" "$work/lora.txt" ||
+# 5. A LoRA config is shown with its trainable share (Note [LoRA]) and planned with a read-only
+# base (Note [Frozen base]): no gradient or optimizer state for it, a backward without its dW, so
+# the prediction is faster than full fine-tuning's on the same profile.
+h200="$STRATA_SOURCE_DIR/profiles/h200-141gb-4nvme.json"
+"$STRATA_BIN" plan --model llama3-8b --profile "$h200" --set lora.rank=16 >"$work/lora.txt"
+grep -q "^lora: rank 16, alpha 16 on 7 of 7 modules per layer: 41.94M trainable parameters (0.52% of 8.07B), the rest frozen; the base is read-only" "$work/lora.txt" ||
   { echo "plan of a LoRA config: $(cat "$work/lora.txt")"; exit 1; }
+"$STRATA_BIN" plan --model llama3-8b --profile "$h200" --set lora.rank=16 --json >"$work/lora.json"
+"$STRATA_BIN" plan --model llama3-8b --profile "$h200" --json >"$work/full.json"
+/usr/bin/python3 - "$work/lora.json" "$work/full.json" <<'PY'
+import json, sys
+lora, full = (json.load(open(p)) for p in sys.argv[1:3])
+assert lora["tokens_per_s"] > 1.1 * full["tokens_per_s"], (lora["tokens_per_s"], full["tokens_per_s"])
+PY
 echo "cli_profile: ok"

@@ -16,6 +16,7 @@
 #include "model/layout.h"
 #include "planner/planner.h"
 #include "sched/executor.h"
+#include "train/offload_spec.h"
 
 namespace strata::cli {
 namespace {
@@ -260,12 +261,12 @@ void print_report(const TrainConfig& cfg, const HardwareProfile& prof, const Pre
               static_cast<long long>(cfg.model.vocab_size), static_cast<long long>(cfg.seq_len),
               static_cast<double>(make_param_layout(cfg.model, cfg.lora).parameter_count));
   if (cfg.lora.enabled()) {
-    // Note [LoRA]: the plans do not yet leave the frozen base's gradient and optimizer state
-    // out, so the prediction is full training's, as the run's traffic is.
-    std::printf(
-        "%s; planned as full training (the base's gradient and optimizer state still "
-        "move)\n",
-        describe_lora(make_param_layout(cfg.model, cfg.lora)).c_str());
+    // Note [Frozen base]: with one rank the base is read-only in the plans; with several it is
+    // still planned (and moved) as trainable.
+    const bool frozen = frozen_elems_for(cfg, make_param_layout(cfg.model, cfg.lora)) > 0;
+    std::printf("%s; %s\n", describe_lora(make_param_layout(cfg.model, cfg.lora)).c_str(),
+                frozen ? "the base is read-only: no gradient, master or moments move for it"
+                       : "planned as full training (with several ranks the base still moves)");
   }
   std::printf("profile: %s\n", prof.name.c_str());
   std::printf("%s: %s\n", simulated ? "configuration" : "chosen",

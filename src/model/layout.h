@@ -165,5 +165,10 @@ EmbedView embed_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of
 BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t layer,
                           ViewOf of = ViewOf::params);
 FinalView final_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of = ViewOf::params);
+// The gradient view of a block over a buffer that holds its slab from element `first` on (the
+// offloaded schedules' gradient of a partly frozen block: Note [Frozen base] in
+// sched/schedule_spec.h); every tensor before `first` must be frozen.
+BlockView block_slab_grad_view(const ParamLayout& layout, float* grads, int64_t layer,
+                               int64_t first);
 
 }  // namespace strata

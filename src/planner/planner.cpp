@@ -59,6 +59,9 @@ const std::vector<ModelPreset>& model_presets() {
       {"llama3-8b", llama_shape(32, 4096, 32, 8, 14336, 128256, 8192, 500000), 8192,
        "Llama 3 8B (Meta's config.json: 32 x 4096, 32 heads on 8 key/value heads, MLP 14336, "
        "vocabulary 128256, untied): 8.03B"},
+      {"llama3-70b", llama_shape(80, 8192, 64, 8, 28672, 128256, 8192, 500000), 8192,
+       "Llama 3 70B (Meta's config.json: 80 x 8192, 64 heads on 8 key/value heads, MLP 28672, "
+       "vocabulary 128256, untied): 70.55B"},
       {"llama-65b", llama_shape(80, 8192, 64, 64, 22016, 32000, 2048, 10000), 2048,
        "LLaMA-65B itself (Touvron et al. 2023: 80 x 8192, 64 heads, MLP 22016, vocabulary "
        "32000, T 2048): 65.3B"},
@@ -111,8 +114,8 @@ ScheduleSpec planner_spec(const TrainConfig& cfg, const HardwareProfile& p) {
   // train.precision bf16 moves 2-byte working weights whatever the profile's default width.
   const int64_t param_bytes = cfg.precision == Precision::bf16 ? 2 : p.param_bytes;
   s.block_param_bytes = n * param_bytes;
-  s.block_grad_bytes = n * p.grad_bytes;
-  s.block_optim_bytes = n * p.optim_bytes;
+  s.block_grad_bytes = trained_elems(s) * p.grad_bytes;  // Note [Frozen base]
+  s.block_optim_bytes = trained_elems(s) * p.optim_bytes;
   const int64_t E = s.embed_elems;
   s.embed_param_bytes = E * p.param_bytes;  // the embed group keeps the device's width
   s.embed_optim_bytes = E * p.optim_bytes;

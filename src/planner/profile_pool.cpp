@@ -60,7 +60,7 @@ double timing_value(TimingClass c, const ProfileRunTimings& r, const Task& t, do
     case TimingClass::zero:
       return written_slot_bytes(r.plan, t) / s;
     case TimingClass::step:
-      return static_cast<double>(t.bytes) * static_cast<double>(r.spec.block_elems) /
+      return static_cast<double>(t.bytes) * static_cast<double>(trained_elems(r.spec)) /
              static_cast<double>(std::max<int64_t>(r.spec.block_optim_bytes, 1)) / s;
     case TimingClass::h2d:
     case TimingClass::d2h:

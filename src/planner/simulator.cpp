@@ -15,9 +15,9 @@ CostContext cost_context(const ScheduleSpec& s, double tokens) {
   c.tokens = tokens;
   c.block_fwd_flops = s.block_fwd_flops;
   c.ranks = s.ranks;
-  if (s.block_elems > 0) {
+  if (trained_elems(s) > 0) {  // Note [Frozen base]: the state is the trained elements'
     c.optim_bytes_per_param =
-        static_cast<double>(s.block_optim_bytes) / static_cast<double>(s.block_elems);
+        static_cast<double>(s.block_optim_bytes) / static_cast<double>(trained_elems(s));
   }
   return c;
 }

@@ -14,8 +14,10 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s) {
   c.tokens_device = b.slot(names::kTokensDevice, Tier::device, s.tokens_bytes);
   c.workspace = b.slot(names::kWorkspace, Tier::device, s.workspace_bytes);
   c.embed = b.slot(names::kEmbedParams, Tier::device, s.embed_param_bytes, true);
-  c.embed_grad = b.slot(names::kEmbedGrad, Tier::device, s.embed_param_bytes);
-  c.embed_grad_host = b.slot(names::kEmbedGradHost, Tier::host, s.embed_param_bytes);
+  // A frozen embed group (Note [Frozen base]) has no gradient: its slots hold nothing.
+  const int64_t embed_grad_bytes = s.embed_frozen ? 0 : s.embed_param_bytes;
+  c.embed_grad = b.slot(names::kEmbedGrad, Tier::device, embed_grad_bytes);
+  c.embed_grad_host = b.slot(names::kEmbedGradHost, Tier::host, embed_grad_bytes);
   c.embed_state =
       b.slot(names::kEmbedOptim, offload_tier(s.embed_optim), s.embed_optim_bytes, true);
   c.embed_params_host = b.slot(names::kEmbedParamsHost, Tier::host, s.embed_param_bytes);
@@ -27,6 +29,7 @@ CommonSlots add_common_slots(PlanBuilder& b, const ScheduleSpec& s) {
 
 void add_iteration_start(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s) {
   b.transfer(TaskKind::tokens_upload, {}, c.tokens_host, c.tokens_device, s.tokens_bytes);
+  // (A frozen embed group's gradient slot has no bytes, but its readers are ordered after this.)
   b.task(TaskKind::grad_zero, {}, {slot_write(c.embed_grad, Role::grad)});
 }
 
@@ -150,7 +153,7 @@ void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32
            part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, part));
     return;
   }
-  for (const StoreRange& r : shard_store_ranges(s, s.block_param_bytes, part)) {
+  for (const StoreRange& r : params_store_ranges(s, part)) {
     b.transfer_range(TaskKind::params_read, {.block = block, .part = part}, store, r.store_at,
                      stage, r.stage_at, r.bytes);
   }
@@ -159,6 +162,14 @@ void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32
     b.task(TaskKind::param_allgather, {.block = block, .part = q},
            {slot_read(stage, Role::params), slot_write(stage, Role::params)},
            part_bytes(s.block_param_bytes, s.block_elems, s.split_elems, q));
+  }
+}
+
+void add_frozen_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t store,
+                            int32_t stage) {
+  for (const StoreRange& r : frozen_params_ranges(s)) {
+    b.transfer_range(TaskKind::params_read, {.block = block}, store, r.store_at, stage, r.stage_at,
+                     r.bytes);
   }
 }
 

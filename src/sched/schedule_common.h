@@ -58,13 +58,14 @@ void add_embed_grad_out(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
 // step in chunks] in schedule_spec.h).
 void add_embed_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
                     SlotRing& state_ring);
+// A frozen embed group (Note [Frozen base]) has neither its gradient out nor its step.
 template <typename Steps>
 void add_iteration_end(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec& s,
                        SlotRing& state_ring, Steps&& steps) {
-  add_embed_grad_out(b, c, s);
+  if (!s.embed_frozen) add_embed_grad_out(b, c, s);
   add_grad_norm(b, c, s);
   steps();
-  add_embed_step(b, c, s, state_ring);
+  if (!s.embed_frozen) add_embed_step(b, c, s, state_ring);
 }
 
 // One block's CPU optimizer step (or one part of it, Note [Optimizer split]) once its gradient
@@ -94,6 +95,10 @@ void add_optimizer_step(PlanBuilder& b, const CommonSlots& c, const ScheduleSpec
 // ranks) one param_gather (Note [Sharded working params]).
 void add_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t part,
                      int32_t store, int32_t stage);
+// The frozen prefix of block `block`'s params (Note [Frozen base]) from its store on storage into
+// the host stage `stage`, where pending steps write the rest: nothing when all of it trains.
+void add_frozen_params_read(PlanBuilder& b, const ScheduleSpec& s, int32_t block, int32_t store,
+                            int32_t stage);
 // Block `block`'s working params from host slot `src` (a stage in the block's layout, or its
 // host store `store` itself) to device slot `dst`: the whole block, or where they are gathered on
 // the device this rank's ranges and then, part by part, every rank's shard (Note [ZeRO-3 on the

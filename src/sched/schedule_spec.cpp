@@ -44,9 +44,10 @@ BlockTiers block_tiers(const ScheduleSpec& s) {
   return t;
 }
 
-PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank) {
+PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank,
+                     int64_t frozen_elems) {
   PartShard p;
-  p.part_begin = part == 1 ? split_elems : 0;
+  p.part_begin = part == 1 ? split_elems : frozen_elems;
   p.part_end = part == 0 ? split_elems : block_elems;
   const int64_t len = p.part_end - p.part_begin;
   const Range mine = shard_range(len, ranks, rank);
@@ -68,7 +69,8 @@ namespace {
 // Elements [begin, end) of part `part` of a block quantity that rank s.rank keeps: its shard,
 // widened to whole I/O units of `width`-byte elements within the part.
 std::pair<int64_t, int64_t> kept_shard_elems(const ScheduleSpec& s, int64_t width, int32_t part) {
-  const PartShard sh = part_shard(s.block_elems, s.split_elems, part, s.ranks, s.rank);
+  const PartShard sh =
+      part_shard(s.block_elems, s.split_elems, part, s.ranks, s.rank, s.frozen_elems);
   if (sh.end <= sh.begin) return {0, 0};
   const int64_t u = std::max<int64_t>(s.grad_io_elems * 4 / width, 1);
   return {sh.begin / u * u, std::min(round_up(sh.end, u), sh.part_end)};
@@ -79,13 +81,19 @@ std::pair<int64_t, int64_t> kept_shard_elems(const ScheduleSpec& s, int64_t widt
 std::vector<StoreRange> shard_store_ranges(const ScheduleSpec& s, int64_t block_bytes,
                                            int32_t part) {
   const int64_t n = s.block_elems, a = s.split_elems;
-  if (s.ranks <= 1 || n <= 0) {
+  if ((s.ranks <= 1 || n <= 0) && s.frozen_elems == 0) {
     const int64_t at = part == 1 ? part_bytes(block_bytes, n, a, 0) : 0;
     const int64_t bytes = part_bytes(block_bytes, n, a, part);
     if (bytes == 0) return {};
     return {{at, at, bytes}};
   }
   const int64_t width = std::max<int64_t>(block_bytes / n, 1);  // exact: bytes = n * width
+  if (s.ranks <= 1) {  // Note [Frozen base]: the part's trained range, in the block's layout
+    const PartShard p = part_shard(n, a, part, 1, 0, s.frozen_elems);
+    const int64_t at = p.part_begin * width, bytes = (p.part_end - p.part_begin) * width;
+    if (bytes == 0) return {};
+    return {{at, at, bytes}};
+  }
   std::vector<StoreRange> ranges;
   int64_t store_at = 0;
   for (int32_t q = 0; q < 2; ++q) {
@@ -101,6 +109,26 @@ int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes) {
   int64_t bytes = 0;  // the ranges of both parts, packed from 0
   for (const StoreRange& r : shard_store_ranges(s, block_bytes, -1)) bytes += r.bytes;
   return bytes;
+}
+
+std::vector<StoreRange> params_store_ranges(const ScheduleSpec& s, int32_t part) {
+  if (part < 0 && s.ranks <= 1) return {{0, 0, s.block_param_bytes}};
+  return shard_store_ranges(s, s.block_param_bytes, part);
+}
+
+std::vector<StoreRange> frozen_params_ranges(const ScheduleSpec& s) {
+  if (s.frozen_elems <= 0) return {};
+  const int64_t bytes = part_bytes(s.block_param_bytes, s.block_elems, s.frozen_elems, 0);
+  return {{0, 0, bytes}};
+}
+
+std::vector<StoreRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part) {
+  if (s.frozen_elems == 0) return shard_store_ranges(s, s.block_grad_bytes, part);
+  // One rank (Note [Frozen base]): the part's range of a gradient laid out from frozen_elems.
+  const PartShard p = part_shard(s.block_elems, s.split_elems, part, 1, 0, s.frozen_elems);
+  const int64_t at = (p.part_begin - s.frozen_elems) * 4, bytes = (p.part_end - p.part_begin) * 4;
+  if (bytes == 0) return {};
+  return {{at, at, bytes}};
 }
 
 std::vector<StoreRange> host_device_ranges(const ScheduleSpec& s, int64_t block_bytes) {
@@ -126,10 +154,15 @@ int64_t embed_chunk_elems_for(const ScheduleSpec& s) {
 }
 
 int64_t optim_stage_bytes(const ScheduleSpec& s) {
+  // The embed group's chunks step through it too: bytes of its (3, chunk), whatever trains.
+  if (s.frozen_elems > 0) return embed_chunk_elems_for(s) * (s.embed_optim_bytes / s.embed_elems);
   return part_bytes(s.block_optim_bytes, s.block_elems, embed_chunk_elems_for(s), 0);
 }
 
 int64_t optim_part_bytes(const ScheduleSpec& s, int32_t part) {
+  if (s.frozen_elems > 0) {  // one rank (Note [Frozen base]): of the trained elements
+    return part_bytes(s.block_optim_bytes, trained_elems(s), s.split_elems - s.frozen_elems, part);
+  }
   const int64_t bytes = part_bytes(s.block_optim_bytes, s.block_elems, s.split_elems, part);
   if (s.ranks <= 1 || s.block_elems <= 0) return bytes;
   // The bytes of `stride` elements of state (exact for bytes = elems * width).

@@ -45,9 +45,26 @@ struct PartShard {
   int64_t begin = 0, end = 0;            // this rank's shard of it, within the block
   int64_t stride = 0;                    // elements per array of the part's (3, stride) state
 };
-// Part `part` (-1: all of the block; 0: [0, split); 1: [split, block_elems)) of a block, and
-// rank `rank`'s shard of it over `ranks` ranks (one rank: the whole part).
-PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank);
+// Part `part` (-1: all of the block's trained elements; 0: [frozen, split); 1: [split,
+// block_elems)) of a block, and rank `rank`'s shard of it over `ranks` ranks (one rank: the whole
+// part). `frozen_elems`: the block's leading elements that never step (Note [Frozen base]).
+PartShard part_shard(int64_t block_elems, int64_t split_elems, int32_t part, int ranks, int rank,
+                     int64_t frozen_elems = 0);
+
+// Note [Frozen base]
+// With LoRA (Note [LoRA] in model/lora.h) a block's slab ends with its adapters; everything before
+// them is frozen. The offloaded plans then treat the block's first `frozen_elems` elements (the
+// frozen prefix rounded down to whole I/O units of both widths, so every transfer stays aligned)
+// as read-only working params: a block's gradient (its device buffer, host slots and kept store)
+// covers only [frozen_elems, block_elems) and is laid out from there; the optimizer parts cover
+// [frozen, split) and [split, n), so the base has no master, moments or step; steps write only
+// their parts' params; fetches read the whole block. A step moves the base once per read of its
+// params and writes nothing of it. The few frozen elements past the rounded prefix ride in part
+// 0 or 1, where AdamW skips them (adamw_slab_range). One rank only: with several the base is
+// planned as trainable (frozen_elems 0), whose bits are the same. In a checkpoint the base's
+// master is its working copy (in bf16 the rounding: docs/design.md §2) and its moments zero.
+// An embed group with nothing to train (`embed_frozen`, any number of ranks) has no gradient out,
+// no sums and no step: its state stays where it is, read only by checkpoints.
 
 // Note [Speculative steps]
 // With clipping on and alpha < 1 (`speculative`), part 0 of each block steps in backward as if the
@@ -92,6 +109,7 @@ struct ScheduleSpec {
   // (Note [ZeRO-3 on the device]).
   bool device_collectives = false;
   int64_t block_param_bytes = 0;  // working params per block (bf16, or f32 in exactness mode)
+  // Of the trained elements [frozen_elems, block_elems) only (Note [Frozen base]):
   int64_t block_grad_bytes = 0;   // f32 gradient accumulator per block
   int64_t block_optim_bytes = 0;  // master + m + v per block
   int64_t checkpoint_bytes = 0;   // one block input, one micro-batch
@@ -117,7 +135,11 @@ struct ScheduleSpec {
   std::vector<Placement> params_at{}, optim_at{}, checkpoints_at{}, grads_at{};
   // Note [Optimizer split] (vertical only): part 0 has split_elems of block_elems elements.
   int64_t block_elems = 0;
-  int64_t split_elems = 0;
+  int64_t split_elems = 0;  // in [frozen_elems, block_elems]
+  // Note [Frozen base]: the block's leading elements that never step (0: all train), and whether
+  // nothing of the embed group trains (no gradient leaves the device for it, no step).
+  int64_t frozen_elems = 0;
+  bool embed_frozen = false;
   // Vertical only: the previous iteration left its part-1 steps (and its part-0 steps too, with
   // `pending_part0`) for this plan to run, before each block's first fetch; `iteration` false
   // makes a plan that runs only those (the flush after the last step), or with `repair` the
@@ -206,12 +228,20 @@ struct StoreRange {
 std::vector<StoreRange> shard_store_ranges(const ScheduleSpec& s, int64_t block_bytes,
                                            int32_t part);
 int64_t shard_store_bytes(const ScheduleSpec& s, int64_t block_bytes);
-// The vertical schedule's kept gradient on storage (Note [Sharded kept gradient]).
-inline std::vector<StoreRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part) {
-  return shard_store_ranges(s, s.block_grad_bytes, part);
+// The elements of a block that train (Note [Frozen base]).
+inline int64_t trained_elems(const ScheduleSpec& s) {
+  return s.block_elems - s.frozen_elems;
 }
+// The ranges of part `part` (-1: the whole block) of a block's working params that its store
+// holds: the whole block's, or like shard_store_ranges its trained part's.
+std::vector<StoreRange> params_store_ranges(const ScheduleSpec& s, int32_t part);
+// The frozen prefix of a block's working params (Note [Frozen base]): none, or one range.
+std::vector<StoreRange> frozen_params_ranges(const ScheduleSpec& s);
+// The vertical schedule's kept gradient on storage (Note [Sharded kept gradient]); a gradient is
+// laid out from its first trained element (Note [Frozen base]).
+std::vector<StoreRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part);
 inline int64_t vertical_kept_grad_bytes(const ScheduleSpec& s) {
-  return shard_store_bytes(s, s.block_grad_bytes);
+  return s.frozen_elems > 0 ? s.block_grad_bytes : shard_store_bytes(s, s.block_grad_bytes);
 }
 
 // Note [Sharded working params]

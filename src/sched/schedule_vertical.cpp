@@ -36,7 +36,7 @@ class VerticalPlan {
         L_(s.blocks),
         M_(s.micro_batches),
         tiers_(block_tiers(s)),
-        has_part0_(s.split_elems > 0),
+        has_part0_(s.split_elems > s.frozen_elems),
         has_part1_(s.block_elems <= 0 || s.split_elems < s.block_elems),
         early_part0_(has_part0_ && !s.defer_part0),
         keep_whole_grad_(s.defer_part0 || s.speculative),
@@ -207,6 +207,7 @@ class VerticalPlan {
     if (pending) {
       const bool part0 = pending0_[l], part1 = pending_[l];
       pending_[l] = pending0_[l] = false;
+      if (on_storage && fetch) add_frozen_params_read(b_, s_, l, params_store_[l], stage);
       if (on_storage && fetch && !part0 && has_part0_) {
         add_params_read(b_, s_, l, 0, params_store_[l], stage);
       }

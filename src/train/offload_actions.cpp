@@ -237,14 +237,15 @@ STRATA_ACTION(head_loss) {
   const int64_t BT = sh_.tokens_per_micro_batch(), ne = sh_.embed_slab_elems, f = 4;
   const float* x = f32_of(bp, t, Role::input);  // (B, T, C) the last block's output
   float* embed = f32_of(bp, t, Role::params);   // the embed group's params
-  float* gembed = f32_of(bp, t, Role::grad);    // and their gradient
+  float* gembed = f32_of(bp, t, Role::grad);    // and their gradient (null: all frozen)
   float* dact = f32_of(bp, t, Role::dact);      // (B, T, C)
   float* losses = f32_of(bp, t, Role::losses);  // (M, B, T)
   const int32_t* tgt = tokens_of(bp, t) + BT;   // (B, T)
   const EmbedView e = embed_slab_view(sh_.layout, embed),
                   ge = embed_slab_view(sh_.layout, gembed, ViewOf::grads);
   const FinalView fin = final_slab_view(sh_.layout, embed + ne),
-                  gfin = final_slab_view(sh_.layout, gembed + ne, ViewOf::grads);
+                  gfin = final_slab_view(sh_.layout, gembed != nullptr ? gembed + ne : nullptr,
+                                         ViewOf::grads);
   lm_head_forward(dev_, s, ws_.head, x, e, fin, tgt, sh_.cfg.model, BT);
   dev_.copy(s, losses + t.micro_batch * BT, ws_.head.losses, BT * f);
   lm_head_backward(dev_, s, dact, ge, gfin, ws_.head, x, e, fin, tgt, dloss_, sh_.cfg.model, BT);
@@ -271,8 +272,9 @@ STRATA_ACTION(block_backward) {
   }
   const BlockActs a = training_acts(saved != nullptr ? saved_view(saved) : ws_.acts, t);
   dev_.fill_zero(s, ws_.dinp, BT * C * f);
-  block_backward(dev_, s, ws_.dinp, block_slab_view(sh_.layout, grad, t.block, ViewOf::grads),
-                 ws_.scratch, dact, in, a, w, sh_.dims, g);
+  // The gradient covers the block's trained elements (Note [Frozen base]).
+  const BlockView gw = block_slab_grad_view(sh_.layout, grad, t.block, sh_.frozen_elems);
+  block_backward(dev_, s, ws_.dinp, gw, ws_.scratch, dact, in, a, w, sh_.dims, g);
   dev_.copy(s, dact, ws_.dinp, BT * C * f);
   end_task(s);
   return Status::ok_status();

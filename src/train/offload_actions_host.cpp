@@ -44,7 +44,7 @@ STRATA_ACTION(grad_sumsq) {
   if (t.block >= 0) {
     double& sum = slab_sumsq_[static_cast<size_t>(sh_.layout.block_slab(t.block))];
     if (!sh_.sharded()) {
-      cpu::sum_squares(&sum, g, sh_.block_elems);
+      cpu::sum_squares(&sum, g, sh_.grad_elems());  // Note [Frozen base]
       return Status::ok_status();
     }
     // Note [Sharded optimizer state]: this rank's shard of each part, in part order.
@@ -72,7 +72,7 @@ STRATA_ACTION(grad_norm) {
   progress_.norm.lr = lr_at(schedule_, progress_.steps_done);
   progress_.norm.skip = !is_finite_norm(total);
   if (progress_.norm.skip) {
-    if (sh_.split_elems > 0 && !sh_.speculative) {
+    if (sh_.has_part0() && !sh_.speculative) {
       return invalid_argument(
           "non-finite gradient norm with optim.alpha < 1 and clipping off: the backward part of "
           "the step already ran, so it cannot be skipped exactly; use optim.alpha = 1, or "
@@ -209,7 +209,7 @@ STRATA_ACTION(grad_allreduce) {
   // Note [Deterministic all-reduce]: every rank gets the same bits, so the norm, the clip factor
   // and the step that follow agree on every rank without another word between them.
   return world_.all_reduce_sum(f32_of(bp, t, Role::grad),
-                               t.block >= 0 ? sh_.block_elems : sh_.embed_elems);
+                               t.block >= 0 ? sh_.grad_elems() : sh_.embed_elems);
 }
 
 STRATA_ACTION(grad_reduce_scatter) {

@@ -14,10 +14,11 @@ OffloadShape make_offload_shape(const Device& dev, const TrainConfig& cfg, int r
   sh.vertical = cfg.schedule == Schedule::vertical;
   sh.bf16 = cfg.precision == Precision::bf16;
   sh.block_elems = sh.layout.slabs[static_cast<size_t>(sh.layout.block_slab(0))].numel;
-  sh.split_elems = split_elems_for(cfg, sh.block_elems);
+  sh.frozen_elems = frozen_elems_for(cfg, sh.layout);
+  sh.split_elems = split_elems_for(cfg, sh.block_elems, sh.frozen_elems);
   sh.embed_elems = embed_group_elems(sh.layout);
   sh.embed_slab_elems = sh.layout.slabs[static_cast<size_t>(sh.layout.embed_slab())].numel;
-  sh.speculative = sh.vertical && sh.split_elems > 0 && cfg.optim.grad_clip > 0;
+  sh.speculative = sh.vertical && sh.has_part0() && cfg.optim.grad_clip > 0;
   // Note [Optimizer stage size]: the plans' chunks, so the step tasks' `part` means the same here.
   sh.shard_spec = offload_schedule_spec(dev, cfg, false, true);
   sh.shard_spec.rank = rank;

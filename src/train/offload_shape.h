@@ -23,7 +23,8 @@ struct OffloadShape {
   bool bf16 = false;  // train.precision bf16: params slots hold bf16 (Note [Precision modes])
   bool speculative = false;       // vertical, clipping on, alpha < 1 (Note [Speculative steps])
   int64_t block_elems = 0;        // one block's parameters (every block alike)
-  int64_t split_elems = 0;        // part 0 of a block's step (Note [Optimizer split])
+  int64_t split_elems = 0;        // part 0 of a block's step (Note [Optimizer split]) ends here
+  int64_t frozen_elems = 0;       // a block's leading elements that never step (Note [Frozen base])
   int64_t embed_elems = 0;        // the embed group: embedding slab, then final-norm slab
   int64_t embed_slab_elems = 0;   // the embedding slab's part of it
   int64_t embed_chunk_elems = 0;  // the embed step's chunk on storage (Note [Optimizer stage size])
@@ -38,14 +39,19 @@ struct OffloadShape {
   bool grads_sharded() const { return sharded() && !vertical; }
   // An optimizer part of a block (-1: all of it) and rank r's shard of it (one rank: the part).
   PartShard rank_shard(int32_t part, int r) const {
-    return part_shard(block_elems, split_elems, part, ranks, r);
+    return part_shard(block_elems, split_elems, part, ranks, r, frozen_elems);
   }
   PartShard owned_part(int32_t part) const { return rank_shard(part, rank); }
-  // Block element `at` of a kept block gradient `g`: (block elems), or when sharded this rank's
-  // shard only, starting at the shard's first element.
+  // Block element `at` of a kept block gradient `g`: (block elems - frozen elems) from the first
+  // trained element (Note [Frozen base]), or when sharded this rank's shard only, starting at the
+  // shard's first element.
   const float* kept_grad_at(const float* g, int64_t at) const {
-    return grads_sharded() ? g + (at - owned_part(-1).begin) : g + at;
+    return g + (at - (grads_sharded() ? owned_part(-1).begin : frozen_elems));
   }
+  // Elements of a block's gradient (Note [Frozen base]).
+  int64_t grad_elems() const { return block_elems - frozen_elems; }
+  // A block has a part 0 that steps in backward (Note [Optimizer split]).
+  bool has_part0() const { return split_elems > frozen_elems; }
   // Element range [first, second) of the embed group an embed step covers (-1: all of it).
   std::pair<int64_t, int64_t> embed_chunk_range(int32_t chunk) const;
   // Part `part` of a block's working params as its all-gathers see it: its first byte in the

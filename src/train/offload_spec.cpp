@@ -28,17 +28,50 @@ int64_t embed_group_elems(const ParamLayout& layout) {
          layout.slabs[static_cast<size_t>(layout.final_slab())].numel;
 }
 
-// Part 0 of each block's step (run in backward) holds (1 - alpha) of its elements, rounded to
-// whole I/O blocks of the working params (whole checksum chunks when checksums are on, since
-// parts are written separately): 1024 elements in f32, 2048 in bf16. Note [Optimizer split].
-int64_t split_elems_for(const TrainConfig& cfg, int64_t n) {
+int64_t block_trained_elems(const ParamLayout& layout) {
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(0))];
+  int64_t n = 0;
+  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    if (!t.frozen) n += t.numel();
+  }
+  return n;
+}
+
+bool embed_group_frozen(const ParamLayout& layout) {
+  for (int64_t slab : {layout.embed_slab(), layout.final_slab()}) {
+    const Slab& s = layout.slabs[static_cast<size_t>(slab)];
+    for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+      if (!layout.tensors[static_cast<size_t>(i)].frozen) return false;
+    }
+  }
+  return true;
+}
+
+int64_t frozen_elems_for(const TrainConfig& cfg, const ParamLayout& layout) {
+  if (cfg.lora.rank <= 0 || cfg.ranks > 1) return 0;
+  const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(0))];
+  int64_t first = s.numel;  // the first trained element of the slab
+  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
+    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
+    if (!t.frozen) first = std::min(first, t.offset - s.offset);
+  }
+  const int64_t unit = io_unit_bytes(cfg) / 2;  // whole I/O units of bf16 params, so of f32 too
+  return first / unit * unit;
+}
+
+// Part 0 of each block's step (run in backward) holds (1 - alpha) of its trained elements,
+// rounded to whole I/O blocks of the working params (whole checksum chunks when checksums are
+// on, since parts are written separately): 1024 elements in f32, 2048 in bf16. Note [Optimizer
+// split]. `frozen` is a multiple of both (frozen_elems_for), so the split is too.
+int64_t split_elems_for(const TrainConfig& cfg, int64_t n, int64_t frozen) {
   const double alpha = cfg.optim.alpha_or_default();
-  if (cfg.schedule != Schedule::vertical || alpha >= 1.0) return 0;
+  if (cfg.schedule != Schedule::vertical || alpha >= 1.0) return frozen;
   if (alpha <= 0.0) return n;
   const int64_t width = cfg.precision == Precision::bf16 ? 2 : 4;  // bytes per working param
   const int64_t align = io_unit_bytes(cfg) / width;
-  const auto a = static_cast<int64_t>(std::llround((1.0 - alpha) * n / align)) * align;
-  return std::clamp<int64_t>(a, 0, n);
+  const auto a = static_cast<int64_t>(std::llround((1.0 - alpha) * (n - frozen) / align)) * align;
+  return std::clamp<int64_t>(frozen + a, frozen, n);
 }
 
 ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& cfg,
@@ -55,8 +88,10 @@ ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& c
   s.shard_grads = cfg.ranks > 1 && cfg.schedule == Schedule::horizontal;
   const bool bf16 = cfg.precision == Precision::bf16;  // Note [Precision modes]
   s.block_param_bytes = n * (bf16 ? 2 : 4);
-  s.block_grad_bytes = n * 4;
-  s.block_optim_bytes = n * 12;
+  s.frozen_elems = frozen_elems_for(cfg, layout);  // Note [Frozen base]
+  s.embed_frozen = embed_group_frozen(layout);
+  s.block_grad_bytes = (n - s.frozen_elems) * 4;
+  s.block_optim_bytes = (n - s.frozen_elems) * 12;
   s.checkpoint_bytes = BT * C * 4;
   s.embed_param_bytes = E * 4;
   s.embed_optim_bytes = E * 12;
@@ -70,16 +105,21 @@ ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& c
   s.workspace_bytes = counter.used() * 4;
   // Matmul FLOPs (2 per multiply-add) and the causal half of attention's two T x T products.
   const double bt = static_cast<double>(BT), c = static_cast<double>(C);
-  s.block_fwd_flops =
-      2.0 * bt * block_matmul_params(cfg.model) + 2.0 * bt * static_cast<double>(T) * c;
-  s.block_bwd_flops = 2.0 * s.block_fwd_flops;
+  // LoRA (Note [LoRA]): the adapters' matmuls beside the base's, and a frozen weight's backward
+  // computes dX only, half of a trained one's.
+  const double matmul = 2.0 * bt * static_cast<double>(block_matmul_params(cfg.model));
+  const double attention = 2.0 * bt * static_cast<double>(T) * c;
+  const double adapters = 2.0 * bt * static_cast<double>(block_trained_elems(layout));
+  s.block_fwd_flops = matmul + attention + (cfg.lora.enabled() ? adapters : 0.0);
+  s.block_bwd_flops =
+      cfg.lora.enabled() ? matmul + 2.0 * (attention + adapters) : 2.0 * s.block_fwd_flops;
   s.head_flops = 6.0 * bt * static_cast<double>(V) * c;
   s.params_at = placement_by_fraction(s.blocks, cfg.offload.params_on_host);
   s.optim_at = placement_by_fraction(s.blocks, cfg.offload.optim_on_host);
   s.checkpoints_at = placement_by_fraction(s.blocks, cfg.offload.checkpoints_on_host);
   s.grads_at = placement_by_fraction(s.blocks, cfg.offload.grads_on_host);
   s.block_elems = n;
-  s.split_elems = split_elems_for(cfg, n);
+  s.split_elems = split_elems_for(cfg, n, s.frozen_elems);
   s.grad_io_elems = io_unit_bytes(cfg) / 4;
   s.acts_bytes = block_saved_floats(d) * 4;
   s.compute_reads_host = dev.shares_host_memory;
@@ -94,7 +134,7 @@ ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& c
   s.iteration = iteration;
   // With clipping on, part 0 speculates, or waits with speculation off (Note [Speculative
   // steps]): the plans of a step whose norm does not clip.
-  if (s.split_elems > 0 && cfg.optim.grad_clip > 0) {
+  if (s.split_elems > s.frozen_elems && cfg.optim.grad_clip > 0) {
     const bool wait = cfg.optim.speculation == Speculation::off;
     s.defer_part0 = wait;
     s.pending_part0 = wait && pending_steps;

@@ -33,7 +33,15 @@ bool wants_device_collectives(const TrainConfig& cfg, bool gpu);
 
 // Elements of the embed group: the embedding slab then the final-norm slab.
 int64_t embed_group_elems(const ParamLayout& layout);
-// Elements of part 0 of a block's step (Note [Optimizer split] in sched/schedule_spec.h).
-int64_t split_elems_for(const TrainConfig& cfg, int64_t block_elems);
+// Parameters of a block that train (all of them without LoRA; its adapters with).
+int64_t block_trained_elems(const ParamLayout& layout);
+// Whether nothing of the embed group (embedding and final slabs) trains (Note [Frozen base]).
+bool embed_group_frozen(const ParamLayout& layout);
+// Elements of a block that never step, as the offloaded plans see them (Note [Frozen base] in
+// sched/schedule_spec.h): LoRA's frozen prefix in whole I/O units, with one rank; else 0.
+int64_t frozen_elems_for(const TrainConfig& cfg, const ParamLayout& layout);
+// The end of part 0 of a block's step (Note [Optimizer split] in sched/schedule_spec.h), which
+// begins at `frozen_elems`.
+int64_t split_elems_for(const TrainConfig& cfg, int64_t block_elems, int64_t frozen_elems);
 
 }  // namespace strata

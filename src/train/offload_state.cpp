@@ -250,11 +250,10 @@ Status OffloadState::read_block_params(int64_t block, float* out) {
 
 Status OffloadState::params_store_io(IoOp op, int64_t block, void* stage, int32_t part) {
   const std::string name = names::params_store(block);
-  const int64_t bytes = sh_.block_elems * (sh_.bf16 ? 2 : 4);
   char* at = static_cast<char*>(stage);  // (block elems) f32 or bf16
   // Note [Sharded working params]: this rank's ranges, as the plans move them (one rank: the
-  // part's range).
-  for (const StoreRange& r : shard_store_ranges(sh_.shard_spec, bytes, part)) {
+  // part's range, or the whole block).
+  for (const StoreRange& r : params_store_ranges(sh_.shard_spec, part)) {
     STRATA_RETURN_IF_ERROR(op == IoOp::write
                                ? write_slot(name, r.store_at, at + r.stage_at, r.bytes)
                                : read_slot(name, r.store_at, at + r.stage_at, r.bytes));
@@ -282,6 +281,13 @@ Status OffloadState::initialize() {
     std::memset(bf16_stage_.data(), 0, static_cast<size_t>(bf16_stage_.bytes()));
   }
   STRATA_RETURN_IF_ERROR(ensure_idle_block_stage());
+  if (sh_.frozen_elems > 0) {  // Note [Frozen base]: frozen_pieces' buffers
+    const int64_t unit = 2 * sh_.shard_spec.grad_io_elems;  // the prefix's I/O unit (elements)
+    frozen_chunk_ = std::min(sh_.frozen_elems, round_up(int64_t{1} << 20, unit));
+    STRATA_ASSIGN_OR_RETURN(
+        frozen_raw_, dev_.alloc_host(round_up(frozen_chunk_ * (sh_.bf16 ? 2 : 4), kIoAlign)));
+    STRATA_ASSIGN_OR_RETURN(frozen_state_, dev_.alloc_host(frozen_chunk_ * 12));
+  }
   float* slab = idle_block_stage();  // (n)
   SlowProgress progress("initializing the parameters and optimizer state", sh_.cfg.model.n_layer,
                         "blocks");

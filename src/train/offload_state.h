@@ -135,6 +135,10 @@ class OffloadState {
   // The embed group's elements [lo, lo + len) of master, m and v to or from `stage`, laid out
   // (3, len), with the state on storage.
   Status embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* stage);
+  // Note [Frozen base]: the pieces of a block's frozen prefix, which has no optimizer state: its
+  // working params as the master and zero moments, handed over (read) or taken into the block's
+  // params stage (write), frozen_chunk_ elements at a time.
+  Status frozen_pieces(int64_t block, IoOp op, const SlabPieceFn& fn);
   // state_pieces / write_slab_pieces of the embedding or the final norm slab.
   Status embed_slab_pieces(IoOp op, int64_t slab, float* stage, const SlabPieceFn& fn,
                            Range within = {0, INT64_MAX});
@@ -156,6 +160,10 @@ class OffloadState {
   // write_slab_pieces). Owned here rather than borrowed from an idle plan slot, so it does not
   // depend on which slots a plan has; 2 bytes per element of one block beyond the plan's peak.
   Buffer bf16_stage_;
+  // Note [Frozen base]: frozen_pieces' chunk of working params as stored (f32 or bf16, whole
+  // direct-I/O blocks), and (3, chunk) f32 master, m, v; empty when nothing is frozen.
+  int64_t frozen_chunk_ = 0;
+  Buffer frozen_raw_, frozen_state_;
 };
 
 }  // namespace strata

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 #include "sched/slot_names.h"
 #include "train/offload_state.h"
@@ -72,6 +73,7 @@ Status OffloadState::state_pieces(int64_t slab, float* stage, const SlabPieceFn&
     return embed_slab_pieces(IoOp::read, slab, stage, take, within);
   }
   const int64_t block = slab - sh_.layout.block_slab(0);
+  STRATA_RETURN_IF_ERROR(frozen_pieces(block, IoOp::read, take));
   for (const auto& [name, part] : optim_parts(block)) {
     SlotMemory& sm = *memory_.at(name);
     const PartShard own = sh_.owned_part(part);
@@ -106,6 +108,7 @@ Status OffloadState::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
     return embed_slab_pieces(IoOp::write, slab, optim_stage0(), fill);
   }
   const int64_t block = slab - sh_.layout.block_slab(0);
+  STRATA_RETURN_IF_ERROR(frozen_pieces(block, IoOp::write, fill));
   for (const auto& [name, part] : optim_parts(block)) {
     SlotMemory& sm = *memory_.at(name);
     const int64_t S = sh_.owned_part(part).stride;
@@ -129,6 +132,37 @@ Status OffloadState::write_slab_pieces(int64_t slab, const SlabPieceFn& fill) {
     }
   }
   return flush_block_params(block);
+}
+
+Status OffloadState::frozen_pieces(int64_t block, IoOp op, const SlabPieceFn& fn) {
+  const int64_t frozen = sh_.frozen_elems, width = sh_.bf16 ? 2 : 4;
+  const SlotMemory& sm = *memory_.at(names::params_store(block));
+  for (int64_t lo = 0; lo < frozen; lo += frozen_chunk_) {
+    const int64_t len = std::min(frozen_chunk_, frozen - lo);
+    float* master = frozen_state_.f32();  // (3, chunk): master, m, v
+    float *m = master + frozen_chunk_, *v = m + frozen_chunk_;
+    std::fill_n(m, len, 0.0f);
+    std::fill_n(v, len, 0.0f);
+    if (op == IoOp::write) {  // from the checkpoint into the stage write_slab_pieces flushes
+      STRATA_RETURN_IF_ERROR(fn({lo, len, master, m, v}));
+      stage_block_params(lo, master, len);
+      continue;
+    }
+    // The params as stored (chunks and the prefix are whole I/O units: frozen_elems_for).
+    const char* raw =
+        static_cast<const char*>(sm.tier == Tier::storage ? frozen_raw_.data() : sm.buf.data()) +
+        (sm.tier == Tier::storage ? 0 : lo * width);
+    if (sm.tier == Tier::storage) {
+      STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, lo * width, frozen_raw_.data(), len * width));
+    }
+    if (sh_.bf16) {
+      cpu::convert_bf16_to_f32(master, reinterpret_cast<const bf16_t*>(raw), len);
+    } else {
+      std::memcpy(master, raw, static_cast<size_t>(len * 4));
+    }
+    STRATA_RETURN_IF_ERROR(fn({lo, len, master, m, v}));
+  }
+  return Status::ok_status();
 }
 
 Status OffloadState::embed_chunk_io(IoOp op, int64_t lo, int64_t len, float* stage) {
