@@ -6,8 +6,9 @@
 #    the context length, so both the key/value cache and the window's slides are exercised.
 #  - The same seed gives the same text; another seed other text; top-k 1 is greedy.
 #  - A model larger than the few blocks it holds samples in the memory of a few blocks.
+#  - A Hugging Face directory samples as it is (--model), as its checkpoint does.
 #  - Bad input exits 2 with one line: a missing checkpoint, a prompt token outside the
-#    vocabulary, a negative temperature.
+#    vocabulary, a negative temperature, both --checkpoint and --model.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/sample_torch"
@@ -51,6 +52,13 @@ strata: $strata
 torch:  $torch"
 echo "ok   greedy Llama: 40 tokens past a 32-token context equal PyTorch's"
 base_tokens=$strata
+# The exported directory is a Hugging Face model: sampled as it is (--model), the same tokens.
+hf=$("$STRATA_BIN" sample --model "$work/llama_export" --prompt-tokens "$prompt" --tokens 40 \
+  --temperature 0 --print-tokens)
+[ "$hf" = "$torch" ] || fail "sample --model of the export differs from PyTorch's:
+strata: $hf
+torch:  $torch"
+echo "ok   sample --model HF_DIR: the same 40 tokens from the exported directory"
 
 # A LoRA fine-tune of that Llama (Note [LoRA]): sample runs the base with the adapters merged as
 # it reads them, and its greedy tokens are PyTorch's on the merged export (Note [Merged export]).
@@ -122,3 +130,5 @@ expect_refused token_outside_vocab 'prompt token 300 is outside the vocabulary' 
   --checkpoint "$work/ckpt" --prompt-tokens "1 300"
 expect_refused negative_temperature '--temperature' --checkpoint "$work/ckpt" --temperature -1
 expect_refused bad_resident_bytes '--resident-bytes' --checkpoint "$work/ckpt" --resident-bytes 2XB
+expect_refused both_sources 'one of them' --checkpoint "$work/ckpt" --model "$work/llama_export"
+expect_refused model_not_hf 'config.json' --model "$work/ckpt"

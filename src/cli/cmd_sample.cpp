@@ -1,7 +1,7 @@
-// `strata sample`: text from a checkpoint's weights (Note [Sampling] in model/sample.h). The
-// checkpoint is verified first; its master weights are read tensor by tensor from
-// model.safetensors as each slab is needed, so a model larger than memory samples too. The text
-// is written to stdout as it is made (Note [Sample output]).
+// `strata sample`: text from a checkpoint's weights, or a Hugging Face model directory's (--model),
+// (Note [Sampling] in model/sample.h). A checkpoint is verified first; its master weights are read
+// tensor by tensor from model.safetensors as each slab is needed, so a model larger than memory
+// samples too. The text is written to stdout as it is made (Note [Sample output]).
 //
 // Note [Sample output]
 // The prompt, then each new token as soon as it is picked, is written to stdout with write(2), no
@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <span>
 #include <sstream>
 #include <string>
@@ -39,6 +41,7 @@
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_tensors.h"
 #include "formats/hf_export.h"
+#include "formats/hf_import.h"
 #include "formats/lora_merge.h"
 #include "model/layout.h"
 #include "model/sample.h"
@@ -221,10 +224,13 @@ int write_failed(const Status& s, int64_t made, int64_t asked) {
   return 128 + SIGPIPE;
 }
 
+// Slab `slab` of the model's weights into dst: from a checkpoint, or a Hugging Face directory.
+using SlabRead = std::function<Status(int64_t slab, float* dst)>;
+
 // Generates the sample into stdout as it is made (Note [Sample output]); the exit status.
-int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tokenizer& tokenizer,
+int write_sample(const ModelConfig& model, const SlabRead& read, const Tokenizer& tokenizer,
                  const std::vector<int32_t>& prompt, const SampleOptions& o, bool print_ids) {
-  if (Status s = check_prompt(plan.model, prompt); !s.ok()) return fail(s.message(), 2);
+  if (Status s = check_prompt(model, prompt); !s.ok()) return fail(s.message(), 2);
   install_stop_signals();
   stop_at_step_boundaries();  // a signal ends the sample after the token being made
   SampleWriter writer(tokenizer, print_ids);
@@ -239,9 +245,7 @@ int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tok
   };
   hooks.stop = [] { return stop_signal() != 0; };
   auto dev = create_cpu_device();
-  auto out = generate(
-      *dev, plan.model, [&](int64_t slab, float* dst) { return weights.read(slab, dst); }, prompt,
-      o, hooks);
+  auto out = generate(*dev, model, read, prompt, o, hooks);
   if (!write_error.ok()) return write_failed(write_error, made - 1, o.new_tokens);
   if (!out.ok()) return fail(out.status().message(), exit_status_for(out.status(), Stage::running));
   if (Status s = writer.finish(); !s.ok()) return write_failed(s, made, o.new_tokens);
@@ -253,15 +257,60 @@ int write_sample(const HfExportPlan& plan, CheckpointWeights& weights, const Tok
 }
 
 const std::vector<FlagSpec> kSampleFlags = {
-    {"checkpoint", true, false},    {"prompt", true, false},
-    {"prompt-tokens", true, false}, {"tokens", true, false},
-    {"temperature", true, false},   {"top-k", true, false},
-    {"seed", true, false},          {"print-tokens", false, false},
-    {"no-kv-cache", false, false},  {"resident-bytes", true, false},
-    {"tokenizer", true, false},     {"special-tokens", false, false}};
+    {"checkpoint", true, false},     {"model", true, false},
+    {"prompt", true, false},         {"prompt-tokens", true, false},
+    {"tokens", true, false},         {"temperature", true, false},
+    {"top-k", true, false},          {"seed", true, false},
+    {"print-tokens", false, false},  {"no-kv-cache", false, false},
+    {"resident-bytes", true, false}, {"tokenizer", true, false},
+    {"special-tokens", false, false}};
+
+// What is sampled: the model, where its slabs come from, and the tokenizer it was trained with
+// (a directory, or "" when none is known).
+struct SampleSource {
+  ModelConfig model;
+  std::string tokenizer_dir;
+  SlabRead read;  // owns the reader behind it
+};
+
+// --checkpoint DIR: verified first (a sharded one gathered beside it); its base model's
+// tokenizer when its directory still holds one (Note [Base model]).
+Result<SampleSource> checkpoint_source(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(path));
+  STRATA_ASSIGN_OR_RETURN(
+      HfReadableCheckpoint readable,
+      HfReadableCheckpoint::open(dir, std::filesystem::path(dir).parent_path().string()));
+  auto kept = std::make_shared<std::pair<HfReadableCheckpoint, HfExportPlan>>(std::move(readable),
+                                                                              HfExportPlan{});
+  STRATA_ASSIGN_OR_RETURN(kept->second, plan_hf_export(kept->first.dir()));
+  STRATA_ASSIGN_OR_RETURN(CheckpointWeights w, CheckpointWeights::open(kept->second));
+  auto weights = std::make_shared<CheckpointWeights>(std::move(w));
+  // The weights read through kept's plan: the reader holds both.
+  return SampleSource{
+      kept->second.model, base_tokenizer_dir(kept->second.base_model),
+      [kept, weights](int64_t slab, float* dst) { return weights->read(slab, dst); }};
+}
+
+// --model HF_DIR: a Hugging Face model directory, checked as an import is; its own tokenizer
+// files when it has them.
+Result<SampleSource> model_source(const std::string& dir) {
+  STRATA_ASSIGN_OR_RETURN(HfImportPlan plan, plan_hf_import(dir));
+  STRATA_ASSIGN_OR_RETURN(HfSlabReader r, HfSlabReader::open(plan));
+  auto reader = std::make_shared<HfSlabReader>(std::move(r));
+  std::string tokenizer;
+  for (const char* f : {"tokenizer.json", "tokenizer.model"}) {
+    if (tokenizer.empty() && std::filesystem::is_regular_file(std::filesystem::path(dir) / f)) {
+      tokenizer = dir;
+    }
+  }
+  return SampleSource{plan.model, tokenizer,
+                      [reader](int64_t slab, float* dst) { return reader->read(slab, dst); }};
+}
 
 int sample_main(const ParsedArgs& a) {
-  if (!a.has("checkpoint")) return fail("strata sample: --checkpoint DIR is required", 2);
+  if (a.has("checkpoint") == a.has("model")) {
+    return fail("strata sample: give --checkpoint DIR or --model HF_DIR (one of them)", 2);
+  }
   if (a.has("prompt") && a.has("prompt-tokens")) {
     return fail("--prompt and --prompt-tokens are exclusive: give the text or its token ids", 2);
   }
@@ -269,22 +318,16 @@ int sample_main(const ParsedArgs& a) {
   if (!options.ok()) return fail(options.status().message(), 2);
   const SampleOptions& o = *options;
 
-  auto dir = resolve_checkpoint(a.get("checkpoint"));
-  if (!dir.ok()) return fail(dir.status().message(), 2);
-  // A sharded checkpoint is gathered first, beside it.
-  auto readable =
-      HfReadableCheckpoint::open(*dir, std::filesystem::path(*dir).parent_path().string());
-  if (!readable.ok()) return fail(readable.status().message(), 2);
-  auto plan = plan_hf_export(readable->dir());  // verifies model.safetensors against the manifest
-  if (!plan.ok()) return fail(plan.status().message(), 2);
+  auto source =
+      a.has("checkpoint") ? checkpoint_source(a.get("checkpoint")) : model_source(a.get("model"));
+  if (!source.ok()) return fail(source.status().message(), 2);
+  const ModelConfig& model = source->model;
   // Text in and out through the tokenizer (byte-level by default); --prompt-tokens skips it in.
-  // Unless told, the base model's tokenizer when its directory still holds one (Note [Base
-  // model]), else the byte tokenizer.
+  // Unless told, the model's own tokenizer when one is known, else the byte tokenizer.
   std::string tokenizer_path = a.get("tokenizer", "byte");
-  if (const std::string base = base_tokenizer_dir(plan->base_model);
-      !a.has("tokenizer") && !base.empty()) {
-    tokenizer_path = base;
-    log_info("tokenizer: the base model's, " + tokenizer_path);
+  if (!a.has("tokenizer") && !source->tokenizer_dir.empty()) {
+    tokenizer_path = source->tokenizer_dir;
+    log_info("tokenizer: the model's, " + tokenizer_path);
   }
   const bool byte_default = !a.has("tokenizer") && tokenizer_path == "byte";
   // --special-tokens: a tokenizer.json's added tokens in the prompt are theirs (chat markers).
@@ -292,19 +335,19 @@ int sample_main(const ParsedArgs& a) {
       load_tokenizer(tokenizer_path, TokenizerOptions{.special_tokens = a.has("special-tokens")});
   if (!tokenizer.ok()) return fail(tokenizer.status().message(), 2);
   const bool text_used = !a.has("prompt-tokens") || !a.has("print-tokens");
-  if (byte_default && text_used && plan->model.vocab_size > (*tokenizer)->vocab_size()) {
+  if (byte_default && text_used && model.vocab_size > (*tokenizer)->vocab_size()) {
     // Its ids past 255 are no bytes: read as bytes, the prompt would be wrong and the output
     // invalid UTF-8.
-    return fail("the model has " + std::to_string(plan->model.vocab_size) +
+    return fail("the model has " + std::to_string(model.vocab_size) +
                     " tokens (model.vocab_size), the default byte tokenizer 256: give its "
                     "--tokenizer (tokenizer.json, x.model or a model directory), or "
                     "--prompt-tokens with --print-tokens",
                 2);
   }
-  if ((*tokenizer)->vocab_size() > plan->model.vocab_size) {
+  if ((*tokenizer)->vocab_size() > model.vocab_size) {
     return fail("the tokenizer " + (*tokenizer)->name() + " has " +
                     std::to_string((*tokenizer)->vocab_size()) + " tokens, more than the model's " +
-                    std::to_string(plan->model.vocab_size) +
+                    std::to_string(model.vocab_size) +
                     " (model.vocab_size): give its --tokenizer, or --prompt-tokens",
                 2);
   }
@@ -318,9 +361,7 @@ int sample_main(const ParsedArgs& a) {
     if (!ids.ok()) return fail(ids.status().message(), 2);
     prompt = *ids;
   }
-  auto weights = CheckpointWeights::open(*plan);
-  if (!weights.ok()) return fail(weights.status().message(), 2);
-  return write_sample(*plan, *weights, **tokenizer, prompt, o, a.has("print-tokens"));
+  return write_sample(model, source->read, **tokenizer, prompt, o, a.has("print-tokens"));
 }
 
 }  // namespace

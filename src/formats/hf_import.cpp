@@ -383,6 +383,36 @@ class HfSlabFiller {
 
 }  // namespace
 
+struct HfSlabReader::Impl {
+  HfImportPlan plan;
+  ParamLayout layout;
+  HfSlabFiller filler;
+  std::vector<float> moments;  // (2, largest slab): the pieces' m and v, which nothing reads
+  Impl(HfImportPlan p, ParamLayout l)
+      : plan(std::move(p)), layout(std::move(l)), filler(plan, layout, int64_t{16} << 20, 0) {}
+};
+
+HfSlabReader::HfSlabReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HfSlabReader::~HfSlabReader() = default;
+HfSlabReader::HfSlabReader(HfSlabReader&&) noexcept = default;
+
+Result<HfSlabReader> HfSlabReader::open(const HfImportPlan& plan) {
+  auto impl = std::make_unique<Impl>(plan, make_param_layout(plan.model));
+  STRATA_RETURN_IF_ERROR(impl->filler.open());
+  return HfSlabReader(std::move(impl));
+}
+
+Status HfSlabReader::read(int64_t slab, float* dst) {
+  const int64_t n = impl_->layout.slabs.at(static_cast<size_t>(slab)).numel;
+  if (static_cast<int64_t>(impl_->moments.size()) < 2 * n) {
+    impl_->moments.resize(static_cast<size_t>(2 * n));
+  }
+  float* m = impl_->moments.data();
+  impl_->filler.start_slab();
+  STRATA_RETURN_IF_ERROR(impl_->filler.fill(slab, {0, n, dst, m, m + n}));
+  return impl_->filler.finish_slab(slab);
+}
+
 Result<HfImportStats> import_hf_weights(const HfImportPlan& plan, const ParamLayout& layout,
                                         const SlabWriter& write_slab,
                                         const HfImportOptions& options) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -70,5 +71,22 @@ struct HfImportStats {
 Result<HfImportStats> import_hf_weights(const HfImportPlan& plan, const ParamLayout& layout,
                                         const SlabWriter& write_slab,
                                         const HfImportOptions& options = {});
+
+// The slabs of an imported model's layout (make_param_layout(plan.model)) one at a time, in any
+// order, as f32 (padding zero): `strata sample --model DIR`. Holds the plan's open files, the
+// read buffers of import_hf_weights and two slabs' worth of scratch.
+class HfSlabReader {
+ public:
+  static Result<HfSlabReader> open(const HfImportPlan& plan);
+  ~HfSlabReader();
+  HfSlabReader(HfSlabReader&&) noexcept;
+  // Slab `slab` into dst (its numel floats); io_error or bad_format naming the file.
+  Status read(int64_t slab, float* dst);
+
+ private:
+  struct Impl;
+  explicit HfSlabReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace strata
