@@ -78,7 +78,7 @@ measured a_lora train "${a_flags[@]}" "${lora[@]}" --metrics "$out/a_lora.jsonl"
 measured a_full train "${a_flags[@]}" --set optim.lr=1e-5 --metrics "$out/a_full.jsonl" --quiet
 
 b_flags=($(model "$big_layers" "$big_embd" 32 $big_seq) "${on_storage[@]}" --set train.grad_accum=1
-  --set train.steps=2 --set optim.lr=1e-3)
+  --set train.steps=2 --set optim.lr=1e-4)
 echo "lora: (b) $big_layers x $big_embd with LoRA, 2 steps, the base on storage" >&2
 measured b_lora train "${b_flags[@]}" "${lora[@]}" --metrics "$out/b_lora.jsonl" --quiet
 

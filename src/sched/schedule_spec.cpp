@@ -144,6 +144,8 @@ std::vector<int32_t> block_param_parts(const ScheduleSpec& s, int32_t part) {
 
 int64_t embed_chunk_elems_for(const ScheduleSpec& s) {
   const int64_t n = s.block_elems;
+  // Note [Frozen base]: a stage the size of the trained elements' state, not the block's.
+  if (s.frozen_elems > 0) return round_up(trained_elems(s), std::max<int64_t>(s.grad_io_elems, 1));
   if (s.ranks <= 1 || n <= 0) return n;
   const bool split = s.split_elems > 0 && s.split_elems < n;
   int64_t stride = 0;

@@ -300,8 +300,9 @@ std::vector<StoreRange> host_device_ranges(const ScheduleSpec& s, int64_t block_
 // Note [Optimizer stage size]
 // An optimizer stage (the ring a step's state passes through when it lives on storage, and the
 // embed step's chunks: Note [Embed step in chunks]) holds the largest state one step task
-// reads: with one rank a block's (3, block_elems); with several the longest shard of a part
-// (Note [Sharded optimizer state]), so a rank's host memory shrinks with its state. The embed
+// reads: with one rank a block's (3, block_elems), or its trained elements' with a frozen base
+// (Note [Frozen base]); with several the longest shard of a part (Note [Sharded optimizer
+// state]), so a rank's host memory shrinks with its state. The embed
 // group, replicated, then steps in chunks that fit it, whole I/O units (grad_io_elems) long.
 // Elements per array of one embed chunk, and bytes of one optimizer stage.
 int64_t embed_chunk_elems_for(const ScheduleSpec& s);

@@ -160,7 +160,9 @@ class VerticalPlan {
     // A fetch gathers a sharded block there (Note [Sharded working params]), unless on the device.
     params_stage_ = add_ring(b_, names::kParamsStage, Tier::host, P,
                              tiers_.params_on_storage || params_gather(s_) == ParamsGather::host);
-    params_wstage_ = add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage);
+    // Only part 0 (in backward, or its repair) steps into it: at alpha 1 it is not needed.
+    params_wstage_ =
+        add_ring(b_, names::kParamsWstage, Tier::host, P, tiers_.params_on_storage && has_part0_);
     ckpt_wstage_ = add_ring(b_, names::kCkptWstage, Tier::host, C, tiers_.checkpoints_on_storage);
     ckpt_rstage_ = add_ring(b_, names::kCkptRstage, Tier::host, C, tiers_.checkpoints_on_storage);
     optim_stage_ = add_ring(b_, names::kOptimStage, Tier::host, optim_stage_bytes(s_),

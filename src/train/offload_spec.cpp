@@ -113,7 +113,8 @@ ScheduleSpec offload_schedule_spec(const DeviceTraits& dev, const TrainConfig& c
   s.block_fwd_flops = matmul + attention + (cfg.lora.enabled() ? adapters : 0.0);
   s.block_bwd_flops =
       cfg.lora.enabled() ? matmul + 2.0 * (attention + adapters) : 2.0 * s.block_fwd_flops;
-  s.head_flops = 6.0 * bt * static_cast<double>(V) * c;
+  // A frozen head (Note [Frozen base]) computes no dW in backward: 4 of full training's 6.
+  s.head_flops = (s.embed_frozen ? 4.0 : 6.0) * bt * static_cast<double>(V) * c;
   s.params_at = placement_by_fraction(s.blocks, cfg.offload.params_on_host);
   s.optim_at = placement_by_fraction(s.blocks, cfg.offload.optim_on_host);
   s.checkpoints_at = placement_by_fraction(s.blocks, cfg.offload.checkpoints_on_host);
