@@ -270,7 +270,8 @@ const std::vector<FlagSpec> kSampleFlags = {
 struct SampleSource {
   ModelConfig model;
   std::string tokenizer_dir;
-  SlabRead read;  // owns the reader behind it
+  std::string tokenizer_whose;  // for the log: "the base model's", "the model's own"
+  SlabRead read;                // owns the reader behind it
 };
 
 // --checkpoint DIR: verified first (a sharded one gathered beside it); its base model's
@@ -287,7 +288,7 @@ Result<SampleSource> checkpoint_source(const std::string& path) {
   auto weights = std::make_shared<CheckpointWeights>(std::move(w));
   // The weights read through kept's plan: the reader holds both.
   return SampleSource{
-      kept->second.model, base_tokenizer_dir(kept->second.base_model),
+      kept->second.model, base_tokenizer_dir(kept->second.base_model), "the base model's",
       [kept, weights](int64_t slab, float* dst) { return weights->read(slab, dst); }};
 }
 
@@ -303,7 +304,7 @@ Result<SampleSource> model_source(const std::string& dir) {
       tokenizer = dir;
     }
   }
-  return SampleSource{plan.model, tokenizer,
+  return SampleSource{plan.model, tokenizer, "the model's own",
                       [reader](int64_t slab, float* dst) { return reader->read(slab, dst); }};
 }
 
@@ -327,7 +328,7 @@ int sample_main(const ParsedArgs& a) {
   std::string tokenizer_path = a.get("tokenizer", "byte");
   if (!a.has("tokenizer") && !source->tokenizer_dir.empty()) {
     tokenizer_path = source->tokenizer_dir;
-    log_info("tokenizer: the model's, " + tokenizer_path);
+    log_info("tokenizer: " + source->tokenizer_whose + ", " + tokenizer_path);
   }
   const bool byte_default = !a.has("tokenizer") && tokenizer_path == "byte";
   // --special-tokens: a tokenizer.json's added tokens in the prompt are theirs (chat markers).
