@@ -327,13 +327,8 @@ BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t l
 }
 BlockView block_slab_grad_view(const ParamLayout& layout, float* grads, int64_t layer,
                                int64_t first) {
-  const int64_t origin = slab_origin(layout, layout.block_slab(layer)) + first;
-  const Slab& s = layout.slabs[static_cast<size_t>(layout.block_slab(layer))];
-  for (int64_t i = s.first_tensor; i < s.first_tensor + s.tensor_count; ++i) {
-    const ParamTensor& t = layout.tensors[static_cast<size_t>(i)];
-    STRATA_CHECK(t.frozen || t.offset >= origin);  // a trained tensor starts at or after `first`
-  }
-  return block_view_from(layout, layer, {grads, origin, ViewOf::grads});
+  return block_view_from(
+      layout, layer, {grads, slab_origin(layout, layout.block_slab(layer)) + first, ViewOf::grads});
 }
 FinalView final_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of) {
   return final_view_from(layout, {slab_base, slab_origin(layout, layout.final_slab()), of});

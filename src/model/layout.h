@@ -167,7 +167,8 @@ BlockView block_slab_view(const ParamLayout& layout, float* slab_base, int64_t l
 FinalView final_slab_view(const ParamLayout& layout, float* slab_base, ViewOf of = ViewOf::params);
 // The gradient view of a block over a buffer that holds its slab from element `first` on (the
 // offloaded schedules' gradient of a partly frozen block: Note [Frozen base] in
-// sched/schedule_spec.h); every tensor before `first` must be frozen.
+// sched/schedule_spec.h); every tensor before `first` must be frozen (frozen_elems_for makes it
+// so, once per run).
 BlockView block_slab_grad_view(const ParamLayout& layout, float* grads, int64_t layer,
                                int64_t first);
 

@@ -124,11 +124,10 @@ std::vector<StoreRange> frozen_params_ranges(const ScheduleSpec& s) {
 
 std::vector<StoreRange> vertical_kept_grad_ranges(const ScheduleSpec& s, int32_t part) {
   if (s.frozen_elems == 0) return shard_store_ranges(s, s.block_grad_bytes, part);
-  // One rank (Note [Frozen base]): the part's range of a gradient laid out from frozen_elems.
-  const PartShard p = part_shard(s.block_elems, s.split_elems, part, 1, 0, s.frozen_elems);
-  const int64_t at = (p.part_begin - s.frozen_elems) * 4, bytes = (p.part_end - p.part_begin) * 4;
-  if (bytes == 0) return {};
-  return {{at, at, bytes}};
+  // One rank (Note [Frozen base]): the part's range, in a gradient laid out from frozen_elems.
+  std::vector<StoreRange> ranges = shard_store_ranges(s, s.block_elems * 4, part);
+  for (StoreRange& r : ranges) r.stage_at = r.store_at = r.stage_at - s.frozen_elems * 4;
+  return ranges;
 }
 
 std::vector<StoreRange> host_device_ranges(const ScheduleSpec& s, int64_t block_bytes) {

@@ -149,11 +149,11 @@ Status OffloadState::frozen_pieces(int64_t block, IoOp op, const SlabPieceFn& fn
       continue;
     }
     // The params as stored (chunks and the prefix are whole I/O units: frozen_elems_for).
-    const char* raw =
-        static_cast<const char*>(sm.tier == Tier::storage ? frozen_raw_.data() : sm.buf.data()) +
-        (sm.tier == Tier::storage ? 0 : lo * width);
+    const void* raw = frozen_raw_.data();  // read into it from storage, or the host store's
     if (sm.tier == Tier::storage) {
       STRATA_RETURN_IF_ERROR(store_io(sm, IoOp::read, lo * width, frozen_raw_.data(), len * width));
+    } else {
+      raw = static_cast<const char*>(sm.buf.data()) + lo * width;
     }
     if (sh_.bf16) {
       cpu::convert_bf16_to_f32(master, reinterpret_cast<const bf16_t*>(raw), len);
