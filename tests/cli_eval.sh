@@ -82,7 +82,7 @@ refused() {
 }
 refused --data "$work/val.bin" "give --checkpoint DIR or --model HF_DIR"
 refused --checkpoint "$work/ckpt" --model "$work/hf" --data "$work/val.bin" "one of them"
-refused --checkpoint "$work/ckpt" "--data FILE.bin"
+refused --checkpoint "$work/ckpt" "--data FILES"
 refused --checkpoint "$work/ckpt" --data "$work/missing.bin" "missing.bin"
 refused --checkpoint "$work/ckpt" --data "$work/val.bin" --batches 0 "--batches must be a positive"
 refused --checkpoint "$work/ckpt" --data "$work/val.bin" --set model.n_layer=3 "model.n_layer"

@@ -20,12 +20,13 @@ namespace strata::cli {
 namespace {
 
 // Note [Evaluation batches]
-// The file is read from its start in whole (B, T) batches (B = train.batch_size, T =
-// train.seq_len, as DataLoader reads: targets shifted by one token), at most --batches of them
+// The files are read in order from the first's start in whole (B, T) batches (B = train.batch_size,
+// T = train.seq_len, as DataLoader reads: targets shifted by one token), at most --batches of them
 // and never past one pass, so no token is counted twice and the tail shorter than a batch is
-// left out. They are evaluated in groups of at most kEvalGroup batches (the host holds one
-// group's tokens); the loss is the mean of the batches' mean losses, summed in order in double
-// (one group: Trainer::evaluate's result itself, the bits of train's val_loss on those batches).
+// left out (Note [Sharded corpora] in data/dataloader.h). They are evaluated in groups of at most
+// kEvalGroup batches (the host holds one group's tokens); the loss is the mean of the batches' mean
+// losses, summed in order in double (one group: Trainer::evaluate's result itself, the bits of
+// train's val_loss on those batches).
 constexpr int64_t kEvalGroup = 16;
 
 const std::vector<FlagSpec> kEvalFlags = {{"checkpoint", true, false}, {"model", true, false},
@@ -83,7 +84,8 @@ int eval_main(const ParsedArgs& a) {
   if (a.has("checkpoint") == a.has("model")) {
     return fail("strata eval: give --checkpoint DIR or --model HF_DIR (one of them)", 2);
   }
-  if (!a.has("data")) return fail("strata eval: --data FILE.bin (a token file) is required", 2);
+  if (!a.has("data"))
+    return fail("strata eval: --data FILES (a token file, a glob or a comma list) is required", 2);
   int64_t limit = 0;  // 0: the whole file
   if (a.has("batches")) {
     auto n = int_flag(a, "batches", false);
@@ -100,9 +102,9 @@ int eval_main(const ParsedArgs& a) {
   if (Status lora = check_lora(run.cfg); !lora.ok()) return fail(lora.message(), 2);
   auto data = load_val_data(run.cfg);
   if (!data.ok()) return fail("--data: " + data.status().message(), 2);
-  auto loader = DataLoader::create(data->tokens, run.cfg.batch_size, run.cfg.seq_len, data->name);
+  auto loader = DataLoader::create(data->shards, run.cfg.batch_size, run.cfg.seq_len);
   if (!loader.ok()) return fail(loader.status().message(), 2);
-  const int64_t whole = (data->size - 1) / (run.cfg.batch_size * run.cfg.seq_len);
+  const int64_t whole = loader->batches_per_epoch();  // every file's whole batches, in order
   const int64_t batches = limit > 0 ? std::min(limit, whole) : whole;
   if (is_offloaded(run.cfg.schedule)) {  // Note [Storage directories checked first]
     Status dirs = prepare_storage_dirs(run.cfg.io.dirs);

@@ -33,13 +33,14 @@ struct AlphaChoice;  // planner/planner.h
 
 namespace strata::cli {
 
-// The training tokens: either the generated corpus or a token file, kept alive here.
+// The training tokens: either the generated corpus or token files (Note [Token file lists] in
+// data/token_paths.h), kept alive here.
 struct TrainData {
-  std::vector<uint16_t> owned;    // embedded corpus
-  std::optional<TokenFile> file;  // mmapped token file
-  TokenView tokens;               // of either
-  int64_t size = 0;
-  std::string name;
+  std::vector<uint16_t> owned;     // embedded corpus
+  std::vector<TokenFile> files;    // open token files, read with pread
+  std::vector<TokenShard> shards;  // of either, in the list's order
+  int64_t size = 0;                // tokens of all shards
+  std::string name;                // "embedded corpus", "x.bin" or "3 files (a.bin ... c.bin)"
 };
 
 // The checkpoint flags: --save-every N --checkpoint-dir DIR [--keep K] [--resume DIR].
@@ -107,9 +108,9 @@ void log_run(const TrainRun& run);
 // Rank 0 alone writes metrics, traces and reports and publishes checkpoints.
 bool writes_outputs(const TrainRun& run);
 // The pieces of set_up that `strata eval` shares. The tokens of `source` (data.train or data.val:
-// "embedded" generates `embedded_bytes` of text from `seed`, else a token file).
+// "embedded" generates `embedded_bytes` of text from `seed`, else token files); `field` names it.
 Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,
-                                  int64_t embedded_bytes, uint64_t seed);
+                                  const std::string& field, int64_t embedded_bytes, uint64_t seed);
 // data.val's tokens ("embedded": the generated held-out text).
 Result<TrainData> load_val_data(const TrainConfig& cfg);
 // --init-from's config: the embedded default with plan's model, then --config, --set, --device;

@@ -13,6 +13,7 @@
 #include "core/output_file.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
+#include "data/token_paths.h"
 #include "formats/checkpoint.h"
 #include "io/configured_engine.h"
 #include "io/crc32c.h"
@@ -36,9 +37,9 @@ constexpr int64_t kEmbeddedValBytes = 256 << 10;
 }  // namespace
 
 // The tokens of `source` (data.train or data.val): "embedded" generates `embedded_bytes` of text
-// from `seed`; anything else is a token file in data.format.
+// from `seed`; anything else names token files in data.format (Note [Token file lists]).
 Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& source,
-                                  int64_t embedded_bytes, uint64_t seed) {
+                                  const std::string& field, int64_t embedded_bytes, uint64_t seed) {
   TrainData d;
   if (source == "embedded") {
     if (cfg.model.vocab_size < 256) {
@@ -47,17 +48,28 @@ Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& sou
     }
     d.owned = byte_tokenize(synthetic_corpus(embedded_bytes, seed));
     d.size = static_cast<int64_t>(d.owned.size());
-    d.tokens = TokenView(d.owned.data(), d.size);
     d.name = "embedded corpus";
+    d.shards.push_back({TokenView(d.owned.data(), d.size), d.name});
     return d;
   }
-  STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(source, cfg.data_format));
-  STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
-  d.file.emplace(std::move(f));
-  d.tokens = d.file->view();
-  d.size = d.file->size();
-  d.name = source;
+  STRATA_ASSIGN_OR_RETURN(std::vector<std::string> paths, expand_token_paths(source, field));
+  for (const std::string& path : paths) {
+    STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(path, cfg.data_format));
+    STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
+    d.size += f.size();
+    d.files.push_back(std::move(f));
+  }
+  for (size_t k = 0; k < paths.size(); ++k) {  // the files moved no more: their views hold
+    d.shards.push_back({d.files[k].view(), "data file " + paths[k]});
+  }
+  d.name = paths.size() == 1 ? paths.front()
+                             : std::to_string(paths.size()) + " files (" + paths.front() + " ... " +
+                                   paths.back() + ")";
   return d;
+}
+
+Result<TrainData> load_val_data(const TrainConfig& cfg) {
+  return load_token_data(cfg, cfg.data_val, "data.val", kEmbeddedValBytes, 20240521);
 }
 
 namespace {
@@ -84,10 +96,6 @@ Result<CheckpointOptions> checkpoint_options(const ParsedArgs& a) {
 }
 
 }  // namespace
-
-Result<TrainData> load_val_data(const TrainConfig& cfg) {
-  return load_token_data(cfg, cfg.data_val, kEmbeddedValBytes, 20240521);
-}
 
 // --init-from DIR: the run's model is DIR/config.json's. The config's layers apply as without it
 // (the embedded default, --config, each --set, --device), except that the default's model
@@ -203,18 +211,20 @@ std::optional<SetupError> configure(const ParsedArgs& a, TrainRun& run, AlphaCho
 // data.train's tokens and data.val's, with their loaders.
 std::optional<SetupError> load_data(TrainRun& run) {
   const TrainConfig& c = run.cfg;
-  auto data = load_token_data(c, c.data_train, kEmbeddedCorpusBytes, 20240520);
+  auto data = load_token_data(c, c.data_train, "data.train", kEmbeddedCorpusBytes, 20240520);
   if (!data.ok()) return SetupError{data.status().message()};
   run.data = std::move(*data);
-  auto loader = DataLoader::create(run.data.tokens, c.batch_size, c.seq_len, run.data.name);
+  const DataOrder order{c.data_shuffle, static_cast<uint64_t>(c.seed)};
+  auto loader = DataLoader::create(run.data.shards, c.batch_size, c.seq_len, order);
   if (!loader.ok()) return SetupError{loader.status().message()};
   run.loader = std::make_unique<DataLoader>(std::move(*loader));
   if (!c.data_val.empty()) {
     auto val = load_val_data(c);
     if (!val.ok()) return SetupError{"data.val: " + val.status().message()};
     run.val_data = std::move(*val);
-    auto val_loader = DataLoader::create(run.val_data.tokens, c.batch_size, c.seq_len,
-                                         "validation " + run.val_data.name);
+    std::vector<TokenShard> shards = run.val_data.shards;
+    for (TokenShard& s : shards) s.name = "validation " + s.name;
+    auto val_loader = DataLoader::create(std::move(shards), c.batch_size, c.seq_len);
     if (!val_loader.ok()) return SetupError{val_loader.status().message()};
     run.val_loader = std::make_unique<DataLoader>(std::move(*val_loader));
   }
@@ -344,8 +354,9 @@ void log_run(const TrainRun& run) {
            human_count(static_cast<double>(t.layout().parameter_count)) + " parameters");
   if (run.cfg.lora.enabled()) log_info(describe_lora(t.layout()));
   log_info("data: " + run.data.name + ", " + human_count(static_cast<double>(run.data.size)) +
-           " tokens; batch " + std::to_string(run.cfg.batch_size) + " x " +
-           std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +
+           " tokens" + (run.cfg.data_shuffle ? ", shuffled per epoch" : "") + "; batch " +
+           std::to_string(run.cfg.batch_size) + " x " + std::to_string(run.cfg.seq_len) + " x " +
+           std::to_string(run.cfg.grad_accum) +
            " micro-batches = " + std::to_string(t.tokens_per_step()) + " tokens/step");
   if (run.cfg.ranks > 1) {
     log_info("ranks: " + run.world->describe() + "; each trains " +

@@ -239,13 +239,15 @@ struct LoraConfig {
 // loss over the first train.eval_batches (B, T) batches is taken every train.eval_every steps and
 // after the last step, with the weights of that step. "embedded" is held-out generated text,
 // another seed than the training corpus.
-#define STRATA_DATA_FIELDS(X)                                                       \
-  X(std::string, data_train, "embedded", Text("\"embedded\" or a token file path"), \
-    "the training tokens: embedded (a generated corpus) or a token file path")      \
-  X(std::string, data_val, "", Text(),                                              \
-    "validation tokens: \"\" (none), embedded, or a token file path")               \
-  X(TokenFormat, data_format, TokenFormat::auto_detect, Any(),                      \
-    "the token files' format: auto (llm.c files only), llmc or raw_u16")
+#define STRATA_DATA_FIELDS(X)                                                                   \
+  X(std::string, data_train, "embedded", Text("\"embedded\" or token files"),                   \
+    "the training tokens: embedded (a generated corpus), a token file, a glob or a comma list") \
+  X(std::string, data_val, "", Text(),                                                          \
+    "validation tokens: \"\" (none), embedded, or token files as data.train")                   \
+  X(TokenFormat, data_format, TokenFormat::auto_detect, Any(),                                  \
+    "the token files' format: auto (llm.c files only), llmc or raw_u16")                        \
+  X(bool, data_shuffle, false, Any(),                                                           \
+    "false: the files in order, front to back; true: files and batches shuffled per epoch")
 
 struct TrainConfig {
   ModelConfig model;
@@ -320,10 +322,12 @@ bool is_config_key(std::string_view key);
 // --resume` refuses it unless --allow-changes names it (grad_accum x ranks is what counts: 2
 // ranks x 2 resumed as 1 x 4 read on). Any other field may change, each logged old -> new:
 // train.steps, the learning rate; train.precision (a checkpoint holds the f32 masters whatever
-// the precision, so either reads them); train.seed (it seeds only the initial weights, which a
-// resumed run takes from the checkpoint, and the logged samples). The model may not change.
-inline constexpr std::array<std::string_view, 5> kDataStreamKeys = {
-    "train.batch_size", "train.seq_len", "train.grad_accum", "data.train", "data.format"};
+// the precision, so either reads them); train.seed unless data.shuffle (it seeds the initial
+// weights, which a resumed run takes from the checkpoint, the logged samples, and the shuffle's
+// order: Note [Sharded corpora] in data/dataloader.h). The model may not change.
+inline constexpr std::array<std::string_view, 7> kDataStreamKeys = {
+    "train.batch_size", "train.seq_len", "train.grad_accum", "data.train",
+    "data.format",      "data.shuffle",  "train.seed"};
 // The changes from a (a checkpoint's config, its ranks set) to b among kDataStreamKeys, in that
 // order; train.grad_accum's values say the ranks when they differ ("2 x 2 ranks").
 std::vector<FieldDifference> data_stream_changes(const TrainConfig& a, const TrainConfig& b);

@@ -203,6 +203,7 @@ std::vector<FieldDifference> data_stream_changes(const TrainConfig& a, const Tra
       out.push_back({std::string(key), per_step(a), per_step(b)});
       continue;
     }
+    if (key == "train.seed" && !a.data_shuffle && !b.data_shuffle) continue;  // not the order
     for (const FieldDifference& d : all) {
       if (d.key == key) out.push_back(d);
     }

@@ -1,27 +1,53 @@
-// DataLoader: contiguous (B, T) batches from a token array, llm.c style.
+// DataLoader: contiguous (B, T) batches from one token array or several shards, llm.c style.
 //
-// A batch takes the B*T+1 tokens starting at position(): inputs[i] = tok[pos + i] and
-// targets[i] = tok[pos + i + 1] for i < B*T, then the position advances by B*T. When fewer than
-// B*T+1 tokens remain, the position first goes back to 0, so every batch is whole and the tail
-// shorter than a batch is skipped on each pass. The loader does not own the tokens (a TokenFile
-// of either width or an in-memory vector); they must outlive it.
+// A batch takes the B*T+1 tokens starting at a multiple of B*T inside one shard: inputs[i] =
+// tok[s + i] and targets[i] = tok[s + i + 1] for i < B*T. A shard of n tokens holds (n-1)/(B*T)
+// such batch slots; its tail shorter than a slot is skipped on every pass. The loader does not
+// own the tokens (TokenFiles of either width or in-memory vectors); they must outlive it.
+//
+// Note [Sharded corpora]
+// In order (data.shuffle false), the stream is the shards one after another, each read front to
+// back, then again from the first: position() is a token offset into the shards laid end to
+// end, and a batch that would cross a shard's end starts at the next shard instead (with one
+// shard: llm.c's loader). Shuffled (data.shuffle true), each epoch visits every slot once, the
+// shards in an order drawn from (seed, epoch) and each shard's slots in an order drawn after it,
+// so epochs reshuffle and the same seed gives the same batches on any machine; position() is
+// the tokens read since the start (B*T a batch), epochs included. Either way a checkpoint's
+// position puts a resumed run on the very batches it would have read (docs/design.md §10).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "data/token_file.h"
 
 namespace strata {
 
+// One shard of a stream: its tokens, named in errors as "data file x.bin".
+struct TokenShard {
+  TokenView tokens;
+  std::string name;
+};
+
+struct DataOrder {
+  bool shuffle = false;
+  uint64_t seed = 0;  // the shuffle's (train.seed)
+};
+
 class DataLoader {
  public:
-  // invalid_argument when B or T is not positive, or when n < B*T+1 (the message names
-  // source_name and the numbers). source_name reads as "data file x.bin" or "embedded corpus".
+  // invalid_argument when B or T is not positive, when there is no shard, or when a shard holds
+  // fewer than B*T+1 tokens (the message names it and the numbers).
+  static Result<DataLoader> create(std::vector<TokenShard> shards, int64_t B, int64_t T,
+                                   DataOrder order = {});
+  // One shard, in order. source_name reads as "data file x.bin" or "embedded corpus".
   static Result<DataLoader> create(TokenView tokens, int64_t B, int64_t T,
-                                   const std::string& source_name);
+                                   const std::string& source_name) {
+    return create({TokenShard{tokens, source_name}}, B, T);
+  }
   static Result<DataLoader> create(const uint16_t* tokens, int64_t n, int64_t B, int64_t T,
                                    const std::string& source_name) {
     return create(TokenView(tokens, n), B, T, source_name);
@@ -31,26 +57,34 @@ class DataLoader {
   // token files] in data/token_file.h); the position advances only on success.
   Status next_batch(int32_t* inputs, int32_t* targets);
 
-  // Where the next batch starts (before any wrap). Saved in checkpoints so a resumed run sees
-  // the same batches.
+  // Where the next batch starts (Note [Sharded corpora]). Saved in checkpoints so a resumed run
+  // sees the same batches.
   int64_t position() const { return pos_; }
-  // invalid_argument unless 0 <= pos <= size(): a checkpoint may come from a different file.
+  // invalid_argument when pos is negative, or (in order) past the shards' tokens: a checkpoint
+  // may come from other files.
   Status set_position(int64_t pos);
 
-  int64_t size() const { return n_; }
+  int64_t size() const { return starts_.back(); }  // tokens of all shards
+  int64_t batches_per_epoch() const { return slot_starts_.back(); }
   int64_t batch_size() const { return B_; }
   int64_t seq_len() const { return T_; }
 
  private:
-  DataLoader(TokenView tokens, int64_t B, int64_t T, std::string source)
-      : tokens_(tokens), n_(tokens.size()), B_(B), T_(T), source_(std::move(source)) {}
+  DataLoader(std::vector<TokenShard> shards, int64_t B, int64_t T, DataOrder order);
+  // The shard and the token offset in it of the next batch from position `pos`.
+  std::pair<size_t, int64_t> in_order_start(int64_t pos) const;
+  std::pair<size_t, int64_t> shuffled_start(int64_t pos);
+  void draw_epoch(int64_t epoch);
 
-  TokenView tokens_;  // (n_)
-  int64_t n_ = 0;
+  std::vector<TokenShard> shards_;
+  std::vector<int64_t> starts_;       // (shards + 1) token offset of each shard end to end
+  std::vector<int64_t> slot_starts_;  // (shards + 1) first batch slot of each shard
   int64_t B_ = 0;
   int64_t T_ = 0;
+  DataOrder order_;
   int64_t pos_ = 0;
-  std::string source_;
+  int64_t epoch_ = -1;                // the epoch epoch_slots_ holds, shuffled
+  std::vector<int64_t> epoch_slots_;  // (batches_per_epoch) the epoch's slots in reading order
 };
 
 }  // namespace strata
