@@ -3,7 +3,8 @@
 # model against PyTorch (tests/parity/parity_check.cpp). With Debian's python3-torch present, the
 # fixture is regenerated from the weights Strata writes now; without it, GPT-2 uses the committed
 # fixture (Llama has none); with neither, the test fails. A second argument "lora" checks LoRA
-# against tools/torch_lora.py instead (python3-torch needed: there is no committed fixture).
+# against tools/torch_lora.py instead (python3-torch needed: there is no committed fixture); "masked"
+# leaves each row's first targets out of the loss (Note [Ignored targets] in src/core/targets.h).
 set -euo pipefail
 : "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 arch=${1:-gpt2}
@@ -18,7 +19,7 @@ mkdir -p "$work"
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
   args=()
   [ "$arch" = llama ] && args+=(llama)
-  [ "$mode" = lora ] && args+=(lora)
+  [ "$mode" = full ] || args+=("$mode")
   "$STRATA_BINARY_DIR/tests/parity_make_input" "$work/input.safetensors" "${args[@]}"
   /usr/bin/python3 "$STRATA_SOURCE_DIR/tools/$tool" "$work/input.safetensors" \
     "$work/expected.safetensors"

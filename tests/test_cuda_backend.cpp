@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels_adamw.h"
 #include "core/dtype.h"
+#include "core/targets.h"
 #include "dist/communicator.h"
 #include "dist/device_collectives.h"
 #include "dist/peer_transport.h"
@@ -433,8 +434,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
 
 TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
   for (auto [N, V] : {std::pair<int64_t, int64_t>{64, 256}, {8, 50257}}) {
-    Twin logits = twin(random_floats(N * V, 24, -4, 4)),
-         targets = twin_i32(random_ints(N, 25, 0, V));
+    std::vector<int32_t> t = random_ints(N, 25, 0, V);
+    t[1] = t[N - 2] = kIgnoreTarget;  // Note [Ignored targets]: loss 0, the dlogits row unchanged
+    Twin logits = twin(random_floats(N * V, 24, -4, 4)), targets = twin_i32(t);
     Twin losses = zeros(N), probs = zeros(N * V), dlogits = twin(random_floats(N * V, 26));
     both([&](Device& d, Stream& s, bool g) {
       d.softmax_cross_entropy_forward(s, losses.f32(g), probs.f32(g), logits.f32(g), targets.i32(g),

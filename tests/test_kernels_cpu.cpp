@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "core/targets.h"
 #include "test_util.h"
 
 namespace strata {
@@ -279,6 +280,35 @@ TEST(KernelsCpu, SoftmaxCrossEntropyMatchesRef) {
   ref::softmax_cross_entropy_backward(dlogits_r.data(), probs_r.data(), targets.data(), dloss, N,
                                       V);
   expect_close(dlogits, dlogits_r, "dlogits");
+}
+
+// Note [Ignored targets]: a kIgnoreTarget row has loss 0 and leaves its dlogits as they were, in
+// both kernels; the other rows are as without it.
+TEST(KernelsCpu, SoftmaxCrossEntropyIgnoresMarkedTargets) {
+  const int64_t N = 6, V = 257;
+  const Floats logits = random_floats(N * V, 43, -4.0f, 4.0f);
+  std::vector<int32_t> targets = test::random_ints(N, 44, 0, static_cast<int32_t>(V));
+  const std::vector<int32_t> all = targets;
+  targets[1] = targets[4] = kIgnoreTarget;
+  const Floats before = random_floats(N * V, 45);
+  for (bool fast : {true, false}) {
+    auto fwd = fast ? cpu::softmax_cross_entropy_forward : ref::softmax_cross_entropy_forward;
+    auto bwd = fast ? cpu::softmax_cross_entropy_backward : ref::softmax_cross_entropy_backward;
+    Floats losses(N, kNaN), probs(N * V, kNaN), losses_all(N), probs_all(N * V);
+    fwd(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+    fwd(losses_all.data(), probs_all.data(), logits.data(), all.data(), N, V);
+    Floats d = before, d_all = before;
+    bwd(d.data(), probs.data(), targets.data(), 0.25f, N, V);
+    bwd(d_all.data(), probs_all.data(), all.data(), 0.25f, N, V);
+    for (int64_t i = 0; i < N; i++) {
+      const bool ignored = i == 1 || i == 4;
+      EXPECT_EQ(losses[i], ignored ? 0.0f : losses_all[i]) << "row " << i << " fast " << fast;
+      for (int64_t v = 0; v < V; v++) {
+        ASSERT_EQ(d[i * V + v], ignored ? before[i * V + v] : d_all[i * V + v])
+            << "row " << i << " fast " << fast;
+      }
+    }
+  }
 }
 
 // ---- embedding ----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "core/dtype.h"
+#include "core/targets.h"
 #include "data/byte_tokenizer.h"
 #include "data/synthetic_corpus.h"
 #include "model/init.h"
@@ -78,7 +79,8 @@ struct RunResult {
 };
 
 // (steps, M, B, T) inputs and their next-token targets from the generated English-like corpus,
-// so that 10 steps visibly learn.
+// so that 10 steps visibly learn; one run of 7 targets in 5 is left out of the loss, as a chat
+// prompt's (Note [Ignored targets] in core/targets.h), so every schedule honours the mask.
 struct Tokens {
   std::vector<int32_t> inputs, targets;
 };
@@ -88,7 +90,7 @@ Tokens tokens_for(const TrainConfig& c) {
   Tokens t;
   for (int64_t i = 0; i < n; ++i) {
     t.inputs.push_back(text[static_cast<size_t>(i)]);
-    t.targets.push_back(text[static_cast<size_t>(i + 1)]);
+    t.targets.push_back(i / 7 % 5 == 1 ? kIgnoreTarget : text[static_cast<size_t>(i + 1)]);
   }
   return t;
 }

@@ -5,7 +5,8 @@ usage: torch_parity.py INPUT OUTPUT
 
 INPUT (safetensors) holds the config and hyperparameters as string metadata (metadata "arch"
 picks tools/torch_gpt2.py or tools/torch_llama.py), every parameter (F32, Strata's names), `tokens` (I32, (steps, B, T+1)), `adamw.param0` (F32, (n,)) and
-`adamw.grads` (F32, (K, n)). OUTPUT holds everything in INPUT, metadata "generator", and:
+`adamw.grads` (F32, (K, n)), and optionally `targets_mask` (I32, (steps, B, T): 0 leaves a target
+out of the loss, PyTorch's ignore_index -100, as a chat prompt's). OUTPUT holds everything in INPUT, metadata "generator", and:
   expected.logits (B, T, V), expected.loss (1,)  step-0 batch, initial weights
   expected.grad.<param>                          gradient of that loss (before clipping)
   expected.losses (steps,)                       loss at step k on batch k after k AdamW steps
@@ -106,19 +107,18 @@ def reference_step0(model, inputs, targets):
     return logits.detach(), loss.detach().reshape(1), grads
 
 
-def train_losses(model, tokens, T, h):
+def train_losses(model, inputs, targets, h):
     """Loss at each step k on batch k, with the weights after k optimizer steps."""
     opt = tg.make_adamw(model, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"],
                         weight_decay=h["weight_decay"])
     losses = []
     for k in range(h["steps"]):
         lr = tg.lr_at(k, h["lr"], h["warmup_steps"], h["steps"], h["min_lr_ratio"])
-        batch = tokens[k].long()
-        losses.append(tg.train_step(model, opt, batch[:, :T], batch[:, 1:], lr, h["grad_clip"]))
+        losses.append(tg.train_step(model, opt, inputs[k], targets[k], lr, h["grad_clip"]))
     return torch.tensor(losses, dtype=torch.float32)
 
 
-def train_losses_bf16(model, tokens, T, h):
+def train_losses_bf16(model, inputs, targets, h):
     """As train_losses, with bf16 working weights (Strata's train.precision bf16): the optimizer
     holds f32 master copies of the weights; after each step (and at the start) the model's
     weights are the masters rounded to bf16 (round to nearest even) and widened back to f32, so
@@ -147,8 +147,7 @@ def train_losses_bf16(model, tokens, T, h):
         for group in opt.param_groups:
             group["lr"] = lr
         model.zero_grad(set_to_none=True)
-        batch = tokens[k].long()
-        _, loss = model(batch[:, :T], batch[:, 1:])
+        _, loss = model(inputs[k], targets[k])
         loss.backward()
         if h["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=h["grad_clip"])
@@ -199,12 +198,16 @@ def run(input_path, output_path):
     K = (shape_of(raw, "adamw.grads") or (0,))[0]
     adam_grads = tensor(raw, "adamw.grads", torch.float32, (K, n))
 
-    batch0 = tokens[0].long()
-    logits, loss, grads = reference_step0(model, batch0[:, :T], batch0[:, 1:])
-    losses = train_losses(model, tokens, T, h)
+    inputs = tokens[:, :, :T].long()
+    targets = tokens[:, :, 1:].long().clone()
+    if "targets_mask" in raw:  # a chat prompt's targets: not trained (PyTorch's ignore_index)
+        mask = tensor(raw, "targets_mask", torch.int32, (steps, B, T))
+        targets[mask == 0] = -100
+    logits, loss, grads = reference_step0(model, inputs[0], targets[0])
+    losses = train_losses(model, inputs, targets, h)
     model_bf16 = arch.make(cfg)  # from the same initial weights: train_losses changed `model`
     arch.load_params(model_bf16, params)
-    losses_bf16 = train_losses_bf16(model_bf16, tokens, T, h)
+    losses_bf16 = train_losses_bf16(model_bf16, inputs, targets, h)
     adam_params = adamw_trajectory(param0, adam_grads, h)
 
     out = dict(raw)  # the input, byte for byte, so OUTPUT alone is a complete fixture

@@ -210,7 +210,8 @@ class Device {
   // Sizes, in floats, of attention_forward's saved state and attention_backward's scratch.
   virtual int64_t attention_saved_floats(int64_t B, int64_t T, int64_t NH) const = 0;
   virtual int64_t attention_scratch_floats(int64_t B, int64_t T, int64_t NH) const = 0;
-  // losses (N), probs (N,V) <- logits (N,V), targets (N)
+  // losses (N), probs (N,V) <- logits (N,V), targets (N); a kIgnoreTarget row's loss is 0 and
+  // the backward leaves its dlogits row as it is (Note [Ignored targets] in core/targets.h)
   virtual void softmax_cross_entropy_forward(Stream& s, float* losses, float* probs,
                                              const float* logits, const int32_t* targets, int64_t N,
                                              int64_t V) = 0;

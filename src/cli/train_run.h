@@ -36,11 +36,12 @@ namespace strata::cli {
 // The training tokens: either the generated corpus or token files (Note [Token file lists] in
 // data/token_paths.h), kept alive here.
 struct TrainData {
-  std::vector<uint16_t> owned;     // embedded corpus
-  std::vector<TokenFile> files;    // open token files, read with pread
-  std::vector<TokenShard> shards;  // of either, in the list's order
-  int64_t size = 0;                // tokens of all shards
-  std::string name;                // "embedded corpus", "x.bin" or "3 files (a.bin ... c.bin)"
+  std::vector<uint16_t> owned;                  // embedded corpus
+  std::vector<TokenFile> files;                 // open token files, read with pread
+  std::vector<std::optional<TokenFile>> masks;  // each file's mask (Note [Loss masks]), if any
+  std::vector<TokenShard> shards;               // of either, in the list's order
+  int64_t size = 0;                             // tokens of all shards
+  std::string name;  // "embedded corpus", "x.bin" or "3 files (a.bin ... c.bin)"
 };
 
 // The checkpoint flags: --save-every N --checkpoint-dir DIR [--keep K] [--resume DIR].

@@ -57,10 +57,17 @@ Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& sou
     STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(path, cfg.data_format));
     STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
     d.size += f.size();
+    std::optional<TokenFile> mask;
+    std::error_code ec;
+    if (std::filesystem::exists(mask_path_for(path), ec)) {
+      STRATA_ASSIGN_OR_RETURN(mask, TokenFile::open_mask(mask_path_for(path), f.size()));
+    }
     d.files.push_back(std::move(f));
+    d.masks.push_back(std::move(mask));
   }
   for (size_t k = 0; k < paths.size(); ++k) {  // the files moved no more: their views hold
-    d.shards.push_back({d.files[k].view(), "data file " + paths[k]});
+    d.shards.push_back({d.files[k].view(), "data file " + paths[k],
+                        d.masks[k] ? d.masks[k]->view() : TokenView()});
   }
   d.name = paths.size() == 1 ? paths.front()
                              : std::to_string(paths.size()) + " files (" + paths.front() + " ... " +

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/rng.h"
+#include "core/targets.h"
 
 namespace strata {
 
@@ -98,6 +99,14 @@ Status DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   const TokenView& tokens = shards_[s].tokens;
   STRATA_RETURN_IF_ERROR(tokens.copy(local, bt, inputs));
   STRATA_RETURN_IF_ERROR(tokens.copy(local + 1, bt, targets));
+  const TokenView& mask = shards_[s].mask;
+  if (mask.size() > 0) {
+    mask_.resize(static_cast<size_t>(bt));
+    STRATA_RETURN_IF_ERROR(mask.copy(local + 1, bt, mask_.data()));
+    for (int64_t i = 0; i < bt; ++i) {
+      if (mask_[static_cast<size_t>(i)] == 0) targets[i] = kIgnoreTarget;
+    }
+  }
   pos_ = order_.shuffle ? (pos_ / bt + 1) * bt : starts_[s] + local + bt;
   return Status::ok_status();
 }

@@ -26,10 +26,12 @@
 
 namespace strata {
 
-// One shard of a stream: its tokens, named in errors as "data file x.bin".
+// One shard of a stream: its tokens, named in errors as "data file x.bin", and their loss mask
+// when it has one (Note [Loss masks] in data/token_file.h; size 0: every target counts).
 struct TokenShard {
   TokenView tokens;
   std::string name;
+  TokenView mask;
 };
 
 struct DataOrder {
@@ -53,8 +55,9 @@ class DataLoader {
     return create(TokenView(tokens, n), B, T, source_name);
   }
 
-  // inputs, targets: (B, T) each. The tokens' read errors (a file that shrank: Note [Reading
-  // token files] in data/token_file.h); the position advances only on success.
+  // inputs, targets: (B, T) each; a target the shard's mask leaves out is kIgnoreTarget (Note
+  // [Ignored targets] in core/targets.h). The tokens' read errors (a file that shrank: Note
+  // [Reading token files] in data/token_file.h); the position advances only on success.
   Status next_batch(int32_t* inputs, int32_t* targets);
 
   // Where the next batch starts (Note [Sharded corpora]). Saved in checkpoints so a resumed run
@@ -85,6 +88,7 @@ class DataLoader {
   int64_t pos_ = 0;
   int64_t epoch_ = -1;                // the epoch epoch_slots_ holds, shuffled
   std::vector<int64_t> epoch_slots_;  // (batches_per_epoch) the epoch's slots in reading order
+  std::vector<int32_t> mask_;         // (B*T) a batch's targets' mask entries
 };
 
 }  // namespace strata

@@ -138,7 +138,8 @@ Result<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(
   } else if (model_type != kBpe && model_type != kChar) {
     // Found by fuzz_sentencepiece_model: protobuf keeps a value outside the enum aside and the
     // library falls back to a model of its choosing; the raw value we read says nothing.
-    t->cut_refusal_ = "the model's type " + std::to_string(model_type) + " is not a type SentencePiece defines";
+    t->cut_refusal_ =
+        "the model's type " + std::to_string(model_type) + " is not a type SentencePiece defines";
   } else if (!proto_varint(model, kNormalizerSpec, kAddDummyPrefix, 1)) {
     t->cut_refusal_ = "the model adds no dummy prefix";
   } else if (!proto_varint(model, kNormalizerSpec, kEscapeWhitespaces, 1)) {

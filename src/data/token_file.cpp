@@ -153,10 +153,16 @@ Status TokenView::copy(int64_t first, int64_t n, int32_t* out) const {
     if (bytes_ == 2) {
       const uint16_t* t = reinterpret_cast<const uint16_t*>(out);
       for (int64_t i = n - 1; i >= 0; i--) out[i] = t[i];
+    } else if (bytes_ == 1) {
+      const uint8_t* t = reinterpret_cast<const uint8_t*>(out);
+      for (int64_t i = n - 1; i >= 0; i--) out[i] = t[i];
     }
     return Status::ok_status();
   }
-  if (bytes_ == 2) {
+  if (bytes_ == 1) {
+    const uint8_t* t = static_cast<const uint8_t*>(data_) + first;
+    for (int64_t i = 0; i < n; i++) out[i] = t[i];
+  } else if (bytes_ == 2) {
     const uint16_t* t = static_cast<const uint16_t*>(data_) + first;
     for (int64_t i = 0; i < n; i++) out[i] = t[i];
   } else {
@@ -209,7 +215,16 @@ Result<TokenFile> TokenFile::open(const std::string& path, TokenFormat format) {
 
 Result<TokenFileWriter> TokenFileWriter::create(const std::string& path, int token_bytes) {
   STRATA_CHECK(token_bytes == 2 || token_bytes == 4);
-  STRATA_ASSIGN_OR_RETURN(OutputFile out, OutputFile::create(path, "data file"));
+  return create_width(path, token_bytes);
+}
+
+Result<TokenFileWriter> TokenFileWriter::create_mask(const std::string& path) {
+  return create_width(path, 1);
+}
+
+Result<TokenFileWriter> TokenFileWriter::create_width(const std::string& path, int token_bytes) {
+  STRATA_ASSIGN_OR_RETURN(OutputFile out,
+                          OutputFile::create(path, token_bytes == 1 ? "mask file" : "data file"));
   TokenFileWriter w(path, std::move(out), token_bytes);
   // The header is written last, when the count is known; until then it is zeros.
   const int32_t zeros[256] = {};
@@ -223,7 +238,9 @@ Status TokenFileWriter::append(std::span<const int32_t> ids) {
                             std::to_string(std::numeric_limits<int32_t>::max()) +
                             " tokens do not fit the llm.c header's int32 count");
   }
-  const int64_t limit = token_bytes_ == 2 ? 65535 : std::numeric_limits<int32_t>::max();
+  const int64_t limit = token_bytes_ == 1   ? 1
+                        : token_bytes_ == 2 ? 65535
+                                            : std::numeric_limits<int32_t>::max();
   buf_.resize(ids.size() * static_cast<size_t>(token_bytes_));
   for (size_t i = 0; i < ids.size(); i++) {
     if (ids[i] < 0 || ids[i] > limit) {
@@ -231,7 +248,9 @@ Status TokenFileWriter::append(std::span<const int32_t> ids) {
                               " at position " + std::to_string(n_ + static_cast<int64_t>(i)) +
                               " does not fit " + std::to_string(token_bytes_ * 8) + " bits");
     }
-    if (token_bytes_ == 2) {
+    if (token_bytes_ == 1) {
+      buf_[i] = static_cast<char>(ids[i]);
+    } else if (token_bytes_ == 2) {
       const uint16_t v = static_cast<uint16_t>(ids[i]);
       std::memcpy(buf_.data() + 2 * i, &v, 2);
     } else {
@@ -249,8 +268,8 @@ Status TokenFileWriter::finish() {
     return internal_error("data file " + path_ + ": finished twice or after a failed write");
   }
   int32_t header[256] = {};
-  header[0] = kLlmcMagic;
-  header[1] = token_bytes_ == 2 ? kLlmcVersion : kLlmcVersionU32;
+  header[0] = token_bytes_ == 1 ? kMaskMagic : kLlmcMagic;
+  header[1] = token_bytes_ == 1 ? kMaskVersion : token_bytes_ == 2 ? kLlmcVersion : kLlmcVersionU32;
   header[2] = static_cast<int32_t>(n_);
   if (::pwrite(out_.fd(), header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
     const int err = errno;
@@ -258,6 +277,40 @@ Status TokenFileWriter::finish() {
     return errno_error("cannot write the header of data file " + path_, err);
   }
   return out_.commit();
+}
+
+Result<TokenFile> TokenFile::open_mask(const std::string& path, int64_t tokens) {
+  auto what = std::make_shared<const std::string>("mask file " + excerpt(path, kMaxShownPath));
+  STRATA_ASSIGN_OR_RETURN(const auto opened, open_file(path, *what));
+  const auto [fd, bytes] = opened;
+  TokenFile f;  // closes the file on every error path
+  f.path_ = path;
+  f.fd_ = fd;
+  char head[kLlmcHeaderBytes];
+  STRATA_RETURN_IF_ERROR(pread_all(fd, head, std::min(bytes, kLlmcHeaderBytes), 0, *what));
+  if (bytes < kLlmcHeaderBytes || read_i32(head, 0) != kMaskMagic ||
+      read_i32(head, 1) != kMaskVersion) {
+    return bad_format(*what + " is not a Strata loss mask (magic " + std::to_string(kMaskMagic) +
+                      ", version " + std::to_string(kMaskVersion) + ")");
+  }
+  const int64_t n = read_i32(head, 2);
+  if (n != tokens || bytes != kLlmcHeaderBytes + n) {
+    return bad_format(*what + ": it masks " + std::to_string(n) + " tokens in " +
+                      std::to_string(bytes) + " bytes, its token file holds " +
+                      std::to_string(tokens) + " tokens");
+  }
+  f.view_ = TokenView(fd, kLlmcHeaderBytes, n, 1, what);
+  std::vector<int32_t> chunk;  // (up to 1M entries)
+  for (int64_t first = 0; first < n; first += static_cast<int64_t>(chunk.size())) {
+    chunk.resize(static_cast<size_t>(std::min<int64_t>(n - first, 1 << 20)));
+    STRATA_RETURN_IF_ERROR(f.view_.copy(first, static_cast<int64_t>(chunk.size()), chunk.data()));
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      if (chunk[k] == 0 || chunk[k] == 1) continue;
+      return bad_format(*what + ": byte " + std::to_string(chunk[k]) + " at token " +
+                        std::to_string(first + static_cast<int64_t>(k)) + " is neither 0 nor 1");
+    }
+  }
+  return f;
 }
 
 Status write_token_file_llmc(const std::string& path, const uint16_t* tokens, int64_t n) {

@@ -33,6 +33,21 @@ inline constexpr int32_t kLlmcVersion = 1;     // uint16 tokens
 inline constexpr int32_t kLlmcVersionU32 = 2;  // uint32 tokens
 inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 
+// Note [Loss masks]
+// A token file X.bin may have X.bin.mask beside it: llm.c's header shape (256 int32) with magic
+// kMaskMagic, version 1 and the token count of X.bin, then one byte per token: 1 when the token
+// is trained as a target (its prediction counts in the loss), 0 when not (a chat prompt, a
+// system message: Note [Ignored targets] in core/targets.h). X.bin stays an llm.c file that
+// llm.c reads; the loader finds the mask by name and turns a 0 into kIgnoreTarget. A mask of
+// another count, or any byte but 0 and 1, is refused naming the file.
+inline constexpr int32_t kMaskMagic = 20240601;
+inline constexpr int32_t kMaskVersion = 1;
+
+// The mask file of token file `path` (Note [Loss masks]).
+inline std::string mask_path_for(const std::string& path) {
+  return path + ".mask";
+}
+
 // The width a vocabulary's tokens are stored in: 2 bytes (version 1) when every id fits a
 // uint16, else 4 (version 2).
 inline int token_bytes_for_vocab(int64_t vocab_size) {
@@ -47,12 +62,13 @@ class TokenView {
   TokenView() = default;
   TokenView(const uint16_t* t, int64_t n) : data_(t), n_(n), bytes_(2) {}
   TokenView(const uint32_t* t, int64_t n) : data_(t), n_(n), bytes_(4) {}
+  TokenView(const uint8_t* t, int64_t n) : data_(t), n_(n), bytes_(1) {}  // a mask
   // The n tokens of width `bytes` at byte `offset` of the open file `fd`, named `what` in errors.
   TokenView(int fd, int64_t offset, int64_t n, int bytes, std::shared_ptr<const std::string> what)
       : fd_(fd), offset_(offset), n_(n), bytes_(bytes), what_(std::move(what)) {}
 
   int64_t size() const { return n_; }
-  int token_bytes() const { return bytes_; }  // 2 or 4
+  int token_bytes() const { return bytes_; }  // 2 or 4; a mask's 1
   // out[k] = token(first + k) for k < n; the range must be inside the view. io_error naming the
   // file when a file's tokens cannot be read (it shrank under the run, or the disk failed).
   Status copy(int64_t first, int64_t n, int32_t* out) const;
@@ -78,6 +94,10 @@ class TokenFile {
   // io_error, bad_format (wrong magic or version, size disagreeing with the header, odd raw
   // size, no tokens). Each message starts "data file <path>".
   static Result<TokenFile> open(const std::string& path, TokenFormat format);
+  // The mask file `path` of a token file of `tokens` tokens (Note [Loss masks]): bad_format naming
+  // it for another magic, version or count, a size that disagrees, or a byte but 0 and 1 (every
+  // byte is read once here, in chunks, as check_token_range reads tokens).
+  static Result<TokenFile> open_mask(const std::string& path, int64_t tokens);
 
   TokenFile(TokenFile&& other) noexcept;
   TokenFile& operator=(TokenFile&& other) noexcept;
@@ -114,6 +134,8 @@ class TokenFileWriter {
   // invalid_argument when path is not a new or regular file; io_error or no_space naming it
   // when its temporary file cannot be created.
   static Result<TokenFileWriter> create(const std::string& path, int token_bytes);
+  // A mask file (Note [Loss masks]): append takes 0 and 1 only.
+  static Result<TokenFileWriter> create_mask(const std::string& path);
   TokenFileWriter(TokenFileWriter&& other) noexcept = default;
   TokenFileWriter& operator=(TokenFileWriter&&) = delete;
   TokenFileWriter(const TokenFileWriter&) = delete;
@@ -128,6 +150,7 @@ class TokenFileWriter {
  private:
   TokenFileWriter(std::string path, OutputFile out, int token_bytes)
       : path_(std::move(path)), out_(std::move(out)), token_bytes_(token_bytes) {}
+  static Result<TokenFileWriter> create_width(const std::string& path, int token_bytes);
 
   std::string path_;
   OutputFile out_;  // uncommitted: removed with the writer

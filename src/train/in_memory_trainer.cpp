@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/targets.h"
 #include "model/init.h"
 #include "model/rope.h"
 #include "optim/adamw_layout.h"
@@ -119,7 +120,8 @@ Result<double> InMemoryTrainer::evaluate(const int32_t* inputs, const int32_t* t
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) total += forward_loss(inputs + b * BT, targets + b * BT);
-  return total / static_cast<double>(batches);
+  return counted_mean(total / static_cast<double>(batches), batches * BT,
+                      counted_targets(targets, batches * BT));
 }
 
 double InMemoryTrainer::global_grad_sum_squares() {
@@ -180,8 +182,11 @@ void InMemoryTrainer::round_working_params(int64_t lo, int64_t hi) {
 Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32_t* targets) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
-  // Note [Data parallel ranks]: the mean over every rank's micro-batches.
-  const float dloss = 1.0f / static_cast<float>(BT * cfg_.grad_accum * cfg_.ranks);
+  // Note [Data parallel ranks], Note [Ignored targets]: the mean over every rank's micro-batches'
+  // counted targets.
+  STRATA_ASSIGN_OR_RETURN(const int64_t counted,
+                          step_counted_targets(world_, targets, BT * cfg_.grad_accum));
+  const float dloss = 1.0f / static_cast<float>(std::max<int64_t>(counted, 1));
 
   StepStats st;
   st.step = steps_done_;
@@ -195,7 +200,8 @@ Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32
   last_grad_sum_s_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sum_start).count();
   STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(&loss_sum, 1));
-  st.loss = loss_sum / static_cast<double>(cfg_.grad_accum * cfg_.ranks);
+  st.loss = counted_mean(loss_sum / static_cast<double>(cfg_.grad_accum * cfg_.ranks),
+                         BT * cfg_.grad_accum * cfg_.ranks, counted);
 
   // Note [Exact optimizer semantics]: the norm of *every* gradient is known before any
   // parameter changes; a non-finite norm skips the whole step.

@@ -24,8 +24,7 @@ OffloadActions::OffloadActions(Device& dev, Communicator& world, const OffloadSh
       device_sum_(std::move(device_sum)) {
   const TrainConfig& cfg = shape.cfg;
   schedule_ = LrSchedule{cfg.optim.lr, cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio};
-  // Note [Data parallel ranks]: the mean over every rank's micro-batches.
-  dloss_ = 1.0f / static_cast<float>(cfg.batch_size * cfg.seq_len * cfg.grad_accum * cfg.ranks);
+  set_counted_targets(cfg.batch_size * cfg.seq_len * cfg.grad_accum * cfg.ranks);
   order_by_events_ = !shares_host_memory(dev);  // Note [Ordering by events]
   slab_sumsq_.assign(shape.layout.slabs.size(), 0.0);
 }

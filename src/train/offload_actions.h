@@ -4,6 +4,7 @@
 // by events on a discrete device (Note [Ordering by events] below).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -95,6 +96,11 @@ class OffloadActions {
   // After the state's allocate: the compute workspace inside its slot, and the collectives'
   // scratch (at most kAllReduceChunkElems floats whatever the block) beside the plan's slots.
   Status prepare();
+  // Note [Data parallel ranks], Note [Ignored targets]: the step's targets that count, over every
+  // rank's micro-batches; the loss is their mean.
+  void set_counted_targets(int64_t counted) {
+    dloss_ = 1.0f / static_cast<float>(std::max<int64_t>(counted, 1));
+  }
   // Binds bp's slots to the state's memory and each task to its action.
   Status bind(BoundPlan& bp);
   bool orders_by_events() const { return order_by_events_; }
@@ -163,7 +169,7 @@ class OffloadActions {
   StepProgress& progress_;
   std::unique_ptr<DeviceCollectives> device_sum_;
   LrSchedule schedule_;
-  float dloss_ = 0;  // d loss / d a position's loss: the mean over every rank's micro-batches
+  float dloss_ = 0;  // d loss / d a position's loss: 1 / the step's counted targets
   bool order_by_events_ = false;
   bool time_device_tasks_ = false;
   // The compute workspace (device): one block's activations for one micro-batch, backward

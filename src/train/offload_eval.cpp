@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/targets.h"
 #include "model/lm_head.h"
 #include "sched/slot_names.h"
 #include "train/offload_trainer.h"
@@ -69,7 +70,8 @@ Result<double> OffloadTrainer::evaluate(const int32_t* inputs, const int32_t* ta
     for (float v : losses) sum += v;
     total += sum / static_cast<double>(BT);
   }
-  return total / static_cast<double>(batches);
+  return counted_mean(total / static_cast<double>(batches), batches * BT,
+                      counted_targets(targets, batches * BT));
 }
 
 }  // namespace strata

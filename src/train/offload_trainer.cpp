@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/format.h"
 #include "core/log.h"
+#include "core/targets.h"
 #include "model/init.h"
 #include "model/rope.h"
 #include "sched/slot_names.h"
@@ -128,6 +129,9 @@ Result<StepStats> OffloadTrainer::train_step(const int32_t* inputs, const int32_
     std::memcpy(tok + k * 2 * BT, inputs + k * BT, static_cast<size_t>(BT * 4));
     std::memcpy(tok + k * 2 * BT + BT, targets + k * BT, static_cast<size_t>(BT * 4));
   }
+  STRATA_ASSIGN_OR_RETURN(counted_,
+                          step_counted_targets(world_, targets, BT * shape_.cfg.grad_accum));
+  actions_->set_counted_targets(counted_);
   const bool defer = shape_.speculative && !policy_.speculate();
   const Pending pending_before = pending_;
   BoundPlan& bp = plan_for(iteration_key(shape_, pending_, defer));
@@ -176,7 +180,8 @@ Result<StepStats> OffloadTrainer::step_stats(const BoundPlan& bp) {
     loss_sum += sum / static_cast<double>(BT);
   }
   STRATA_RETURN_IF_ERROR(world_.all_reduce_sum(&loss_sum, 1));  // every rank's micro-batches
-  s.loss = loss_sum / static_cast<double>(M * shape_.cfg.ranks);
+  s.loss = counted_mean(loss_sum / static_cast<double>(M * shape_.cfg.ranks),
+                        BT * M * shape_.cfg.ranks, counted_);
   s.grad_norm = std::sqrt(progress_.norm_sumsq);
   s.storage_read_bytes = step_bytes_on(bp, Resource::storage_read);
   s.storage_write_bytes = step_bytes_on(bp, Resource::storage_write);

@@ -140,6 +140,7 @@ class OffloadTrainer final : public Trainer {
 
   Device& dev_;
   Communicator& world_;  // the ranks gradients and losses are summed over
+  int64_t counted_ = 0;  // the step's counted targets, every rank's (Note [Ignored targets])
   OffloadShape shape_;
   OffloadStreams streams_;
   StepProgress progress_;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/targets.h"
 #include "model/lora.h"
 #include "train/in_memory_trainer.h"
 #include "train/offload_trainer.h"
@@ -61,6 +62,12 @@ Status check_matmul_precision(const Device& dev, const TrainConfig& cfg) {
   STRATA_RETURN_IF_ERROR(check_matmul_needs_bf16_weights(cfg));
   if (!dev.supports(Capability::bf16_matmul)) return dev.unsupported(Capability::bf16_matmul);
   return Status::ok_status();
+}
+
+Result<int64_t> step_counted_targets(Communicator& world, const int32_t* targets, int64_t n) {
+  double counted = static_cast<double>(counted_targets(targets, n));  // exact below 2^53
+  if (world.size() > 1) STRATA_RETURN_IF_ERROR(world.all_reduce_sum(&counted, 1));
+  return static_cast<int64_t>(counted);
 }
 
 Status check_world(const TrainConfig& cfg, const Communicator& world) {

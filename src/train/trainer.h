@@ -142,6 +142,10 @@ Result<std::unique_ptr<Trainer>> create_trainer(
 // OK when cfg.ranks is world's size; else invalid_argument naming both. Both trainers ask it.
 Status check_world(const TrainConfig& cfg, const Communicator& world);
 
+// Note [Ignored targets] (core/targets.h): the counted targets of a step, this rank's `n`
+// (micro-batches x B x T) summed over every rank. Both trainers ask it.
+Result<int64_t> step_counted_targets(Communicator& world, const int32_t* targets, int64_t n);
+
 // Whether dev can run cfg's GEMMs (Note [bf16 GEMMs] in model/block.h): bf16 ones need bf16
 // working weights (check_matmul_needs_bf16_weights) and the device's bf16_matmul. Both trainers
 // ask it.

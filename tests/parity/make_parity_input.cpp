@@ -3,7 +3,9 @@
 // hyperparameters, and a standalone AdamW case. See tests/parity_torch.sh. With "lora", the
 // model carries rank-4 adapters on every linear layer (Note [LoRA] in model/lora.h), their B
 // drawn nonzero so that every adapter has a gradient at step 0, and Llama's with adapter dropout
-// 0.1 (Note [Adapter dropout]); tools/torch_lora.py reads it.
+// 0.1 (Note [Adapter dropout]); tools/torch_lora.py reads it. With "masked", `targets_mask`
+// (steps, B, T) leaves out each row's first targets, as a chat prompt's (Note [Ignored targets]
+// in core/targets.h), and the whole of step 0's first row.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,13 +31,13 @@ std::string num(double x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool llama = false, lora = false, bad = argc < 2;
+  bool llama = false, lora = false, masked = false, bad = argc < 2;
   for (int i = 2; i < argc; i++) {
     const std::string a = argv[i];
-    (a == "llama" ? llama : a == "lora" ? lora : bad) = true;
+    (a == "llama" ? llama : a == "lora" ? lora : a == "masked" ? masked : bad) = true;
   }
   if (bad) {
-    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors [llama] [lora]\n");
+    std::fprintf(stderr, "usage: parity_make_input OUT.safetensors [llama] [lora] [masked]\n");
     return 2;
   }
   ModelConfig m;
@@ -130,6 +132,17 @@ int main(int argc, char** argv) {
   std::vector<int32_t> tokens(static_cast<size_t>(steps * B * (T + 1)));
   for (size_t i = 0; i < tokens.size(); i++) tokens[i] = corpus[i];
   st.add_i32("tokens", {steps, B, T + 1}, tokens.data());
+  if (masked) {
+    std::vector<int32_t> mask(static_cast<size_t>(steps * B * T));  // (steps, B, T) 1: counts
+    for (int64_t k = 0; k < steps; k++) {
+      for (int64_t b = 0; b < B; b++) {
+        const int64_t prompt = k == 0 && b == 0 ? T : (7 * k + 3 * b + 2) % (T / 2);
+        for (int64_t t = 0; t < T; t++)
+          mask[static_cast<size_t>((k * B + b) * T + t)] = t >= prompt;
+      }
+    }
+    st.add_i32("targets_mask", {steps, B, T}, mask.data());
+  }
 
   const int64_t n = 1000, K = 3;
   Rng rng(99);

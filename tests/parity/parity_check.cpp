@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels_adamw.h"
+#include "core/targets.h"
 #include "formats/safetensors.h"
 #include "test_util.h"
 #include "train/in_memory_trainer.h"
@@ -65,6 +66,11 @@ class ParityTorch : public ::testing::Test {
     auto tokens = fx_.get_i32("tokens");
     ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
     tokens_ = tokens.value();
+    if (fx_.find("targets_mask") != nullptr) {  // Note [Ignored targets]
+      auto mask = fx_.get_i32("targets_mask");
+      ASSERT_TRUE(mask.ok()) << mask.status().to_string();
+      mask_ = mask.value();
+    }
     device_ = create_cpu_device();
   }
 
@@ -121,6 +127,9 @@ class ParityTorch : public ::testing::Test {
       for (int64_t t = 0; t < T; t++) {
         in[static_cast<size_t>(b * T + t)] = row[t];
         tgt[static_cast<size_t>(b * T + t)] = row[t + 1];
+        if (!mask_.empty() && mask_[static_cast<size_t>((k * B + b) * T + t)] == 0) {
+          tgt[static_cast<size_t>(b * T + t)] = kIgnoreTarget;
+        }
       }
     }
   }
@@ -128,6 +137,7 @@ class ParityTorch : public ::testing::Test {
   SafeTensors fx_;
   TrainConfig cfg_;
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> mask_;  // (steps, B, T) 1: the target counts; empty: all count
   std::unique_ptr<Device> device_;
 };
 
@@ -137,7 +147,11 @@ TEST_F(ParityTorch, LogitsLossAndEveryGradient) {
   batch(0, in, tgt);
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   trainer->zero_grads();
-  const double loss = trainer->forward_backward(in.data(), tgt.data(), 1.0f / BT);
+  // Note [Ignored targets]: the mean over the counted targets (all of them without a mask).
+  const int64_t counted = counted_targets(tgt.data(), BT);
+  const double loss = counted_mean(
+      trainer->forward_backward(in.data(), tgt.data(), 1.0f / static_cast<float>(counted)), BT,
+      counted);
 
   const std::vector<float> want_loss = tensor("expected.loss");
   ASSERT_EQ(want_loss.size(), 1u);
@@ -260,7 +274,11 @@ TEST_F(ParityTorch, LoraLossAndAdapterGradients) {
   batch(0, in, tgt);
   const int64_t BT = cfg_.batch_size * cfg_.seq_len;
   trainer->zero_grads();
-  const double loss = trainer->forward_backward(in.data(), tgt.data(), 1.0f / BT);
+  // Note [Ignored targets]: the mean over the counted targets (all of them without a mask).
+  const int64_t counted = counted_targets(tgt.data(), BT);
+  const double loss = counted_mean(
+      trainer->forward_backward(in.data(), tgt.data(), 1.0f / static_cast<float>(counted)), BT,
+      counted);
   const std::vector<float> want_loss = tensor("expected.lora.loss");
   ASSERT_EQ(want_loss.size(), 1u);
   EXPECT_LE(std::fabs(loss - want_loss[0]) / std::fabs(want_loss[0]), 1e-5);

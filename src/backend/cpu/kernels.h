@@ -131,11 +131,11 @@ void attention_decode(
 void softmax_cross_entropy_forward(float* losses,           // (N)  -log probs[i][targets[i]]
                                    float* probs,            // (N,V)
                                    const float* logits,     // (N,V)
-                                   const int32_t* targets,  // (N)  in [0, V)
+                                   const int32_t* targets,  // (N)  in [0, V) or kIgnoreTarget
                                    int64_t N, int64_t V);
 void softmax_cross_entropy_backward(float* dlogits,          // (N,V) +=
                                     const float* probs,      // (N,V)
-                                    const int32_t* targets,  // (N)
+                                    const int32_t* targets,  // (N)  kIgnoreTarget: row unchanged
                                     float dloss,             // d(loss)/d(losses[i]), all i
                                     int64_t N, int64_t V);
 

@@ -3,6 +3,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
+#include "core/targets.h"
 
 namespace strata::cpu {
 
@@ -12,7 +13,8 @@ void softmax_cross_entropy_forward(float* losses, float* probs, const float* log
   for (int64_t i = 0; i < N; i++) {
     const float* x = logits + i * V;
     float* p = probs + i * V;
-    STRATA_CHECK(targets[i] >= 0 && targets[i] < V);
+    const bool counted = targets[i] != kIgnoreTarget;  // Note [Ignored targets]
+    STRATA_CHECK(!counted || (targets[i] >= 0 && targets[i] < V));
     float max = -INFINITY;
 #pragma omp simd reduction(max : max)
     for (int64_t v = 0; v < V; v++) max = x[v] > max ? x[v] : max;
@@ -27,7 +29,9 @@ void softmax_cross_entropy_forward(float* losses, float* probs, const float* log
     for (int64_t v = 0; v < V; v++) p[v] *= inv;
     // -log(softmax[target]) as log(sum) - (x[target] - max): no log of a rounded probability,
     // so a tiny probability still gives an accurate loss.
-    losses[i] = static_cast<float>(std::log(sum) - (static_cast<double>(x[targets[i]]) - max));
+    losses[i] = counted
+                    ? static_cast<float>(std::log(sum) - (static_cast<double>(x[targets[i]]) - max))
+                    : 0.0f;
   }
 }
 
@@ -38,6 +42,7 @@ void softmax_cross_entropy_backward(float* dlogits, const float* probs, const in
     const float* p = probs + i * V;
     float* d = dlogits + i * V;
     const int64_t target = targets[i];
+    if (target == kIgnoreTarget) continue;  // no loss, no gradient
     // (p - onehot) * dloss, with the target split out so that the loops vectorize; p - 0 == p,
     // so this rounds exactly as the reference does.
     for (int64_t v = 0; v < target; v++) d[v] += p[v] * dloss;

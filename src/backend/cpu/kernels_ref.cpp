@@ -6,6 +6,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
+#include "core/targets.h"
 
 namespace strata::cpu::ref {
 
@@ -230,7 +231,8 @@ void softmax_cross_entropy_forward(float* losses, float* probs, const float* log
                                    const int32_t* targets, int64_t N, int64_t V) {
   for (int64_t i = 0; i < N; i++) {
     const float* x = logits + i * V;
-    STRATA_CHECK(targets[i] >= 0 && targets[i] < V);
+    const bool counted = targets[i] != kIgnoreTarget;  // Note [Ignored targets]
+    STRATA_CHECK(!counted || (targets[i] >= 0 && targets[i] < V));
     double max = -INFINITY;
     for (int64_t v = 0; v < V; v++) max = std::max(max, static_cast<double>(x[v]));
     double sum = 0.0;
@@ -238,13 +240,14 @@ void softmax_cross_entropy_forward(float* losses, float* probs, const float* log
     for (int64_t v = 0; v < V; v++)
       probs[i * V + v] = static_cast<float>(std::exp(x[v] - max) / sum);
     // -log(softmax[target]) = log(sum) - (x[target] - max), without rounding the probability.
-    losses[i] = static_cast<float>(std::log(sum) - (x[targets[i]] - max));
+    losses[i] = counted ? static_cast<float>(std::log(sum) - (x[targets[i]] - max)) : 0.0f;
   }
 }
 
 void softmax_cross_entropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                                     float dloss, int64_t N, int64_t V) {
   for (int64_t i = 0; i < N; i++) {
+    if (targets[i] == kIgnoreTarget) continue;
     for (int64_t v = 0; v < V; v++) {
       float indicator = v == targets[i] ? 1.0f : 0.0f;
       dlogits[i * V + v] += (probs[i * V + v] - indicator) * dloss;

@@ -4,7 +4,8 @@
 // Targets: the CPU aborts (STRATA_CHECK) on a target outside [0, V). A kernel cannot abort the
 // caller, so a bad target poisons its row instead: the loss is NaN in the forward and the whole
 // dlogits row gets NaN in the backward, which never indexes probs with it. The NaN reaches the
-// loss the host reads, and the trainer's finite checks.
+// loss the host reads, and the trainer's finite checks. kIgnoreTarget (Note [Ignored targets] in
+// core/targets.h) is no bad target: loss 0 and the dlogits row left as it is.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/kernels_common.cuh"
+#include "core/targets.h"
 
 namespace strata {
 
@@ -57,7 +59,8 @@ __global__ void softmax_cross_entropy_forward_kernel(float* __restrict__ losses,
 
   if (threadIdx.x == 0) {
     const int32_t target = targets[row];
-    losses[row] = valid_target(target, V)
+    losses[row] = target == kIgnoreTarget ? 0.0f
+                  : valid_target(target, V)
                       ? static_cast<float>(log(sum) - (static_cast<double>(x[target]) - max))
                       : NAN;
   }
@@ -71,6 +74,7 @@ __global__ void softmax_cross_entropy_backward_kernel(float* __restrict__ dlogit
                                                       float dloss, int64_t V) {
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
+  if (target == kIgnoreTarget) return;  // no loss, no gradient: the row is left as it is
   const bool valid = valid_target(target, V);
   const float* p = probs + row * V;
   float* d = dlogits + row * V;
