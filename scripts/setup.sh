@@ -12,6 +12,7 @@ packages=(
   liburing-dev                                   # the io_uring storage engine
   fio                                            # reference for the storage benchmark
   python3 python3-torch python3-numpy            # the PyTorch parity reference and benchmarks
+  python3-jinja2                                 # the reference renderer of chat templates
   clang-format                                   # style
   clang libclang-rt-14-dev libomp-14-dev         # ASan+UBSan and libFuzzer builds (test.sh)
   llvm                                           # llvm-symbolizer: sanitizer reports with lines

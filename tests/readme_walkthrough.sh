@@ -3,7 +3,7 @@
 # written. Its commands (between the walkthrough markers) are taken from README.md, its `model=`
 # and `store=` lines pointed at a small generated Llama with a tokenizer (tools/make_hf_fixture.py)
 # and a scratch store, ./build/strata at the binary under test, and run in order in a directory
-# holding a generated train.txt and val.txt. Checked: every command exits 0; the two evals print
+# holding a generated chat.jsonl (user and assistant turns) and val.txt. Checked: every command exits 0; the two evals print
 # a finite loss and the fine-tuned one is lower; the checkpoints are at steps 30, 60 and 90; the
 # sample starts with the prompt; the adapter and the merged model are written.
 set -euo pipefail
@@ -24,12 +24,16 @@ script=$(sed -e "s|^model=.*|model=$work/model|" -e "s|^store=.*|store=$work/sto
   --dtype bf16 --layers 2 --embd 64 --heads 4 --kv-heads 2 --ffn 128 --vocab 320 --ctx 256 \
   --tokenizer
 /usr/bin/python3 - "$work/run" <<'PY'
-import os, random, sys
+import json, os, random, sys
 random.seed(11)
 words = "the meaning of life is to learn a small model on a fast disk and ab".split()
-for name, n in (("train.txt", 40000), ("val.txt", 4000)):
-    with open(os.path.join(sys.argv[1], name), "w") as f:
-        f.write(" ".join(random.choice(words) for _ in range(n)) + "\n")
+say = lambda n: " ".join(random.choice(words) for _ in range(n))
+with open(os.path.join(sys.argv[1], "val.txt"), "w") as f:
+    f.write(say(4000) + "\n")
+with open(os.path.join(sys.argv[1], "chat.jsonl"), "w") as f:
+    for _ in range(400):
+        messages = [{"role": "user", "content": say(20)}, {"role": "assistant", "content": say(80)}]
+        f.write(json.dumps({"messages": messages}) + "\n")
 PY
 
 (cd "$work/run" && STRATA_BIN="$STRATA_BIN" bash -euo pipefail -c "$script") \

@@ -41,7 +41,8 @@ struct TrainData {
   std::vector<std::optional<TokenFile>> masks;  // each file's mask (Note [Loss masks]), if any
   std::vector<TokenShard> shards;               // of either, in the list's order
   int64_t size = 0;                             // tokens of all shards
-  std::string name;  // "embedded corpus", "x.bin" or "3 files (a.bin ... c.bin)"
+  int64_t trained = 0;  // of them, those a mask keeps in the loss (all without one)
+  std::string name;     // "embedded corpus", "x.bin" or "3 files (a.bin ... c.bin)"
 };
 
 // The checkpoint flags: --save-every N --checkpoint-dir DIR [--keep K] [--resume DIR].

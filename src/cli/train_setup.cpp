@@ -1,5 +1,6 @@
 // `strata train`'s set-up: the flags checked, the config (with --init-from, --auto, the ranks),
 // the data, the output files and the checkpoint directory, then the device and the trainer.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -57,10 +58,12 @@ Result<TrainData> load_token_data(const TrainConfig& cfg, const std::string& sou
     STRATA_ASSIGN_OR_RETURN(TokenFile f, TokenFile::open(path, cfg.data_format));
     STRATA_RETURN_IF_ERROR(check_token_range(f, cfg.model.vocab_size));
     d.size += f.size();
+    d.trained += f.size();
     std::optional<TokenFile> mask;
     std::error_code ec;
     if (std::filesystem::exists(mask_path_for(path), ec)) {
       STRATA_ASSIGN_OR_RETURN(mask, TokenFile::open_mask(mask_path_for(path), f.size()));
+      d.trained -= f.size() - mask->mask_ones();
     }
     d.files.push_back(std::move(f));
     d.masks.push_back(std::move(mask));
@@ -352,6 +355,19 @@ std::optional<SetupError> set_up(const ParsedArgs& a, TrainRun& run) {
   return std::nullopt;
 }
 
+namespace {
+
+// Note [Loss masks]: how many of the tokens are trained, when a mask leaves some out.
+std::string mask_note(const TrainData& d) {
+  const bool masked =
+      std::any_of(d.masks.begin(), d.masks.end(), [](const auto& m) { return m.has_value(); });
+  if (!masked) return "";
+  return "; loss mask: " + std::to_string(d.trained) + " of " + std::to_string(d.size) +
+         " tokens trained";
+}
+
+}  // namespace
+
 void log_run(const TrainRun& run) {
   const ModelConfig& m = run.cfg.model;
   const Trainer& t = *run.trainer;
@@ -361,9 +377,9 @@ void log_run(const TrainRun& run) {
            human_count(static_cast<double>(t.layout().parameter_count)) + " parameters");
   if (run.cfg.lora.enabled()) log_info(describe_lora(t.layout()));
   log_info("data: " + run.data.name + ", " + human_count(static_cast<double>(run.data.size)) +
-           " tokens" + (run.cfg.data_shuffle ? ", shuffled per epoch" : "") + "; batch " +
-           std::to_string(run.cfg.batch_size) + " x " + std::to_string(run.cfg.seq_len) + " x " +
-           std::to_string(run.cfg.grad_accum) +
+           " tokens" + (run.cfg.data_shuffle ? ", shuffled per epoch" : "") + mask_note(run.data) +
+           "; batch " + std::to_string(run.cfg.batch_size) + " x " +
+           std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +
            " micro-batches = " + std::to_string(t.tokens_per_step()) + " tokens/step");
   if (run.cfg.ranks > 1) {
     log_info("ranks: " + run.world->describe() + "; each trains " +

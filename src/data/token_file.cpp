@@ -131,6 +131,7 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
     format_ = other.format_;
     fd_ = std::exchange(other.fd_, -1);
     view_ = std::exchange(other.view_, TokenView());
+    mask_ones_ = other.mask_ones_;
   }
   return *this;
 }
@@ -305,6 +306,7 @@ Result<TokenFile> TokenFile::open_mask(const std::string& path, int64_t tokens) 
     chunk.resize(static_cast<size_t>(std::min<int64_t>(n - first, 1 << 20)));
     STRATA_RETURN_IF_ERROR(f.view_.copy(first, static_cast<int64_t>(chunk.size()), chunk.data()));
     for (size_t k = 0; k < chunk.size(); ++k) {
+      f.mask_ones_ += chunk[k] == 1;
       if (chunk[k] == 0 || chunk[k] == 1) continue;
       return bad_format(*what + ": byte " + std::to_string(chunk[k]) + " at token " +
                         std::to_string(first + static_cast<int64_t>(k)) + " is neither 0 nor 1");

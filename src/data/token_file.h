@@ -113,7 +113,8 @@ class TokenFile {
   int64_t size() const { return view_.size(); }
   int token_bytes() const { return view_.token_bytes(); }  // 2 or 4
   const std::string& path() const { return path_; }
-  TokenFormat format() const { return format_; }  // the detected one, never auto_detect
+  TokenFormat format() const { return format_; }    // the detected one, never auto_detect
+  int64_t mask_ones() const { return mask_ones_; }  // a mask file's 1 bytes (open_mask)
 
  private:
   TokenFile() = default;
@@ -123,6 +124,7 @@ class TokenFile {
   TokenFormat format_ = TokenFormat::raw_u16;
   int fd_ = -1;  // open read-only while the file lives
   TokenView view_;
+  int64_t mask_ones_ = 0;
 };
 
 // Writes an llm.c .bin of token_bytes-wide tokens (2: version 1, 4: version 2) as they come:
