@@ -7,7 +7,9 @@
 #    the ones `strata prepare --tokenizer BASE` gives;
 #  - `strata export` writes the base's generation_config.json and config.json fields back and
 #    copies the tokenizer files byte for byte;
-#  - once the base has moved, sample says so in one line (exit 2) instead of reading bytes.
+#  - the checkpoint carries a copy of the tokenizer files, listed in its manifest (Note [Checkpoint
+#    tokenizer]); once the base has moved, sample reads that copy (the same prompt ids), a
+#    resumed run's checkpoints carry it on, and export still writes the tokenizer files.
 set -euo pipefail
 : "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/base_model_files"
@@ -29,10 +31,15 @@ printf 'ab ab ab' >"$work/prompt.txt"
 want=$(od -An -tu2 -j1024 "$work/prompt.bin" | tr -s ' ' | sed 's/^ //')
 ids=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "ab ab ab" --tokens 3 \
   --temperature 0 --print-tokens 2>"$work/sample.log") || fail "sample: $(cat "$work/sample.log")"
-grep -q "tokenizer: the base model's, $work/base" "$work/sample.log" ||
-  fail "sample did not say it read the base's tokenizer: $(cat "$work/sample.log")"
+grep -q "tokenizer: the checkpoint's copy, $work/ckpt/step-00000002" "$work/sample.log" ||
+  fail "sample did not say it read the checkpoint's tokenizer: $(cat "$work/sample.log")"
 case "$ids" in "$want "*) ;; *) fail "sample's prompt ids '$ids', prepare's '$want'" ;; esac
-echo "ok   sample reads the base's tokenizer: the prompt is $want"
+echo "ok   sample reads the tokenizer the checkpoint carries: the prompt is $want"
+for f in tokenizer.json tokenizer_config.json; do
+  cmp -s "$work/base/$f" "$work/ckpt/step-00000002/$f" || fail "the checkpoint's $f is not the base's"
+  grep -q "\"name\": \"$f\"" "$work/ckpt/step-00000002/manifest.json" ||
+    fail "the manifest does not list $f"
+done
 
 "$STRATA_BIN" export --checkpoint "$work/ckpt" --out "$work/hf/" 2>"$work/export.log" ||
   fail "export: $(cat "$work/export.log")"
@@ -50,9 +57,13 @@ print(f"ok   the export keeps the base's generation_config.json {gen} and specia
 PY
 
 mv "$work/base" "$work/moved"
-status=0
-err=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "ab" --tokens 2 2>&1 >/dev/null) ||
-  status=$?
-[ "$status" -eq 2 ] && [ "$(grep -c . <<<"$err")" -eq 1 ] && grep -q -- "--tokenizer" <<<"$err" ||
-  fail "the base moved: status $status, '$err'"
-echo "ok   the base moved: $err"
+"$STRATA_BIN" train --resume "$work/ckpt" --set train.steps=3 --save-every 1 \
+  --checkpoint-dir "$work/ckpt" --quiet 2>"$work/resume.log" || fail "resume: $(cat "$work/resume.log")"
+ids=$("$STRATA_BIN" sample --checkpoint "$work/ckpt" --prompt "ab ab ab" --tokens 3 \
+  --temperature 0 --print-tokens 2>"$work/sample2.log") || fail "sample: $(cat "$work/sample2.log")"
+grep -q "tokenizer: the checkpoint's copy, $work/ckpt/step-00000003" "$work/sample2.log" ||
+  fail "after the base moved: $(cat "$work/sample2.log")"
+case "$ids" in "$want "*) ;; *) fail "after the base moved, the prompt ids '$ids'" ;; esac
+"$STRATA_BIN" export --checkpoint "$work/ckpt" --out "$work/hf2/" 2>/dev/null || fail "export 2"
+cmp -s "$work/moved/tokenizer.json" "$work/hf2/tokenizer.json" || fail "export 2: tokenizer.json"
+echo "ok   the base moved: a resumed run's checkpoint still carries the tokenizer; sample and export read it"

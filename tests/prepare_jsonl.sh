@@ -88,7 +88,16 @@ for i in $(seq 40); do sed -n 2p "$work/chat.jsonl"; done >"$work/many.jsonl"
 tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2
       --set model.context_length=32 --set train.seq_len=32 --set train.batch_size=2)
 "$STRATA_BIN" train "${tiny[@]}" --set train.steps=3 --set "data.train=$work/many.bin" \
-  --save-every 3 --checkpoint-dir "$work/ck" 2>"$work/train.log" || fail "train: $(cat "$work/train.log")"
+  --save-every 3 --checkpoint-dir "$work/ck" --metrics "$work/metrics.jsonl" 2>"$work/train.log" ||
+  fail "train: $(cat "$work/train.log")"
+# Each step's trained_tokens are the mask's ones over the targets it read: tokens k*64+1 .. k*64+64.
+/usr/bin/python3 - "$work/many.bin.mask" "$work/metrics.jsonl" <<'PY' || fail "trained_tokens"
+import json, sys
+bits = open(sys.argv[1], "rb").read()[1024:]
+got = [json.loads(l)["trained_tokens"] for l in open(sys.argv[2])]
+want = [sum(bits[k * 64 + 1:k * 64 + 65]) for k in range(3)]
+sys.exit(0 if got == want else f"metrics trained_tokens {got}, the mask says {want}")
+PY
 counts=$(/usr/bin/python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[1024:]
 print(sum(b), "of", len(b))' "$work/many.bin.mask")
 grep -q "loss mask: $counts tokens trained" "$work/train.log" ||
@@ -99,7 +108,13 @@ echo "ok   training reads the mask: $(grep -o 'loss mask: [^;]*' "$work/train.lo
 cp "$work/many.bin" "$work/unmasked.bin"
 masked=$("$STRATA_BIN" eval --checkpoint "$work/ck" --data "$work/many.bin" --quiet 2>&1 | tail -1)
 unmasked=$("$STRATA_BIN" eval --checkpoint "$work/ck" --data "$work/unmasked.bin" --quiet 2>&1 | tail -1)
-[[ $masked == *'"loss"'* && $unmasked == *'"loss"'* && $masked != "$unmasked" ]] ||
+/usr/bin/python3 - "$work/many.bin.mask" "$masked" "$unmasked" <<'PY' ||
+import json, sys
+bits = open(sys.argv[1], "rb").read()[1024:]
+m, u = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+assert m["trained_tokens"] == sum(bits[1:m["tokens"] + 1]), m
+assert u["trained_tokens"] == u["tokens"] and m["loss"] != u["loss"], (m, u)
+PY
   fail "eval with and without the mask: $masked / $unmasked"
 echo "ok   eval honours the mask: $masked vs unmasked $unmasked"
 

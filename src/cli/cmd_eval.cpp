@@ -11,6 +11,7 @@
 
 #include "cli/train_run.h"
 #include "core/log.h"
+#include "core/targets.h"
 #include "formats/checkpoint.h"
 #include "io/storage_dirs.h"
 #include "planner/planner.h"
@@ -24,9 +25,9 @@ namespace {
 // T = train.seq_len, as DataLoader reads: targets shifted by one token), at most --batches of them
 // and never past one pass, so no token is counted twice and the tail shorter than a batch is
 // left out (Note [Sharded corpora] in data/dataloader.h). They are evaluated in groups of at most
-// kEvalGroup batches (the host holds one group's tokens); the loss is the mean of the batches' mean
-// losses, summed in order in double (one group: Trainer::evaluate's result itself, the bits of
-// train's val_loss on those batches).
+// kEvalGroup batches (the host holds one group's tokens); the loss is the mean over the counted
+// targets (all of them without a loss mask: the mean of the batches' means), summed in order in
+// double (one group: Trainer::evaluate's result itself, the bits of train's val_loss on them).
 constexpr int64_t kEvalGroup = 16;
 
 const std::vector<FlagSpec> kEvalFlags = {{"checkpoint", true, false}, {"model", true, false},
@@ -60,24 +61,29 @@ std::optional<SetupError> eval_config(const ParsedArgs& a, TrainRun& run, std::s
 }
 
 // The mean loss over `batches` whole batches of the loader from its start (Note [Evaluation
-// batches]).
-Result<double> eval_loss(TrainRun& run, DataLoader& loader, int64_t batches) {
+// batches]), and in *trained the targets it counts (Note [Ignored targets]). Groups weigh by
+// their counted targets in units of B x T: without a mask, exactly their batches.
+Result<double> eval_loss(TrainRun& run, DataLoader& loader, int64_t batches, int64_t* trained) {
   const int64_t BT = run.cfg.batch_size * run.cfg.seq_len;
   std::vector<int32_t> inputs(static_cast<size_t>(kEvalGroup * BT));  // (group, B, T)
   std::vector<int32_t> targets(inputs.size());                        // (group, B, T)
   double sum = 0;
+  *trained = 0;
   for (int64_t done = 0; done < batches;) {
     const int64_t n = std::min(kEvalGroup, batches - done);
     for (int64_t b = 0; b < n; ++b) {
       STRATA_RETURN_IF_ERROR(loader.next_batch(inputs.data() + b * BT, targets.data() + b * BT));
     }
+    const int64_t counted = counted_targets(targets.data(), n * BT);
+    *trained += counted;
     STRATA_ASSIGN_OR_RETURN(const double mean,
                             run.trainer->evaluate(inputs.data(), targets.data(), n));
     if (n == batches) return mean;  // one group: the trainer's own mean, as train's val_loss
-    sum += mean * static_cast<double>(n);
+    sum += mean * (static_cast<double>(counted) / static_cast<double>(BT));
     done += n;
   }
-  return sum / static_cast<double>(batches);
+  if (*trained == 0) return 0.0;
+  return sum / (static_cast<double>(*trained) / static_cast<double>(BT));
 }
 
 int eval_main(const ParsedArgs& a) {
@@ -120,7 +126,8 @@ int eval_main(const ParsedArgs& a) {
   } else if (Status s = init_from(run); !s.ok()) {
     return fail(s.message(), exit_status_for(s, Stage::before_work));
   }
-  auto loss = eval_loss(run, *loader, batches);
+  int64_t trained = 0;
+  auto loss = eval_loss(run, *loader, batches, &trained);
   if (!loss.ok()) return fail("evaluation stopped: " + loss.status().to_string(), 1);
   const int64_t tokens = batches * run.cfg.batch_size * run.cfg.seq_len;
   if (!a.has("quiet")) {
@@ -130,11 +137,12 @@ int eval_main(const ParsedArgs& a) {
                   static_cast<long long>(run.cfg.seq_len), static_cast<long long>(tokens), *loss);
     log_info(std::string(line) + " (" + data->name + ")");
   }
-  char json[200];
+  char json[256];
   std::snprintf(json, sizeof json,
-                "{\"loss\": %.17g, \"perplexity\": %.17g, \"batches\": %lld, \"tokens\": %lld}\n",
+                "{\"loss\": %.17g, \"perplexity\": %.17g, \"batches\": %lld, \"tokens\": %lld, "
+                "\"trained_tokens\": %lld}\n",
                 *loss, std::exp(*loss), static_cast<long long>(batches),
-                static_cast<long long>(tokens));
+                static_cast<long long>(tokens), static_cast<long long>(trained));
   std::fputs(json, stdout);
   return 0;
 }

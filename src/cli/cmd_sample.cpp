@@ -274,8 +274,8 @@ struct SampleSource {
   SlabRead read;                // owns the reader behind it
 };
 
-// --checkpoint DIR: verified first (a sharded one gathered beside it); its base model's
-// tokenizer when its directory still holds one (Note [Base model]).
+// --checkpoint DIR: verified first (a sharded one gathered beside it); the tokenizer it carries,
+// else its base model's when that directory still holds one (Note [Checkpoint tokenizer]).
 Result<SampleSource> checkpoint_source(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(std::string dir, resolve_checkpoint(path));
   STRATA_ASSIGN_OR_RETURN(
@@ -287,8 +287,10 @@ Result<SampleSource> checkpoint_source(const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(CheckpointWeights w, CheckpointWeights::open(kept->second));
   auto weights = std::make_shared<CheckpointWeights>(std::move(w));
   // The weights read through kept's plan: the reader holds both.
+  const HfExportPlan& plan = kept->second;
   return SampleSource{
-      kept->second.model, base_tokenizer_dir(kept->second.base_model), "the base model's",
+      plan.model, tokenizer_dir_of(plan.tokenizer_files),
+      plan.tokenizer_copied ? "the checkpoint's copy" : "the base model's",
       [kept, weights](int64_t slab, float* dst) { return weights->read(slab, dst); }};
 }
 

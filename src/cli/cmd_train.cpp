@@ -35,6 +35,7 @@ nlohmann::json metrics_line(const StepStats& st, double tokens_per_s, double flo
       {"lr", st.lr},
       {"grad_norm", st.grad_norm},
       {"skipped", st.skipped},
+      {"trained_tokens", st.trained_tokens},
       {"tokens_per_s", tokens_per_s},
       {"iter_s", st.seconds},
       {"model_flops_per_s", flops_per_step / st.seconds},

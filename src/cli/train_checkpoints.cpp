@@ -11,6 +11,7 @@
 #include "formats/checkpoint.h"
 #include "formats/checkpoint_lineage.h"
 #include "formats/checkpoint_shards.h"
+#include "formats/hf_export.h"
 #include "formats/hf_import.h"
 
 namespace strata::cli {
@@ -28,6 +29,7 @@ CheckpointMeta checkpoint_meta(const TrainRun& run, int64_t steps_done) {
   meta.run_id = run.lineage.back();
   meta.lineage = run.lineage;
   meta.base_model = run.base_model;
+  meta.tokenizer_files = run.tokenizer_files;
   return meta;
 }
 
@@ -143,6 +145,9 @@ Result<int64_t> resume(TrainRun& run) {
   log_info("resumed from " + dir + " at step " + std::to_string(meta->step));
   // Note [Checkpoint lineage]: this run continues the checkpoint's line.
   run.base_model = meta->base_model;  // Note [Base model]: the line keeps its base
+  // Note [Checkpoint tokenizer]: the checkpoint's copy goes on, else its base's files.
+  run.tokenizer_files = tokenizer_files_in(dir);
+  if (run.tokenizer_files.empty()) run.tokenizer_files = base_tokenizer_files(run.base_model);
   std::vector<std::string> lineage = meta->lineage;
   lineage.push_back(run.lineage.back());
   run.lineage = std::move(lineage);
@@ -182,6 +187,7 @@ Result<nlohmann::json> base_model_of(const HfImportPlan& plan) {
 Status init_from(TrainRun& run) {
   const HfImportPlan& plan = *run.import;
   STRATA_ASSIGN_OR_RETURN(run.base_model, base_model_of(plan));
+  run.tokenizer_files = base_tokenizer_files(run.base_model);  // Note [Checkpoint tokenizer]
   STRATA_ASSIGN_OR_RETURN(HfImportStats st,
                           import_hf_weights(
                               plan, run.trainer->layout(),

@@ -83,6 +83,7 @@ struct TrainRun {
   CheckpointOptions ckpt;
   std::optional<HfImportPlan> import;  // --init-from: the model's weights, checked
   nlohmann::json base_model;           // Note [Base model]: --init-from's, or the resumed run's
+  std::vector<std::string> tokenizer_files;  // Note [Checkpoint tokenizer]: copied into saves
   std::unique_ptr<IoEngine> ckpt_engine;
   std::optional<CheckpointDirLock> ckpt_lock;  // held while training (Note [Checkpoint lineage])
   std::vector<std::string> lineage;            // this run's: the runs it continues, then its id

@@ -147,6 +147,16 @@ Status write_checkpoint_files(IoEngine& engine, const std::string& dir, const Tr
 
 }  // namespace
 
+std::vector<std::string> tokenizer_files_in(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const char* name : kTokenizerFileNames) {
+    std::error_code ec;
+    if (fs::is_regular_file(fs::path(dir) / name, ec))
+      found.push_back((fs::path(dir) / name).string());
+  }
+  return found;
+}
+
 std::vector<std::pair<int64_t, std::string>> checkpoint_step_dirs(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;

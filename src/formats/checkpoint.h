@@ -9,6 +9,7 @@
 //   config.json: the run's config (config_to_json); trainer_state.json: CheckpointMeta
 //     {"step", "adam_steps", "data_position", "seed", "schedule", "run_id", "lineage",
 //     "base_model"} (base_model: Note [Base model])
+//   the run's tokenizer files, when it has them (Note [Checkpoint tokenizer])
 //   manifest.json, written last: {"format": "strata-checkpoint", "version": 2, "step",
 //     "files": [{"name", "bytes", "crc32c"}]} (crc32c: 8 hex digits)
 // Version 1 (both moments in optimizer.safetensors) still loads; several ranks write version 3
@@ -18,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,7 +54,21 @@ struct CheckpointMeta {
   // (when there was one)}, so an export can give Hugging Face back every field it came with and
   // a PEFT adapter can name its base. null for a run trained from scratch.
   nlohmann::json base_model;
+  // Note [Checkpoint tokenizer]: the tokenizer files a save copies into the checkpoint (source
+  // paths; not in trainer_state.json): the base's at --init-from, the resumed checkpoint's after.
+  std::vector<std::string> tokenizer_files;
 };
+
+// Note [Checkpoint tokenizer]
+// A run's tokenizer travels with its checkpoints: every save copies the files of
+// kTokenizerFileNames it has (the base model's at --init-from, then each checkpoint's own) into
+// the step directory, listed in the manifest with their CRCs. `strata sample` and `strata export`
+// read the checkpoint's copy first, so a base that moved or changed does not change how a
+// checkpoint tokenizes; one without a copy (trained from scratch, or older) falls back to its base.
+inline constexpr std::array<const char*, 4> kTokenizerFileNames = {
+    "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"};
+// The files of kTokenizerFileNames in `dir` (a checkpoint or a model directory), as paths.
+std::vector<std::string> tokenizer_files_in(const std::string& dir);
 
 // A save's source: hands slab `slab`'s state to `take`, piece by piece (Note [Slab pieces]).
 using SlabReader = std::function<Status(int64_t slab, const SlabPieceFn& take)>;

@@ -60,6 +60,11 @@ Status write_checkpoint_meta(IoEngine& engine, const std::string& dir, const Tra
   if (!meta.run_id.empty()) state["run_id"] = meta.run_id;
   if (!meta.lineage.empty()) state["lineage"] = meta.lineage;
   if (!meta.base_model.is_null()) state["base_model"] = meta.base_model;
+  for (const std::string& from : meta.tokenizer_files) {  // Note [Checkpoint tokenizer]
+    STRATA_ASSIGN_OR_RETURN(const std::string bytes, read_whole_file(from, "tokenizer file"));
+    STRATA_RETURN_IF_ERROR(
+        write_text(engine, dir, fs::path(from).filename().string(), bytes, &files));
+  }
   STRATA_RETURN_IF_ERROR(
       write_text(engine, dir, "trainer_state.json", state.dump(2) + "\n", &files));
   nlohmann::json listed = nlohmann::json::array();

@@ -252,6 +252,16 @@ Result<HfExportPlan> plan_hf_export(const std::string& checkpoint_dir,
   plan.parameter_count = layout.parameter_count;
   STRATA_ASSIGN_OR_RETURN(const CheckpointMeta meta, read_trainer_state(checkpoint_dir));
   plan.base_model = meta.base_model;
+  // Note [Checkpoint tokenizer]: its own copy, vouched for by the manifest, else the base's.
+  plan.tokenizer_files = tokenizer_files_in(checkpoint_dir);
+  plan.tokenizer_copied = !plan.tokenizer_files.empty();
+  if (plan.tokenizer_copied) {
+    std::vector<std::string> names;
+    for (const std::string& f : plan.tokenizer_files) names.push_back(fs::path(f).filename());
+    STRATA_RETURN_IF_ERROR(verify_checkpoint_files(checkpoint_dir, names, options));
+  } else {
+    plan.tokenizer_files = base_tokenizer_files(plan.base_model);
+  }
   return plan;
 }
 
@@ -269,19 +279,12 @@ nlohmann::json hf_export_config(const HfExportPlan& plan) {
 }
 
 std::vector<std::string> base_tokenizer_files(const nlohmann::json& base_model) {
-  std::vector<std::string> found;
-  if (base_model.is_null()) return found;
-  const fs::path dir = base_model["path"].get<std::string>();
-  for (const char* name :
-       {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
-    std::error_code ec;
-    if (fs::is_regular_file(dir / name, ec)) found.push_back((dir / name).string());
-  }
-  return found;
+  if (base_model.is_null()) return {};
+  return tokenizer_files_in(base_model["path"].get<std::string>());
 }
 
-std::string base_tokenizer_dir(const nlohmann::json& base_model) {
-  for (const std::string& f : base_tokenizer_files(base_model)) {
+std::string tokenizer_dir_of(const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
     const fs::path p = f;
     if (p.filename() == "tokenizer.json" || p.filename() == "tokenizer.model") {
       return p.parent_path().string();
@@ -381,8 +384,8 @@ Result<HfExportFiles> write_hf_export(const HfExportPlan& plan, const std::strin
     STRATA_RETURN_IF_ERROR(
         write_output_file(files.generation_config, g.dump(2) + "\n", "generation config"));
   }
-  for (const std::string& from : base_tokenizer_files(plan.base_model)) {
-    STRATA_ASSIGN_OR_RETURN(const std::string bytes, read_whole_file(from, "base tokenizer file"));
+  for (const std::string& from : plan.tokenizer_files) {
+    STRATA_ASSIGN_OR_RETURN(const std::string bytes, read_whole_file(from, "tokenizer file"));
     const std::string to = (target.dir / fs::path(from).filename()).string();
     STRATA_RETURN_IF_ERROR(write_output_file(to, bytes, "tokenizer file"));
     files.tokenizer.push_back(to);

@@ -38,6 +38,9 @@ struct HfExportPlan {
   std::vector<StEntry> tensors;  // in layout order, checked against `model`
   int64_t parameter_count = 0;
   nlohmann::json base_model;  // Note [Base model] (formats/checkpoint.h): null when trained anew
+  // Note [Checkpoint tokenizer]: the checkpoint's copy (tokenizer_copied), else the base's files.
+  std::vector<std::string> tokenizer_files;
+  bool tokenizer_copied = false;
 
   // A LoRA checkpoint (Note [LoRA]): a frozen base and adapters.
   bool lora() const { return layout.lora.enabled(); }
@@ -58,13 +61,13 @@ nlohmann::json hf_export_config(const HfExportPlan& plan);
 nlohmann::json hf_export_generation_config(const HfExportPlan& plan, const nlohmann::json& config);
 
 // The tokenizer files (tokenizer.json, tokenizer.model, tokenizer_config.json,
-// special_tokens_map.json) still in the base's directory (Note [Base model]): `strata sample`
-// reads the base's tokenizer unless told another, and an export copies them beside the weights.
-// Empty for a model trained here or a base that moved.
+// special_tokens_map.json) still in the base's directory (Note [Base model]): a run copies them
+// into its checkpoints (Note [Checkpoint tokenizer]). Empty for a model trained here or a base
+// that moved.
 std::vector<std::string> base_tokenizer_files(const nlohmann::json& base_model);
-// The base's directory when it still holds tokenizer.json or tokenizer.model (load_tokenizer
-// takes it and picks the file), else "".
-std::string base_tokenizer_dir(const nlohmann::json& base_model);
+// The directory of tokenizer.json or tokenizer.model among `files` (load_tokenizer takes it and
+// picks the file), else "".
+std::string tokenizer_dir_of(const std::vector<std::string>& files);
 
 // Tensor indices grouped into shards, in order: each shard takes tensors while its data stays
 // within shard_bytes; a tensor larger than that has a shard of its own. shard_bytes <= 0: one.

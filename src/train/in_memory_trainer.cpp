@@ -190,6 +190,7 @@ Result<StepStats> InMemoryTrainer::train_step(const int32_t* inputs, const int32
 
   StepStats st;
   st.step = steps_done_;
+  st.trained_tokens = counted;
   zero_grads();
   double loss_sum = 0;
   for (int64_t k = 0; k < cfg_.grad_accum; k++) {

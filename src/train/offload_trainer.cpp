@@ -172,6 +172,7 @@ Result<StepStats> OffloadTrainer::step_stats(const BoundPlan& bp) {
   const int64_t BT = shape_.tokens_per_micro_batch(), M = shape_.cfg.grad_accum;
   StepStats s;
   s.step = progress_.steps_done;
+  s.trained_tokens = counted_;
   double loss_sum = 0;  // as the in-memory trainer: per micro-batch in order, then the mean
   const float* losses = state_->slot(names::kLosses).buf.f32();  // (M, B, T)
   for (int64_t k = 0; k < M; ++k) {

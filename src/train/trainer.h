@@ -35,9 +35,10 @@ namespace strata {
 // re-derives its working weights from the master.
 
 struct StepStats {
-  int64_t step = 0;      // 0-based index of the optimizer step just taken
-  double loss = 0;       // mean over all positions of all micro-batches
-  double grad_norm = 0;  // global L2 norm before clipping
+  int64_t step = 0;            // 0-based index of the optimizer step just taken
+  double loss = 0;             // mean over the counted targets of all micro-batches of all ranks
+  int64_t trained_tokens = 0;  // those targets (Note [Ignored targets] in core/targets.h)
+  double grad_norm = 0;        // global L2 norm before clipping
   float lr = 0;
   bool skipped = false;  // non-finite gradient: no update was applied
   double seconds = 0;    // wall time of the whole step
