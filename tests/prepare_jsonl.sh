@@ -59,12 +59,18 @@ raw = open(binary, "rb").read()
 n = struct.unpack("<i", raw[8:12])[0]
 got_text = bytes(struct.unpack("<%dH" % n, raw[1024:])).decode()
 bits = open(binary + ".mask", "rb").read()[1024:]
-got_mask = "".join(c if bits[i] else "_" for i, c in enumerate(got_text))
+got_mask = "".join(c if bits[i] & 1 else "_" for i, c in enumerate(got_text))
+# Bit 2 marks each example's first token (data.pack false makes a row of each).
+starts = [i for i, b in enumerate(bits) if b & 2]
+lines = [json.loads(l)["messages"] for l in open(jsonl)]
+want_starts = [0, len(template.render(messages=lines[0], bos_token="<|begin_of_text|>"))]
+if starts != want_starts:
+    sys.exit(f"{name}: example starts {starts}, want {want_starts}")
 if got_text != want_text:
     sys.exit(f"{name}: the tokens are not jinja2's rendering:\n{got_text!r}\n{want_text!r}")
 if got_mask != want_mask:
     sys.exit(f"{name}: the mask is not the assistant turns:\n{got_mask!r}\n{want_mask!r}")
-print(f"ok   {name}: {n} tokens equal jinja2's rendering; {sum(bits)} trained, the assistant turns")
+print(f"ok   {name}: {n} tokens equal jinja2's rendering; {sum(b & 1 for b in bits)} trained, the assistant turns")
 PY
 done
 
@@ -77,6 +83,8 @@ printf '%s\n' '{"prompt": "Q: 2+2? A:", "completion": " 4"}' '{"text": "free tex
 import sys
 bits = open(sys.argv[1] + ".mask", "rb").read()[1024:]
 want = [0] * len("Q: 2+2? A:") + [1] * len(" 4") + [1] * len("free text")
+want[0] |= 2  # the examples' first tokens
+want[len("Q: 2+2? A: 4")] |= 2
 sys.exit(0 if list(bits) == want else f"mixed: mask {list(bits)}")
 PY
 echo "ok   prompt/completion and text: only the prompt is left out"
@@ -95,11 +103,11 @@ tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2
 import json, sys
 bits = open(sys.argv[1], "rb").read()[1024:]
 got = [json.loads(l)["trained_tokens"] for l in open(sys.argv[2])]
-want = [sum(bits[k * 64 + 1:k * 64 + 65]) for k in range(3)]
+want = [sum(b & 1 for b in bits[k * 64 + 1:k * 64 + 65]) for k in range(3)]
 sys.exit(0 if got == want else f"metrics trained_tokens {got}, the mask says {want}")
 PY
 counts=$(/usr/bin/python3 -c 'import sys; b = open(sys.argv[1], "rb").read()[1024:]
-print(sum(b), "of", len(b))' "$work/many.bin.mask")
+print(sum(x & 1 for x in b), "of", len(b))' "$work/many.bin.mask")
 grep -q "loss mask: $counts tokens trained" "$work/train.log" ||
   fail "the log does not report the mask: $(grep 'data:' "$work/train.log")"
 echo "ok   training reads the mask: $(grep -o 'loss mask: [^;]*' "$work/train.log")"
@@ -112,11 +120,25 @@ unmasked=$("$STRATA_BIN" eval --checkpoint "$work/ck" --data "$work/unmasked.bin
 import json, sys
 bits = open(sys.argv[1], "rb").read()[1024:]
 m, u = json.loads(sys.argv[2]), json.loads(sys.argv[3])
-assert m["trained_tokens"] == sum(bits[1:m["tokens"] + 1]), m
+assert m["trained_tokens"] == sum(b & 1 for b in bits[1:m["tokens"] + 1]), m
 assert u["trained_tokens"] == u["tokens"] and m["loss"] != u["loss"], (m, u)
 PY
   fail "eval with and without the mask: $masked / $unmasked"
 echo "ok   eval honours the mask: $masked vs unmasked $unmasked"
+
+# data.pack false: one example a row (Note [Example rows]); resumed bit for bit, shuffled.
+rows=(--set data.pack=false --set data.shuffle=true --set "data.train=$work/many.bin" --set train.log_every=1)
+"$STRATA_BIN" train "${tiny[@]}" "${rows[@]}" --set train.steps=4 --metrics "$work/rows.jsonl" \
+  2>"$work/rows.log" || fail "rows: $(cat "$work/rows.log")"
+grep -q "one example a row (data.pack false): 40 examples, 40 cut to train.seq_len + 1 tokens" \
+  "$work/rows.log" || fail "the log does not say the rows: $(grep 'data:' "$work/rows.log")"
+"$STRATA_BIN" train "${tiny[@]}" "${rows[@]}" --set train.steps=2 --save-every 2 \
+  --checkpoint-dir "$work/ck_rows" --quiet 2>/dev/null || fail "rows, first half"
+"$STRATA_BIN" train "${tiny[@]}" "${rows[@]}" --set train.steps=4 --resume "$work/ck_rows" \
+  --metrics "$work/rows_resumed.jsonl" --quiet 2>/dev/null || fail "rows, resumed"
+[ "$(grep -o '"loss": *[^,]*' "$work/rows.jsonl" | tail -2)" = \
+  "$(grep -o '"loss": *[^,]*' "$work/rows_resumed.jsonl")" ] || fail "rows: the resumed losses differ"
+echo "ok   data.pack false: one example a row, shuffled, resumed bit for bit"
 
 expect_refused() {  # NAME PATTERN JSON_LINE [ARGS...]: one line, exit 2, no output file left
   local name=$1 pattern=$2 json=$3 err status

@@ -3,6 +3,7 @@
 // micro-batch's counted targets (Note [Ignored targets] in core/targets.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -11,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/targets.h"
 #include "data/dataloader.h"
+#include "data/example_rows.h"
 #include "data/token_file.h"
 #include "test_util.h"
 #include "train/in_memory_trainer.h"
@@ -52,7 +54,7 @@ TEST(LossMask, FileRoundTripAndTheLoaderIgnoresMaskedTargets) {
     }
   }
 
-  // Refused naming the file: another count, a byte but 0 and 1, a token file's bytes.
+  // Refused naming the file: another count, a byte with other bits, a token file's bytes.
   expect_error(TokenFile::open_mask(mask_path, 22).status(), ErrorCode::bad_format,
                {"mask file", "x.bin.mask", "masks 21 tokens", "holds 22 tokens"});
   std::string raw;
@@ -63,14 +65,78 @@ TEST(LossMask, FileRoundTripAndTheLoaderIgnoresMaskedTargets) {
   raw[1024 + 4] = 7;
   std::ofstream(mask_path, std::ios::binary | std::ios::trunc) << raw;
   expect_error(TokenFile::open_mask(mask_path, 21).status(), ErrorCode::bad_format,
-               {"x.bin.mask", "byte 7 at token 4 is neither 0 nor 1"});
+               {"x.bin.mask", "byte 7 at token 4 has bits other than"});
   ASSERT_TRUE(write_token_file_llmc(dir + "/y.bin", tokens.data(), 21).ok());
   expect_error(TokenFile::open_mask(dir + "/y.bin", 21).status(), ErrorCode::bad_format,
                {"y.bin is not a Strata loss mask"});
   auto w = TokenFileWriter::create_mask(dir + "/z.mask");
   ASSERT_TRUE(w.ok());
-  expect_error(w->append(std::vector<int32_t>{0, 1, 2}), ErrorCode::invalid_argument,
-               {"token 2 at position 2"});
+  expect_error(w->append(std::vector<int32_t>{0, 1, 3, 4}), ErrorCode::invalid_argument,
+               {"token 4 at position 3"});
+}
+
+// Note [Example rows]: data.pack false reads one example a row from the mask's example starts:
+// padded past its end (inputs 0, targets ignored), cut at T+1 tokens, prompts still masked; in
+// order epoch after epoch, or shuffled per epoch, and resumable from position().
+TEST(LossMask, OneExampleARowWhenNotPacked) {
+  // Examples of 3, 7 and 4 tokens; token i is 100 + i; the second example's first 2 not trained.
+  std::vector<uint16_t> tokens(14);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(100 + i);
+  std::vector<int32_t> bits(14, kMaskTrained);
+  bits[0] |= kMaskExampleStart;
+  bits[3] = kMaskExampleStart;
+  bits[4] = 0;
+  bits[10] |= kMaskExampleStart;
+  std::vector<uint8_t> mask(bits.begin(), bits.end());
+  const std::vector<TokenShard> shards = {
+      {TokenView(tokens.data(), 14), "x", TokenView(mask.data(), 14)}};
+  auto dl = DataLoader::create(shards, 1, 5, DataOrder{.pack = false});
+  ASSERT_TRUE(dl.ok()) << dl.status().to_string();
+  ASSERT_NE(dl->example_rows(), nullptr);
+  EXPECT_EQ(dl->example_rows()->examples(), 3);
+  EXPECT_EQ(dl->example_rows()->cut(), 1);  // 7 tokens > T+1 = 6
+  EXPECT_EQ(dl->batches_per_epoch(), 3);
+  const int32_t I = kIgnoreTarget;
+  const std::vector<std::vector<int32_t>> want_in = {
+      {100, 101, 102, 0, 0}, {103, 104, 105, 106, 107}, {110, 111, 112, 113, 0}};
+  const std::vector<std::vector<int32_t>> want_tgt = {
+      {101, 102, I, I, I}, {I, 105, 106, 107, 108}, {111, 112, 113, I, I}};
+  std::vector<int32_t> x(5), y(5);
+  for (int row = 0; row < 4; ++row) {  // the fourth is the first again: the next epoch
+    ASSERT_TRUE(dl->next_batch(x.data(), y.data()).ok());
+    EXPECT_EQ(x, want_in[row % 3]) << "row " << row;
+    EXPECT_EQ(y, want_tgt[row % 3]) << "row " << row;
+  }
+  EXPECT_EQ(dl->position(), 4);
+  ASSERT_TRUE(dl->set_position(2).ok());
+  ASSERT_TRUE(dl->next_batch(x.data(), y.data()).ok());
+  EXPECT_EQ(x, want_in[2]);
+
+  // Shuffled: every example once an epoch; a position resumes the same rows.
+  auto sh = DataLoader::create(shards, 1, 5, DataOrder{.shuffle = true, .seed = 3, .pack = false});
+  ASSERT_TRUE(sh.ok());
+  std::vector<int32_t> firsts;
+  for (int row = 0; row < 6; ++row) {
+    ASSERT_TRUE(sh->next_batch(x.data(), y.data()).ok());
+    firsts.push_back(x[0]);
+  }
+  for (int e = 0; e < 2; ++e) {
+    std::vector<int32_t> epoch(firsts.begin() + 3 * e, firsts.begin() + 3 * e + 3);
+    std::sort(epoch.begin(), epoch.end());
+    EXPECT_EQ(epoch, (std::vector<int32_t>{100, 103, 110})) << "epoch " << e;
+  }
+  auto again =
+      DataLoader::create(shards, 1, 5, DataOrder{.shuffle = true, .seed = 3, .pack = false});
+  ASSERT_TRUE(again->set_position(4).ok());
+  ASSERT_TRUE(again->next_batch(x.data(), y.data()).ok());
+  EXPECT_EQ(x[0], firsts[4]);
+
+  expect_error(DataLoader::create(shards, 4, 5, DataOrder{.pack = false}).status(),
+               ErrorCode::invalid_argument, {"3 examples are too few for a batch of 4 rows"});
+  expect_error(DataLoader::create({TokenShard{TokenView(tokens.data(), 14), "data file y.bin"}}, 1,
+                                  5, DataOrder{.pack = false})
+                   .status(),
+               ErrorCode::invalid_argument, {"data.pack false", "y.bin has no loss mask"});
 }
 
 // The step's loss is the mean over the counted targets of all its micro-batches, as Hugging

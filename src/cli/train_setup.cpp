@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/output_file.h"
 #include "data/byte_tokenizer.h"
+#include "data/example_rows.h"
 #include "data/synthetic_corpus.h"
 #include "data/token_paths.h"
 #include "formats/checkpoint.h"
@@ -224,7 +225,7 @@ std::optional<SetupError> load_data(TrainRun& run) {
   auto data = load_token_data(c, c.data_train, "data.train", kEmbeddedCorpusBytes, 20240520);
   if (!data.ok()) return SetupError{data.status().message()};
   run.data = std::move(*data);
-  const DataOrder order{c.data_shuffle, static_cast<uint64_t>(c.seed)};
+  const DataOrder order{c.data_shuffle, static_cast<uint64_t>(c.seed), c.data_pack};
   auto loader = DataLoader::create(run.data.shards, c.batch_size, c.seq_len, order);
   if (!loader.ok()) return SetupError{loader.status().message()};
   run.loader = std::make_unique<DataLoader>(std::move(*loader));
@@ -366,6 +367,14 @@ std::string mask_note(const TrainData& d) {
          " tokens trained";
 }
 
+// Note [Example rows]: the examples, one a row, and those cut to the row.
+std::string rows_note(const DataLoader& loader) {
+  const ExampleRows* rows = loader.example_rows();
+  if (rows == nullptr) return "";
+  return "; one example a row (data.pack false): " + std::to_string(rows->examples()) +
+         " examples, " + std::to_string(rows->cut()) + " cut to train.seq_len + 1 tokens";
+}
+
 }  // namespace
 
 void log_run(const TrainRun& run) {
@@ -378,7 +387,7 @@ void log_run(const TrainRun& run) {
   if (run.cfg.lora.enabled()) log_info(describe_lora(t.layout()));
   log_info("data: " + run.data.name + ", " + human_count(static_cast<double>(run.data.size)) +
            " tokens" + (run.cfg.data_shuffle ? ", shuffled per epoch" : "") + mask_note(run.data) +
-           "; batch " + std::to_string(run.cfg.batch_size) + " x " +
+           rows_note(*run.loader) + "; batch " + std::to_string(run.cfg.batch_size) + " x " +
            std::to_string(run.cfg.seq_len) + " x " + std::to_string(run.cfg.grad_accum) +
            " micro-batches = " + std::to_string(t.tokens_per_step()) + " tokens/step");
   if (run.cfg.ranks > 1) {

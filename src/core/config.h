@@ -247,7 +247,9 @@ struct LoraConfig {
   X(TokenFormat, data_format, TokenFormat::auto_detect, Any(),                                  \
     "the token files' format: auto (llm.c files only), llmc or raw_u16")                        \
   X(bool, data_shuffle, false, Any(),                                                           \
-    "false: the files in order, front to back; true: files and batches shuffled per epoch")
+    "false: the files in order, front to back; true: files and batches shuffled per epoch")     \
+  X(bool, data_pack, true, Any(),                                                               \
+    "true: tokens run on across rows (llm.c); false: one JSONL example a row, padded")
 
 struct TrainConfig {
   ModelConfig model;
@@ -325,9 +327,9 @@ bool is_config_key(std::string_view key);
 // the precision, so either reads them); train.seed unless data.shuffle (it seeds the initial
 // weights, which a resumed run takes from the checkpoint, the logged samples, and the shuffle's
 // order: Note [Sharded corpora] in data/dataloader.h). The model may not change.
-inline constexpr std::array<std::string_view, 7> kDataStreamKeys = {
+inline constexpr std::array<std::string_view, 8> kDataStreamKeys = {
     "train.batch_size", "train.seq_len", "train.grad_accum", "data.train",
-    "data.format",      "data.shuffle",  "train.seed"};
+    "data.format",      "data.shuffle",  "data.pack",        "train.seed"};
 // The changes from a (a checkpoint's config, its ranks set) to b among kDataStreamKeys, in that
 // order; train.grad_accum's values say the ranks when they differ ("2 x 2 ranks").
 std::vector<FieldDifference> data_stream_changes(const TrainConfig& a, const TrainConfig& b);

@@ -6,6 +6,7 @@
 
 #include "core/rng.h"
 #include "core/targets.h"
+#include "data/example_rows.h"
 
 namespace strata {
 
@@ -35,6 +36,12 @@ Result<DataLoader> DataLoader::create(std::vector<TokenShard> shards, int64_t B,
                             " is too large");
   }
   if (shards.empty()) return invalid_argument("data: no token files");
+  if (!order.pack) {  // rows are padded: any example fits
+    STRATA_ASSIGN_OR_RETURN(ExampleRows rows, ExampleRows::index(shards, B, T, order));
+    DataLoader d(std::move(shards), B, T, order);
+    d.rows_ = std::make_unique<ExampleRows>(std::move(rows));
+    return d;
+  }
   const int64_t need = B * T + 1;
   for (const TokenShard& s : shards) {
     if (s.tokens.size() >= need) continue;
@@ -44,6 +51,18 @@ Result<DataLoader> DataLoader::create(std::vector<TokenShard> shards, int64_t B,
                             "); lower train.batch_size or train.seq_len");
   }
   return DataLoader(std::move(shards), B, T, order);
+}
+
+DataLoader::DataLoader(DataLoader&& other) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&& other) noexcept = default;
+DataLoader::~DataLoader() = default;
+
+int64_t DataLoader::position() const {
+  return rows_ ? rows_->position() : pos_;
+}
+
+int64_t DataLoader::batches_per_epoch() const {
+  return rows_ ? rows_->examples() / B_ : slot_starts_.back();
 }
 
 DataLoader::DataLoader(std::vector<TokenShard> shards, int64_t B, int64_t T, DataOrder order)
@@ -94,6 +113,7 @@ std::pair<size_t, int64_t> DataLoader::shuffled_start(int64_t pos) {
 }
 
 Status DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
+  if (rows_) return rows_->next_batch(shards_, inputs, targets);
   const int64_t bt = B_ * T_;
   const auto [s, local] = order_.shuffle ? shuffled_start(pos_) : in_order_start(pos_);
   const TokenView& tokens = shards_[s].tokens;
@@ -104,7 +124,7 @@ Status DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
     mask_.resize(static_cast<size_t>(bt));
     STRATA_RETURN_IF_ERROR(mask.copy(local + 1, bt, mask_.data()));
     for (int64_t i = 0; i < bt; ++i) {
-      if (mask_[static_cast<size_t>(i)] == 0) targets[i] = kIgnoreTarget;
+      if ((mask_[static_cast<size_t>(i)] & kMaskTrained) == 0) targets[i] = kIgnoreTarget;
     }
   }
   pos_ = order_.shuffle ? (pos_ / bt + 1) * bt : starts_[s] + local + bt;
@@ -114,11 +134,15 @@ Status DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
 Status DataLoader::set_position(int64_t pos) {
   const std::string name =
       shards_.size() == 1 ? shards_.front().name : std::to_string(shards_.size()) + " data files";
-  if (pos < 0 || (!order_.shuffle && pos > size())) {
+  if (pos < 0 || (!order_.shuffle && !rows_ && pos > size())) {
     return invalid_argument(name + ": position " + std::to_string(pos) + " is outside its " +
                             std::to_string(size()) + " tokens");
   }
-  pos_ = pos;
+  if (rows_) {
+    rows_->set_position(pos);
+  } else {
+    pos_ = pos;
+  }
   return Status::ok_status();
 }
 

@@ -14,9 +14,11 @@
 // so epochs reshuffle and the same seed gives the same batches on any machine; position() is
 // the tokens read since the start (B*T a batch), epochs included. Either way a checkpoint's
 // position puts a resumed run on the very batches it would have read (docs/design.md §10).
+// data.pack false reads one example a row instead (Note [Example rows] in data/example_rows.h).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,7 +39,10 @@ struct TokenShard {
 struct DataOrder {
   bool shuffle = false;
   uint64_t seed = 0;  // the shuffle's (train.seed)
+  bool pack = true;   // false: one example a row, padded (Note [Example rows])
 };
+
+class ExampleRows;  // data/example_rows.h
 
 class DataLoader {
  public:
@@ -62,13 +67,19 @@ class DataLoader {
 
   // Where the next batch starts (Note [Sharded corpora]). Saved in checkpoints so a resumed run
   // sees the same batches.
-  int64_t position() const { return pos_; }
+  int64_t position() const;
   // invalid_argument when pos is negative, or (in order) past the shards' tokens: a checkpoint
   // may come from other files.
   Status set_position(int64_t pos);
 
   int64_t size() const { return starts_.back(); }  // tokens of all shards
-  int64_t batches_per_epoch() const { return slot_starts_.back(); }
+  int64_t batches_per_epoch() const;
+  // data.pack false: the examples and those cut to T+1 tokens; null when packed.
+  const ExampleRows* example_rows() const { return rows_.get(); }
+
+  DataLoader(DataLoader&& other) noexcept;
+  DataLoader& operator=(DataLoader&& other) noexcept;
+  ~DataLoader();
   int64_t batch_size() const { return B_; }
   int64_t seq_len() const { return T_; }
 
@@ -86,9 +97,10 @@ class DataLoader {
   int64_t T_ = 0;
   DataOrder order_;
   int64_t pos_ = 0;
-  int64_t epoch_ = -1;                // the epoch epoch_slots_ holds, shuffled
-  std::vector<int64_t> epoch_slots_;  // (batches_per_epoch) the epoch's slots in reading order
-  std::vector<int32_t> mask_;         // (B*T) a batch's targets' mask entries
+  int64_t epoch_ = -1;                 // the epoch epoch_slots_ holds, shuffled
+  std::vector<int64_t> epoch_slots_;   // (batches_per_epoch) the epoch's slots in reading order
+  std::vector<int32_t> mask_;          // (B*T) a batch's targets' mask entries
+  std::unique_ptr<ExampleRows> rows_;  // data.pack false
 };
 
 }  // namespace strata

@@ -87,9 +87,10 @@ Result<PrepareStats> prepare_jsonl(Tokenizer& plain, Tokenizer& markers, ChatTem
     for (const TextSegment& seg : segments) {
       const size_t before = ids.size();
       STRATA_RETURN_IF_ERROR((seg.marker ? markers : plain).encode_append(seg.text, &ids));
-      bits.resize(ids.size(), seg.counted ? 1 : 0);
+      bits.resize(ids.size(), seg.counted ? kMaskTrained : 0);
       stats.counted += seg.counted ? static_cast<int64_t>(ids.size() - before) : 0;
     }
+    if (!bits.empty()) bits.front() |= kMaskExampleStart;
     STRATA_RETURN_IF_ERROR(out.append(ids));
     STRATA_RETURN_IF_ERROR(mask.append(bits));
     stats.examples++;

@@ -239,7 +239,7 @@ Status TokenFileWriter::append(std::span<const int32_t> ids) {
                             std::to_string(std::numeric_limits<int32_t>::max()) +
                             " tokens do not fit the llm.c header's int32 count");
   }
-  const int64_t limit = token_bytes_ == 1   ? 1
+  const int64_t limit = token_bytes_ == 1   ? kMaskTrained | kMaskExampleStart
                         : token_bytes_ == 2 ? 65535
                                             : std::numeric_limits<int32_t>::max();
   buf_.resize(ids.size() * static_cast<size_t>(token_bytes_));
@@ -306,10 +306,11 @@ Result<TokenFile> TokenFile::open_mask(const std::string& path, int64_t tokens) 
     chunk.resize(static_cast<size_t>(std::min<int64_t>(n - first, 1 << 20)));
     STRATA_RETURN_IF_ERROR(f.view_.copy(first, static_cast<int64_t>(chunk.size()), chunk.data()));
     for (size_t k = 0; k < chunk.size(); ++k) {
-      f.mask_ones_ += chunk[k] == 1;
-      if (chunk[k] == 0 || chunk[k] == 1) continue;
+      f.mask_ones_ += (chunk[k] & kMaskTrained) != 0;
+      if ((chunk[k] & ~(kMaskTrained | kMaskExampleStart)) == 0) continue;
       return bad_format(*what + ": byte " + std::to_string(chunk[k]) + " at token " +
-                        std::to_string(first + static_cast<int64_t>(k)) + " is neither 0 nor 1");
+                        std::to_string(first + static_cast<int64_t>(k)) +
+                        " has bits other than trained (1) and example start (2)");
     }
   }
   return f;

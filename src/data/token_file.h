@@ -35,13 +35,17 @@ inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 
 // Note [Loss masks]
 // A token file X.bin may have X.bin.mask beside it: llm.c's header shape (256 int32) with magic
-// kMaskMagic, version 1 and the token count of X.bin, then one byte per token: 1 when the token
-// is trained as a target (its prediction counts in the loss), 0 when not (a chat prompt, a
-// system message: Note [Ignored targets] in core/targets.h). X.bin stays an llm.c file that
-// llm.c reads; the loader finds the mask by name and turns a 0 into kIgnoreTarget. A mask of
-// another count, or any byte but 0 and 1, is refused naming the file.
+// kMaskMagic, version 1 and the token count of X.bin, then one byte per token: bit kMaskTrained
+// when the token is trained as a target (its prediction counts in the loss; clear for a chat
+// prompt, a system message: Note [Ignored targets] in core/targets.h), bit kMaskExampleStart on
+// the first token of each example (data.pack false makes a row of each: Note [Sharded corpora]).
+// X.bin stays an llm.c file that llm.c reads; the loader finds the mask by name and turns a
+// target without kMaskTrained into kIgnoreTarget. A mask of another count, or a byte with other
+// bits, is refused naming the file.
 inline constexpr int32_t kMaskMagic = 20240601;
 inline constexpr int32_t kMaskVersion = 1;
+inline constexpr int32_t kMaskTrained = 1;
+inline constexpr int32_t kMaskExampleStart = 2;
 
 // The mask file of token file `path` (Note [Loss masks]).
 inline std::string mask_path_for(const std::string& path) {
@@ -95,7 +99,7 @@ class TokenFile {
   // size, no tokens). Each message starts "data file <path>".
   static Result<TokenFile> open(const std::string& path, TokenFormat format);
   // The mask file `path` of a token file of `tokens` tokens (Note [Loss masks]): bad_format naming
-  // it for another magic, version or count, a size that disagrees, or a byte but 0 and 1 (every
+  // it for another magic, version or count, a size that disagrees, or a byte with other bits (every
   // byte is read once here, in chunks, as check_token_range reads tokens).
   static Result<TokenFile> open_mask(const std::string& path, int64_t tokens);
 
@@ -114,7 +118,7 @@ class TokenFile {
   int token_bytes() const { return view_.token_bytes(); }  // 2 or 4
   const std::string& path() const { return path_; }
   TokenFormat format() const { return format_; }    // the detected one, never auto_detect
-  int64_t mask_ones() const { return mask_ones_; }  // a mask file's 1 bytes (open_mask)
+  int64_t mask_ones() const { return mask_ones_; }  // a mask's trained tokens (open_mask)
 
  private:
   TokenFile() = default;
@@ -136,7 +140,7 @@ class TokenFileWriter {
   // invalid_argument when path is not a new or regular file; io_error or no_space naming it
   // when its temporary file cannot be created.
   static Result<TokenFileWriter> create(const std::string& path, int token_bytes);
-  // A mask file (Note [Loss masks]): append takes 0 and 1 only.
+  // A mask file (Note [Loss masks]): append takes bytes of kMaskTrained and kMaskExampleStart.
   static Result<TokenFileWriter> create_mask(const std::string& path);
   TokenFileWriter(TokenFileWriter&& other) noexcept = default;
   TokenFileWriter& operator=(TokenFileWriter&&) = delete;
