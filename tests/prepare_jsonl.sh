@@ -5,10 +5,11 @@
 #  - the chat templates as published (chatml; Meta Llama 3 Instruct's), rendered by python3-jinja2
 #    as Hugging Face's apply_chat_template renders them (bos_token, add_generation_prompt false);
 #  - the mask: exactly the assistant turns' content and end markers, the completions, the texts;
-#  - training on it reads the mask (the log says how many targets train), `strata eval` too;
+#  - training on it reads the mask (the log and the metrics say how many targets train), `strata
+#    eval` too, and its masked loss is PyTorch's with ignore_index on the exported model;
 #  - bad examples are one line naming file:line and the field, exit 2, and leave no file.
 set -uo pipefail
-: "${STRATA_BIN:?}" "${STRATA_BINARY_DIR:?}"
+: "${STRATA_BIN:?}" "${STRATA_SOURCE_DIR:?}" "${STRATA_BINARY_DIR:?}"
 work="$STRATA_BINARY_DIR/test_tmp/prepare_jsonl"
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "prepare_jsonl: FAILED: $*" >&2; exit 1; }
@@ -125,6 +126,12 @@ assert u["trained_tokens"] == u["tokens"] and m["loss"] != u["loss"], (m, u)
 PY
   fail "eval with and without the mask: $masked / $unmasked"
 echo "ok   eval honours the mask: $masked vs unmasked $unmasked"
+# PyTorch's masked loss (ignore_index -100, tools/torch_val_loss.py) on the exported weights.
+"$STRATA_BIN" export --checkpoint "$work/ck" --out "$work/hf/" 2>/dev/null || fail "export"
+loss=$(/usr/bin/python3 -c 'import json, sys; print(repr(json.loads(sys.argv[1])["loss"]))' "$masked")
+batches=$(/usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[1])["batches"])' "$masked")
+/usr/bin/python3 "$STRATA_SOURCE_DIR/tools/torch_val_loss.py" "$work/hf/model.safetensors" \
+  "$work/many.bin" 2 32 "$batches" "$loss" || fail "the masked eval loss is not PyTorch's"
 
 # data.pack false: one example a row (Note [Example rows]); resumed bit for bit, shuffled.
 rows=(--set data.pack=false --set data.shuffle=true --set "data.train=$work/many.bin" --set train.log_every=1)

@@ -8,6 +8,9 @@ it (Hugging Face names only). VAL.bin is the llm.c token file given to `strata t
 Strata's validation takes its first BATCHES (B, T) batches, llm.c style: batch i's inputs are the
 B*T tokens from i*B*T, its targets the same shifted by one (a file too short for them wraps to
 its start; this check refuses one). The loss is the mean over batches of each batch's mean loss.
+With VAL.bin.mask beside it (Strata's loss mask: bit 1 of a token's byte set when it is trained
+as a target), the other targets are -100 (ignore_index) and the loss is the mean over the
+counted targets of all the batches.
 
 Passes when the two agree to 1e-5 relative; prints both; exits 1 otherwise.
 """
@@ -52,16 +55,30 @@ def main():
     model = arch.make(cfg)
     arch.module.load_params(model, tec.load_export(a.exported, cfg, arch))
     tokens = read_tokens(a.val)
+    targets_all = tokens.clone()
+    mask_path = a.val + ".mask"
+    masked = os.path.exists(mask_path)
+    if masked:
+        with open(mask_path, "rb") as f:
+            bits = torch.tensor(list(f.read()[1024:]), dtype=torch.long)
+        if bits.numel() != tokens.numel():
+            raise ValueError(f"{mask_path}: {bits.numel()} entries for {tokens.numel()} tokens")
+        targets_all[(bits & 1) == 0] = -100
     bt = a.B * a.T
     if tokens.numel() < a.batches * bt + 1:
         raise ValueError(f"{a.val}: {tokens.numel()} tokens, fewer than {a.batches} batches need")
-    total = 0.0
+    total, counted = 0.0, 0
     with torch.no_grad():
         for i in range(a.batches):
-            chunk = tokens[i * bt:i * bt + bt + 1]
-            _, loss = model(chunk[:-1].view(a.B, a.T), chunk[1:].view(a.B, a.T))
-            total += loss.item()
-    want = total / a.batches
+            inputs = tokens[i * bt:i * bt + bt].view(a.B, a.T)
+            targets = targets_all[i * bt + 1:i * bt + bt + 1].view(a.B, a.T)
+            n = int((targets != -100).sum()) if masked else bt
+            if n == 0:
+                continue
+            _, loss = model(inputs, targets)
+            total += loss.item() * (n if masked else 1)
+            counted += n
+    want = total / counted if masked else total / a.batches
     rel = abs(want - a.strata_val_loss) / abs(want)
     ok = rel <= REL_TOL
     print(f"torch_val_loss: {'ok' if ok else 'FAILED'}: PyTorch {want:.7f}, Strata "
