@@ -29,7 +29,7 @@ case $kind in
     tests=()
     for f in tests/test_*.cpp tests/*.sh; do
       name=$(basename "${f%.*}")
-      case $name in test_util | test_cuda_backend | parity_torch | parity_torch_llama | parity_torch_lora | parity_torch_llama_lora | export_torch | val_torch | sample_torch | import_torch | nf4_torch) continue ;; esac
+      case $name in test_util | test_cuda_backend | parity_torch | parity_torch_llama | parity_torch_lora | parity_torch_llama_lora | parity_torch_masked | export_torch | val_torch | sample_torch | import_torch | nf4_torch) continue ;; esac
       case $name in tokenizer_gpt2 | tokenizer_llama3 | tokenizer_sentencepiece | tokenizer_unicode) continue ;; esac
       case $name in dist_mpi | dist_collectives) continue ;; esac
       tests+=("$name")
