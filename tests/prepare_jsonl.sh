@@ -126,6 +126,20 @@ assert u["trained_tokens"] == u["tokens"] and m["loss"] != u["loss"], (m, u)
 PY
   fail "eval with and without the mask: $masked / $unmasked"
 echo "ok   eval honours the mask: $masked vs unmasked $unmasked"
+# Every target masked out: one line, exit 2 (not a loss of 0).
+/usr/bin/python3 - "$work/many.bin.mask" "$work/none.bin.mask" <<'PY'
+import sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+for i in range(1024, len(raw)):
+    raw[i] &= 2  # no token trained; example starts kept
+open(sys.argv[2], "wb").write(raw)
+PY
+cp "$work/many.bin" "$work/none.bin"
+status=0
+err=$("$STRATA_BIN" eval --checkpoint "$work/ck" --data "$work/none.bin" 2>&1 >/dev/null) || status=$?
+[ "$status" -eq 2 ] && [ "$(grep -c . <<<"$err")" -eq 1 ] && grep -q "leaves out every target" <<<"$err" ||
+  fail "eval with every target masked: status $status, $err"
+echo "ok   eval with every target masked: $err"
 # PyTorch's masked loss (ignore_index -100, tools/torch_val_loss.py) on the exported weights.
 "$STRATA_BIN" export --checkpoint "$work/ck" --out "$work/hf/" 2>/dev/null || fail "export"
 loss=$(/usr/bin/python3 -c 'import json, sys; print(repr(json.loads(sys.argv[1])["loss"]))' "$masked")

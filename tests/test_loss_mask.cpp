@@ -144,19 +144,14 @@ TEST(LossMask, OneExampleARowWhenNotPacked) {
 // with both rows, however unevenly the mask splits the counted targets between them (a mean per
 // micro-batch would weigh row 0's 2 targets as much as row 1's 16).
 TEST(LossMask, TheStepMeanSpansItsMicroBatches) {
-  TrainConfig c;
-  c.model.n_layer = 1;
-  c.model.n_embd = 32;
-  c.model.n_head = 2;
-  c.model.context_length = 16;
-  c.seq_len = 16;
+  TrainConfig c = test::tiny_offload_config("in_memory", "");  // vocabulary 64, T 16
   c.steps = 2;
   c.optim.warmup_steps = 0;
   std::vector<int32_t> in(2 * 16), tgt(2 * 16);
   for (int i = 0; i < 32; ++i) {
-    in[static_cast<size_t>(i)] = (i * 37 + 11) % 256;
+    in[static_cast<size_t>(i)] = (i * 37 + 11) % 64;
     // Row 0 counts 2 targets, row 1 all 16.
-    tgt[static_cast<size_t>(i)] = i < 14 ? kIgnoreTarget : (i * 53 + 5) % 256;
+    tgt[static_cast<size_t>(i)] = i < 14 ? kIgnoreTarget : (i * 53 + 5) % 64;
   }
   auto device = create_cpu_device();
   std::vector<std::vector<float>> grads;

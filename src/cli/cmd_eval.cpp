@@ -82,7 +82,6 @@ Result<double> eval_loss(TrainRun& run, DataLoader& loader, int64_t batches, int
     sum += mean * (static_cast<double>(counted) / static_cast<double>(BT));
     done += n;
   }
-  if (*trained == 0) return 0.0;
   return sum / (static_cast<double>(*trained) / static_cast<double>(BT));
 }
 
@@ -129,6 +128,11 @@ int eval_main(const ParsedArgs& a) {
   int64_t trained = 0;
   auto loss = eval_loss(run, *loader, batches, &trained);
   if (!loss.ok()) return fail("evaluation stopped: " + loss.status().to_string(), 1);
+  if (trained == 0) {  // Note [Ignored targets]: no target to take a mean over
+    return fail("--data: the loss mask leaves out every target of the " + std::to_string(batches) +
+                    " batches read; nothing to evaluate",
+                2);
+  }
   const int64_t tokens = batches * run.cfg.batch_size * run.cfg.seq_len;
   if (!a.has("quiet")) {
     char line[160];

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 namespace strata {
 
@@ -38,6 +39,16 @@ class Rng {
   double spare_ = 0;
   bool has_spare_ = false;
 };
+
+// Fisher-Yates over [first, last) with draws from `rng`: the same order on every machine (no
+// std::shuffle, whose draws differ between standard libraries).
+template <typename It>
+void shuffle_range(It first, It last, Rng& rng) {
+  for (auto i = last - first - 1; i > 0; --i) {
+    const auto j = static_cast<decltype(i)>(rng.next_u64() % static_cast<uint64_t>(i + 1));
+    std::swap(first[i], first[j]);
+  }
+}
 
 // A seed for stream `index` derived from a base seed, so that e.g. each parameter tensor gets an
 // independent sequence and initialising block 7 does not depend on blocks 0..6.

@@ -10,19 +10,6 @@
 
 namespace strata {
 
-namespace {
-
-// Fisher-Yates over [first, last) with draws from `rng` (the same on every machine).
-template <typename It>
-void shuffle_range(It first, It last, Rng& rng) {
-  for (auto i = last - first - 1; i > 0; --i) {
-    const auto j = static_cast<decltype(i)>(rng.next_u64() % static_cast<uint64_t>(i + 1));
-    std::swap(first[i], first[j]);
-  }
-}
-
-}  // namespace
-
 Result<DataLoader> DataLoader::create(std::vector<TokenShard> shards, int64_t B, int64_t T,
                                       DataOrder order) {
   const std::string first = shards.empty() ? "data" : shards.front().name;

@@ -45,14 +45,11 @@ Result<ExampleRows> ExampleRows::index(const std::vector<TokenShard>& shards, in
 const ExampleRows::Example& ExampleRows::example_at(int64_t row) {
   const int64_t n = examples(), epoch = row / n;
   if (!order_.shuffle) return examples_[static_cast<size_t>(row % n)];
-  if (epoch != epoch_) {  // Fisher-Yates from (seed, epoch), the same on every machine
+  if (epoch != epoch_) {  // drawn from (seed, epoch)
     Rng rng(derive_seed(order_.seed, static_cast<uint64_t>(epoch)));
     order_of_.resize(static_cast<size_t>(n));
     std::iota(order_of_.begin(), order_of_.end(), int64_t{0});
-    for (int64_t i = n - 1; i > 0; --i) {
-      const auto j = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(i + 1));
-      std::swap(order_of_[static_cast<size_t>(i)], order_of_[static_cast<size_t>(j)]);
-    }
+    shuffle_range(order_of_.begin(), order_of_.end(), rng);
     epoch_ = epoch;
   }
   return examples_[static_cast<size_t>(order_of_[static_cast<size_t>(row % n)])];
